@@ -1,0 +1,53 @@
+"""Framework profiles: the few behaviours that differ between training stacks, each a physical quantity.
+
+Used by `training.framework` (validation cases) and `--framework` (planning). Values and where they come from:
+- grad_bytes: bytes per gradient element kept between micro-batches. Megatron-LM keeps fp32 "main grads"
+  (docs/user-guide/features/dist_optimizer.md: 18 bytes/param = 2 bf16 param + 4 fp32 grad + 12 optimizer).
+  FSDP2 in torchtitan reduces and keeps fp32 grads (configs.py mixed_precision_reduce="float32").
+- param_state_bytes: bytes per parameter of the persistent copy that the optimizer updates (fp32 master, 4) plus the
+  Adam moments (8); the bf16 compute copy (2) exists unless FSDP holds only the fp32 shard and gathers bf16 on use.
+- grad_reduce_bytes: bytes per element sent by the data-parallel gradient reduction (fp32 in Megatron by default,
+  `--grad-reduce-in-bf16` halves it; FSDP mixed precision "PURE" in llm-foundry reduces in bf16).
+- tp_overlap: share of tensor-parallel collective time hidden behind GEMMs. Off by default in Megatron-LM
+  (`--tp-comm-overlap` opt-in); NeMo recipes turn on Transformer Engine userbuffer overlap (ecosystem.md §4),
+  whose bulk + pipelined overlap hides most but not all of it (torchtitan async-TP gains 1.04-1.16x, cost_model.md §3.2).
+- dp_overlap: share of the last micro-batch's backward that hides the gradient reduction (`--overlap-grad-reduce`,
+  FSDP prefetch); 0 for stacks that reduce after backward (Megatron-LM 2021, arXiv 2104.04473 §4.1 ran DP after).
+- ep_overlap: share of MoE all-to-all hidden (Megatron `--overlap-moe-expert-parallel-comm`, off by default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    name: str
+    grad_bytes: float = 4.0
+    weight_bytes: float = 2.0
+    optimizer_bytes: float = 12.0
+    grad_reduce_bytes: float = 4.0
+    tp_overlap: float = 0.0
+    dp_overlap: float = 1.0
+    ep_overlap: float = 0.0
+    fsdp_style: bool = False  # ZeRO-3 shards the fp32 master itself (no separate bf16 persistent copy)
+
+
+_MEGATRON = FrameworkProfile("megatron")
+PROFILES: dict[str, FrameworkProfile] = {
+    "megatron": _MEGATRON,
+    "nemo": FrameworkProfile("nemo", tp_overlap=0.6),
+    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", dp_overlap=0.5),
+    "torchtitan": FrameworkProfile("torchtitan", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
+    "llm-foundry": FrameworkProfile("llm-foundry", weight_bytes=4.0, optimizer_bytes=8.0, grad_reduce_bytes=2.0,
+                                    fsdp_style=True),
+    "automodel": FrameworkProfile("automodel", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
+    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
+    "metaseq": FrameworkProfile("metaseq", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
+    "other": _MEGATRON,
+}
+
+
+def profile_for(framework: str) -> FrameworkProfile:
+    return PROFILES.get(framework, _MEGATRON)

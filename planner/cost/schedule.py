@@ -1,0 +1,42 @@
+"""Pipeline schedules: bubble time and how many micro-batches' activations the busiest stage holds.
+
+p stages, m micro-batches, v model chunks per rank; t_f, t_b forward/backward time of one micro-batch on one stage,
+t_w the weight-gradient part of t_b (zero-bubble schedules split backward into B = input grad and W).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..problem import SCHEDULES
+
+S_1F1B, S_INTERLEAVED, S_ZBH1, S_ZBH2 = (SCHEDULES.index(s) for s in ("1f1b", "interleaved", "zb-h1", "zb-h2"))
+
+
+def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
+                t_w: np.ndarray) -> np.ndarray:
+    """Idle time per step on the critical path.
+
+    1F1B: (p-1)(t_f+t_b) (Narayanan et al. 2021 §2.2.1); interleaved: divided by v (ibid. §2.2.2);
+    ZB-H1: (p-1)(t_f + t_B - t_W) with t_B = t_b - t_W (Qi et al. 2024, arXiv 2401.10241 §2.1);
+    ZB-H2: fills the warm-up with W passes, leaving (p-1) * max(0, t_f + t_B - 2 t_W) (ibid. §2.2).
+    """
+    t_bi = t_b - t_w
+    base = (p - 1) * (t_f + t_b)
+    out = np.where(schedule == S_INTERLEAVED, base / np.maximum(v, 1), base)
+    out = np.where(schedule == S_ZBH1, (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0), out)
+    out = np.where(schedule == S_ZBH2, (p - 1) * np.maximum(t_f + t_bi - 2 * t_w, 0.0), out)
+    return np.where(p > 1, out, 0.0)
+
+
+def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Micro-batches of one stage's layers whose activations the first stage holds at its peak.
+
+    1F1B: min(m, p) (Megatron schedules.py warm-up p - rank - 1, plus one); interleaved: times
+    1 + (p-1)/(p v) (Korthikanti et al. 2022 §4.2.3; Megatron theoretical_memory_usage.py); ZB-H1 keeps 1F1B's peak;
+    ZB-H2 holds up to 2p - 1 (Qi et al. 2024 §2.2). No pipeline: one micro-batch at a time.
+    """
+    base = np.minimum(m, p).astype(float)
+    out = np.where(schedule == S_INTERLEAVED, base * (1 + (p - 1) / (p * np.maximum(v, 1))), base)
+    out = np.where(schedule == S_ZBH2, np.minimum(m, 2 * p - 1).astype(float), out)
+    return np.where(p > 1, out, 1.0)

@@ -1,0 +1,208 @@
+"""Step time, throughput, MFU and peak memory for a table of layouts (vectorised).
+
+Assembly (per pipeline stage, per micro-batch):
+  t_f = GEMMs/(peak*eff) + attention/(peak*eff_attn) + elementwise bytes/HBM + kernel launches + exposed TP/CP/EP
+  t_b = 2x the GEMM and elementwise work, 2.5x attention (FlashAttention backward recomputes QK^T: 5 of 7 matmuls),
+        plus recomputation (full: one more forward; selective: one more attention core; Korthikanti et al. 2022)
+  step = m * (t_f + t_b)_slowest stage + bubble(schedule) + exposed DP reduction + optimizer update
+MFU = model FLOPs (no recompute) / (step time * GPUs * dense BF16 peak)  (PaLM App. B; Megatron FLOP convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..problem import Problem
+from . import comm, flops, memory, schedule
+from .profiles import profile_for
+
+# Each CUDA kernel launch and its tail cost a few microseconds that small GEMMs cannot hide (NVIDIA CUDA C++ Best
+# Practices Guide: launch overhead of a few us); a transformer layer runs ~24 kernels forward and ~2x that backward
+# (2 norms, 2 residual adds, RoPE, activation, 4-5 GEMMs, attention, casts; counted in Megatron-Core's layer).
+KERNEL_OVERHEAD_S = 4e-6
+KERNELS_PER_LAYER_FWD = 24
+HBM_EFFICIENCY = 0.85  # Calculon systems/*.json: HBM efficiency 0.9 for >=100 MB transfers, 0.75 at 10 MB
+FP8_GEMM_EFFICIENCY = 0.88  # MAMF FP8/BF16 on H100: 70.9% vs 80.3% of peak (stas00/ml-engineering)
+# Adam step touches fp32 master, two moments (read+write, 24 B), reads the fp32 grad (4 B), writes bf16 params (2 B).
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+
+
+def _elementwise_bytes_per_token(p: Problem) -> tuple[float, float]:
+    """HBM traffic of the memory-bound kernels of one layer's forward, per token: (replicated, sharded) parts.
+
+    Norms read+write h each (x2), residual adds read 2h write h (x2), RoPE reads+writes Q and K, the activation
+    function reads its inputs and writes its output; 2 bytes per element. Under TP without SP the norm/residual part
+    is repeated on every TP rank (Korthikanti et al. 2022 §4.2.2), which is why SP speeds layers up, not only memory.
+    """
+    m = p.model
+    h = m.hidden_size
+    replicated = 2.0 * (2 * 2 * h + 2 * 3 * h)
+    rope = 2.0 * 2 * (m.num_attention_heads + m.kv_heads) * m.d_head
+    width = m.intermediate_size
+    if m.is_moe:
+        width = m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
+    act = 2.0 * (3 * width if m.gated_mlp else 2 * width)
+    return replicated, rope + act
+
+
+def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    m, cl, tr = problem.model, problem.cluster, problem.training
+    gpu = cl.gpu
+    prof = profile_for(tr.framework)
+    fp8 = tr.precision in ("fp8", "fp4")
+    tp, pp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep"))
+    vpp, mbs = c["vpp"].astype(float), c["mbs"].astype(float)
+    zero, rc, sp, sched = c["zero"], c["recompute"], c["sp"], c["schedule"]
+    n_gpus = float(problem.num_gpus)
+    s = float(tr.seq_len)
+    micro = tr.global_batch / (mbs * dp)  # micro-batches per step per pipeline
+
+    # --- compute per layer per micro-batch (forward) ------------------------------------------------------------
+    tok = mbs * s / cp  # tokens each GPU processes per micro-batch
+    tf = flops.token_flops(m, tr.seq_len)
+    peak = gpu.peak_tflops(tr.precision) * 1e12
+    eff = gpu.matmul_efficiency * (FP8_GEMM_EFFICIENCY if fp8 else 1.0)
+    bf16_peak = gpu.bf16_tflops * 1e12
+    frac_moe = m.moe_layers / m.num_hidden_layers
+    gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * tf.moe_gemm) / tp
+    gemm_f = gemm_flops / (peak * eff)
+    # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
+    attn_f = tok * tf.attention / tp / (bf16_peak * gpu.attention_efficiency)
+    repl_b, shard_b = _elementwise_bytes_per_token(problem)
+    elem_bytes = tok * (np.where(sp == 1, repl_b / tp, repl_b) + shard_b / tp)
+    if fp8:  # casting each GEMM input to fp8 reads 2 B and writes 1 B per element (Transformer Engine)
+        elem_bytes = elem_bytes + tok * 3.0 * (4 * m.hidden_size) / tp
+    elem_f = elem_bytes / (gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+    launch_f = KERNELS_PER_LAYER_FWD * KERNEL_OVERHEAD_S
+    layer_f = gemm_f + attn_f + elem_f + launch_f
+    layer_w = gemm_f  # weight-gradient GEMMs
+    layer_b = 2 * gemm_f + 2.5 * attn_f + 2 * elem_f + 2 * launch_f
+    recompute_b = np.where(rc == 2, layer_f, np.where(rc == 1, attn_f, 0.0))
+
+    # --- communication inside a layer ----------------------------------------------------------------------------
+    act_bytes = tok * m.hidden_size * 2.0
+    one = np.ones_like(tp)
+    tp_coll = comm.all_reduce_time(act_bytes, tp, one, cl)
+    n_tp_coll = 4 + np.where(rc == 2, 2, 0)  # 2 fwd + 2 bwd (Narayanan et al. 2021 §3.2), +2 when recomputing
+    tp_exposed = n_tp_coll * tp_coll * (1 - prof.tp_overlap)
+    tp_exposed_f = 2 * tp_coll * (1 - prof.tp_overlap)
+    kv_width = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else 2 * m.kv_heads * m.d_head
+    cp_bytes = (cp - 1) * tok * kv_width * 2.0 / tp
+    cp_time = comm.all_to_all_time(cp_bytes * cp / np.maximum(cp - 1, 1), cp, tp, cl)
+    cp_exposed_f = np.maximum(cp_time - attn_f, 0.0)
+    cp_exposed = cp_exposed_f + np.maximum(2 * cp_time - 2.5 * attn_f, 0.0)
+    if m.is_moe:
+        a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
+        a2a = comm.all_to_all_time(a2a_bytes, ep, tp, cl) * (1 - prof.ep_overlap)
+        ep_exposed = frac_moe * 4 * a2a
+        ep_exposed_f = frac_moe * 2 * a2a
+    else:
+        ep_exposed = ep_exposed_f = np.zeros_like(tp)
+
+    # --- parameters held per GPU ---------------------------------------------------------------------------------
+    dense_p = flops.dense_layer_params(m) / tp
+    moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
+    experts_p = flops.expert_params(m) / (tp * ep) if m.is_moe else 0.0
+    layers_per_stage = m.num_hidden_layers / pp
+    per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
+    layer_dense_part = (1 - frac_moe) * dense_p + frac_moe * moe_shared_p
+    layer_expert_part = frac_moe * experts_p
+    emb_p = flops.embedding_params(m) / tp
+    head_p = flops.lm_head_params(m) / tp
+    first_p = layers_per_stage * per_layer_p + emb_p + np.where(pp == 1, head_p, 0.0)
+    last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
+    stage_p = np.maximum(first_p, last_p)
+    data_ranks = dp * cp  # Megatron reduces dense grads over the dp x cp group
+    expert_ranks = np.maximum(data_ranks / ep, 1)
+
+    # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
+    layer_gather_bytes = per_layer_p * 2.0 * data_ranks  # all-gathered size of one layer's bf16 weights
+    ag = comm.all_gather_time(layer_gather_bytes, data_ranks, tp, cl)
+    rs = comm.all_gather_time(per_layer_p * prof.grad_reduce_bytes * data_ranks, data_ranks, tp, cl)
+    z3 = zero == 3
+    z3_exposed_f = np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0)
+    z3_exposed_b = np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)
+
+    # --- per micro-batch stage time ---------------------------------------------------------------------------------
+    per_layer_f = layer_f + tp_exposed_f + cp_exposed_f + ep_exposed_f + z3_exposed_f
+    per_layer_b = (layer_b + recompute_b + (tp_exposed - tp_exposed_f) + (cp_exposed - cp_exposed_f)
+                   + (ep_exposed - ep_exposed_f) + z3_exposed_b)
+    head_f = tok * tf.head / tp / (peak * eff) + tok * m.vocab_size * 6.0 / tp / (gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+    stage_f = layers_per_stage * per_layer_f + head_f
+    stage_b = layers_per_stage * per_layer_b + 2 * head_f
+    stage_w = layers_per_stage * layer_w + head_f
+    # Pipeline hand-offs: one activation tensor per micro-batch each way (/tp with scatter-gather or SP);
+    # interleaving sends v times as many (Narayanan et al. 2021 §4.1).
+    pp_crosses = (n_gpus / pp) >= cl.nvlink_domain
+    p2p = np.where(pp > 1, comm.p2p_time(act_bytes / np.where(sp == 1, tp, 1.0), pp_crosses, cl), 0.0)
+    p2p_exposed = 2 * p2p * vpp
+    t_mb = stage_f + stage_b + p2p_exposed
+    bubble = schedule.bubble_time(sched, pp, vpp, stage_f + p2p, stage_b + p2p, stage_w)
+
+    # --- data-parallel gradient reduction and optimizer --------------------------------------------------------------
+    dense_local = stage_p - layers_per_stage * layer_expert_part
+    expert_local = layers_per_stage * layer_expert_part
+    reduce_dense = comm.all_reduce_time(dense_local * prof.grad_reduce_bytes, data_ranks, tp, cl)
+    reduce_exp = comm.all_reduce_time(expert_local * prof.grad_reduce_bytes, expert_ranks, tp * ep, cl)
+    dp_time = np.where(z3, 0.0, reduce_dense + reduce_exp)
+    window = prof.dp_overlap * (stage_b + np.where(zero >= 1, stage_f, 0.0))
+    dp_exposed = np.maximum(dp_time - window, 0.0)
+    shard_for_optim = np.where(zero >= 1, data_ranks, 1.0)
+    optim_time = OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+
+    compute = micro * (stage_f + stage_b)
+    step = micro * t_mb + bubble + dp_exposed + optim_time
+    tokens = float(tr.global_batch) * s
+    model_flops = flops.model_flops_per_token(m, tr.seq_len) * tokens
+    mfu = model_flops / (step * n_gpus * bf16_peak)
+
+    # --- memory on the busiest stage -------------------------------------------------------------------------------
+    dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
+    dense_act = memory.layer_activation_bytes_per_token(m, tp, sp, False, dropout)
+    moe_act = memory.layer_activation_bytes_per_token(m, tp, sp, True, dropout) if m.is_moe else dense_act
+    act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
+    layer_input = np.where(sp == 1, 2.0 * m.hidden_size / tp, 2.0 * m.hidden_size)
+    per_layer_act = np.where(rc == 2, layer_input, act_per_token) * tok
+    inflight = schedule.inflight_microbatches(sched, pp, vpp, np.floor(micro))
+    acts_first = per_layer_act * layers_per_stage * inflight + np.where(rc == 2, act_per_token * tok, 0.0)
+    acts_last = per_layer_act * layers_per_stage + np.where(rc == 2, act_per_token * tok, 0.0)
+    logits = memory.logits_bytes(tok, m, tp)
+    states_first = memory.state_bytes(first_p - emb_p * 0, zero, data_ranks, prof, fp8)
+    states_last = memory.state_bytes(last_p, zero, data_ranks, prof, fp8)
+    z3_buffer = np.where(z3, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
+    total_first = sum(states_first.values()) + acts_first + np.where(pp == 1, logits, 0.0) + z3_buffer
+    total_last = sum(states_last.values()) + acts_last + logits + z3_buffer
+    first_is_peak = total_first >= total_last
+    groups = sum((x > 1).astype(float) for x in (tp, pp, dp * cp, cp, ep))
+    peak_alloc = np.maximum(total_first, total_last)
+    reserve = memory.runtime_reserve(groups, peak_alloc)
+    pick = lambda a, b: np.where(first_is_peak, a, b)  # noqa: E731
+    return {
+        "step_time_s": step,
+        "tokens_per_s_per_gpu": tokens / (step * n_gpus),
+        "mfu": mfu,
+        "memory_peak_gib": (peak_alloc + reserve) / memory.GIB,
+        "num_microbatches": micro,
+        "compute_s": compute,
+        "exposed_comm_s": micro * (p2p_exposed + layers_per_stage * (
+            tp_exposed + cp_exposed + ep_exposed + z3_exposed_f + z3_exposed_b)) + dp_exposed,
+        "bubble_s": bubble,
+        "optimizer_s": optim_time,
+        "tp_comm_s": micro * layers_per_stage * tp_exposed,
+        "cp_comm_s": micro * layers_per_stage * cp_exposed,
+        "ep_comm_s": micro * layers_per_stage * ep_exposed,
+        "fsdp_comm_s": micro * layers_per_stage * (z3_exposed_f + z3_exposed_b),
+        "pp_comm_s": micro * p2p_exposed,
+        "dp_comm_s": dp_exposed,
+        "recompute_s": micro * layers_per_stage * recompute_b,
+        "mem_weights_gib": pick(states_first["weights"], states_last["weights"]) / memory.GIB,
+        "mem_grads_gib": pick(states_first["grads"], states_last["grads"]) / memory.GIB,
+        "mem_optimizer_gib": pick(states_first["optimizer"], states_last["optimizer"]) / memory.GIB,
+        "mem_activations_gib": pick(acts_first, acts_last) / memory.GIB,
+        "mem_logits_gib": pick(np.where(pp == 1, logits, 0.0), logits) / memory.GIB,
+        "mem_reserve_gib": (reserve + z3_buffer) / memory.GIB,
+        "mem_first_stage_gib": (total_first + reserve) / memory.GIB,
+        "mem_last_stage_gib": (total_last + reserve) / memory.GIB,
+    }

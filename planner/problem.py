@@ -1,0 +1,26 @@
+"""A planning problem: what is trained, on what, and which knobs the user pinned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .specs import ClusterSpec, ModelSpec, TrainingSpec
+
+# Knob names shared by `--fix` and `explain --layout` (README, "Layout keys").
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2")
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    fixed: dict[str, int] = field(default_factory=dict)  # knob -> encoded value (categoricals as indices)
+    allow_tp_across_nodes: bool = False
+    enforce_memory: bool = True
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus

@@ -1,0 +1,131 @@
+"""Every layout rule, defined once.
+
+A rule names the knobs it reads and a vectorised predicate over candidate columns (numpy arrays) that is True where
+the layout is allowed. The search filters with these predicates (counting what each one prunes), `explain` lists the
+ones a layout breaks, and `planner.cpsat` compiles the same predicates into CP-SAT table constraints to find which
+rules conflict when nothing is feasible. Sources are in ../shared/reference/ecosystem.md §1.3 (Megatron-LM asserts,
+numbered M1..M32 there) and §2.2 (torchtitan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import SCHEDULES, Problem
+
+Cols = Mapping[str, np.ndarray]
+INTERLEAVED = SCHEDULES.index("interleaved")
+ONE_F_ONE_B = SCHEDULES.index("1f1b")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    knobs: tuple[str, ...]
+    allowed: Callable[[Cols, Problem], np.ndarray]
+    message: str  # what breaks, phrased for a person
+    fix: str  # what would help
+    source: str
+
+    def check(self, cols: Cols, problem: Problem) -> np.ndarray:
+        return np.asarray(self.allowed(cols, problem), dtype=bool)
+
+
+def _divides(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+    """a divides b (elementwise), safe for a == 0."""
+    a = np.asarray(a)
+    return (a > 0) & (np.asarray(b) % np.maximum(a, 1) == 0)
+
+
+def _microbatches(c: Cols, p: Problem) -> np.ndarray:
+    per_step = c["mbs"] * c["dp"]
+    return np.where(per_step > 0, p.training.global_batch // np.maximum(per_step, 1), 0)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("world_size", ("tp", "pp", "cp", "dp"),
+         lambda c, p: c["tp"] * c["pp"] * c["cp"] * c["dp"] == p.num_gpus,
+         "tp x pp x cp x dp must equal the number of GPUs", "pick sizes whose product is the GPU count",
+         "Megatron M1 (world % (tp*pp*cp) == 0, dp derived)"),
+    Rule("heads_divisible_by_tp", ("tp",),
+         lambda c, p: _divides(c["tp"], p.model.num_attention_heads),
+         "attention heads must divide evenly across tensor-parallel ranks", "use a tp that divides the head count",
+         "Megatron M4"),
+    Rule("kv_heads_divisible_by_tp", ("tp",),
+         lambda c, p: p.model.is_mla | _divides(c["tp"], p.model.kv_heads),
+         "key/value heads (query groups) must divide evenly across tensor-parallel ranks",
+         "use tp <= num_key_value_heads and dividing it", "Megatron M5 (core_v0.15: num_query_groups % tp == 0)"),
+    Rule("tp_within_nvlink_domain", ("tp",),
+         lambda c, p: p.allow_tp_across_nodes | _divides(c["tp"], p.cluster.nvlink_domain),
+         "tensor parallelism must stay inside one NVLink domain", "lower tp, or pass --allow-tp-across-nodes",
+         "Megatron rank order tp-cp-ep-dp-pp puts TP innermost; Narayanan et al. 2021 takeaway 1"),
+    Rule("layers_divisible_by_stages", ("pp", "vpp"),
+         lambda c, p: _divides(c["pp"] * c["vpp"], p.model.num_hidden_layers),
+         "layers must split evenly into pp x vpp model chunks", "choose pp and vpp whose product divides the layers",
+         "Megatron M10, M11"),
+    Rule("sequence_divisible_by_2cp", ("cp",),
+         lambda c, p: (c["cp"] == 1) | _divides(2 * c["cp"], p.training.seq_len),
+         "with context parallelism the sequence must split into 2 x cp chunks", "use a cp with seq_len % (2*cp) == 0",
+         "Megatron M7 (load-balanced causal split)"),
+    Rule("global_batch_divisible", ("mbs", "dp"),
+         lambda c, p: _divides(c["mbs"] * c["dp"], p.training.global_batch),
+         "global batch must be a multiple of micro-batch x data-parallel size",
+         "change --global-batch, the micro-batch or dp", "Megatron M9"),
+    Rule("vpp_needs_pipeline", ("pp", "vpp"),
+         lambda c, p: (c["vpp"] == 1) | (c["pp"] > 1),
+         "virtual pipeline stages need pipeline parallelism (pp > 1)", "set vpp=1 or pp > 1", "Megatron M13"),
+    Rule("schedule_matches_vpp", ("vpp", "schedule"),
+         lambda c, p: (c["schedule"] == INTERLEAVED) == (c["vpp"] > 1),
+         "the interleaved schedule is exactly the case vpp > 1", "use schedule=interleaved with vpp > 1",
+         "Megatron schedules.py: VPP selects the interleaved 1F1B schedule"),
+    Rule("schedule_needs_pipeline", ("pp", "schedule"),
+         lambda c, p: (c["pp"] > 1) | (c["schedule"] == ONE_F_ONE_B),
+         "pipeline schedules other than 1f1b need pp > 1", "use schedule=1f1b when pp = 1",
+         "a schedule orders pipeline stages; with one stage there is none"),
+    Rule("interleaved_microbatches", ("pp", "vpp", "mbs", "dp"),
+         lambda c, p: (c["vpp"] == 1) | ((_microbatches(c, p) >= c["pp"]) & _divides(c["pp"], _microbatches(c, p))),
+         "the interleaved schedule needs a multiple of pp micro-batches",
+         "raise --global-batch or lower the micro-batch so that micro-batches are a multiple of pp",
+         "Megatron M14 (schedules.py microbatch group = pp)"),
+    Rule("sequence_parallel_needs_tp", ("tp", "sp"),
+         lambda c, p: (c["sp"] == 0) | (c["tp"] > 1),
+         "sequence parallelism needs tensor parallelism (tp > 1)", "set sp=false or tp > 1", "Megatron M17"),
+    Rule("expert_parallel_needs_moe", ("ep",),
+         lambda c, p: (c["ep"] == 1) | p.model.is_moe,
+         "expert parallelism needs a mixture-of-experts model", "set ep=1", "Megatron M21"),
+    Rule("experts_divisible_by_ep", ("ep",),
+         lambda c, p: (c["ep"] == 1) | _divides(c["ep"], max(p.model.num_local_experts, 1)),
+         "experts must divide evenly across expert-parallel ranks", "use an ep that divides the expert count",
+         "Megatron M21"),
+    Rule("ep_divides_data_ranks", ("ep", "dp", "cp"),
+         lambda c, p: _divides(c["ep"], c["dp"] * c["cp"]),
+         "expert-parallel groups are carved out of the data x context-parallel ranks, so ep must divide dp x cp",
+         "lower ep or raise dp", "Megatron M2 (world % (etp*ep*pp) == 0 with etp = tp)"),
+    Rule("ep_with_tp_needs_sp", ("ep", "tp", "sp"),
+         lambda c, p: (c["ep"] == 1) | (c["tp"] == 1) | (c["sp"] == 1),
+         "expert parallelism together with tensor parallelism needs sequence parallelism", "set sp=true",
+         "Megatron M19"),
+    Rule("sharding_needs_replicas", ("zero", "dp", "cp"),
+         lambda c, p: (c["zero"] == 0) | (c["dp"] * c["cp"] > 1),
+         "ZeRO/FSDP sharding needs more than one data-parallel rank", "set zero=0 when dp x cp = 1",
+         "ZeRO partitions states over data-parallel ranks (Rajbhandari et al. 2020)"),
+    Rule("zero_bubble_no_vpp", ("vpp", "schedule"),
+         lambda c, p: (c["vpp"] == 1) | (c["schedule"] == INTERLEAVED),
+         "zero-bubble schedules here use one model chunk per rank", "set vpp=1 with zb-h1/zb-h2",
+         "Qi et al. 2024 (ZB-H1/H2 are defined on 1F1B's one chunk per stage)"),
+)
+
+MEMORY_RULE = Rule(
+    "memory_fits", ("*",), lambda c, p: np.ones(len(c["tp"]), dtype=bool),
+    "predicted peak memory per GPU exceeds the GPU's capacity",
+    "more GPUs, recompute, a higher ZeRO stage, a smaller micro-batch, or fp8", "cost model (planner.cost.memory)")
+
+RULES_BY_NAME = {r.name: r for r in RULES} | {MEMORY_RULE.name: MEMORY_RULE}
+
+
+def broken_rules(cols: Cols, problem: Problem) -> list[Rule]:
+    """Rules a single layout (columns of length 1) breaks."""
+    return [rule for rule in RULES if not bool(rule.check(cols, problem)[0])]

@@ -1,0 +1,106 @@
+"""The search space: a domain per knob, and a staged enumeration that applies each rule as soon as its knobs exist.
+
+Staging keeps the candidate table small (a rule on tp/pp/cp never sees the micro-batch axis) while the prune counts
+still refer to the full cross product, so `candidates == feasible + sum(pruned)` holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .problem import KNOBS, RECOMPUTE, SCHEDULES, Problem
+from .rules import RULES, Rule
+
+MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
+
+
+def divisors(n: int) -> list[int]:
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def domains(problem: Problem) -> dict[str, list[int]]:
+    """Candidate values per knob; a pinned knob gets exactly its value (so a bad pin is reported by the rules)."""
+    m, n = problem.model, problem.num_gpus
+    world = divisors(n)
+    tp_cap = n if problem.allow_tp_across_nodes else problem.cluster.nvlink_domain
+    dom = {
+        "tp": [d for d in world if d <= tp_cap and d <= m.num_attention_heads],
+        "pp": [d for d in world if d <= m.num_hidden_layers],
+        "cp": [d for d in world if d == 1 or problem.training.seq_len % (2 * d) == 0],
+        "ep": [d for d in divisors(m.num_local_experts) if d <= n] if m.is_moe else [1],
+        "vpp": [d for d in divisors(m.num_hidden_layers) if d <= 16],
+        "mbs": [d for d in divisors(problem.training.global_batch) if d <= MAX_MICRO_BATCH],
+        "zero": [0, 1, 2, 3],
+        "recompute": list(range(len(RECOMPUTE))),
+        "sp": [0, 1],
+        "schedule": list(range(len(SCHEDULES))),
+    }
+    for knob, value in problem.fixed.items():
+        if knob != "dp":
+            dom[knob] = [value]
+    return dom
+
+
+@dataclass
+class Enumeration:
+    cols: dict[str, np.ndarray]
+    candidates: int
+    pruned: dict[str, int]
+
+
+# Stages: knobs introduced, in order. dp is derived from the world size in stage 0.
+_STAGES: tuple[tuple[str, ...], ...] = (("tp", "pp", "cp"), ("ep", "vpp", "mbs"), ("zero", "recompute", "sp", "schedule"))
+
+
+def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:
+    size = len(next(iter(cols.values()))) if cols else 1
+    vals = np.asarray(values, dtype=np.int64)
+    out = {k: np.repeat(v, len(vals)) for k, v in cols.items()}
+    out[knob] = np.tile(vals, size)
+    return out
+
+
+def _rules_ready(known: set[str]) -> list[Rule]:
+    return [r for r in RULES if set(r.knobs) <= known]
+
+
+def enumerate_layouts(problem: Problem) -> Enumeration:
+    dom = domains(problem)
+    later_sizes = [int(np.prod([len(dom[k]) for s in _STAGES[i + 1:] for k in s])) for i in range(len(_STAGES))]
+    candidates = int(np.prod([len(dom[k]) for s in _STAGES for k in s]))
+    pruned = {r.name: 0 for r in RULES}
+    cols: dict[str, np.ndarray] = {}
+    known: set[str] = set()
+    applied: set[str] = set()
+    for stage, knobs in enumerate(_STAGES):
+        for knob in knobs:
+            cols = _cross(cols, knob, dom[knob])
+            known.add(knob)
+        if stage == 0:
+            denom = cols["tp"] * cols["pp"] * cols["cp"]
+            cols["dp"] = np.where(problem.num_gpus % denom == 0, problem.num_gpus // denom, 0)
+            known.add("dp")
+            if "dp" in problem.fixed:
+                cols["dp"] = np.where(cols["dp"] == problem.fixed["dp"], cols["dp"], -cols["dp"] - 1)
+        for rule in _rules_ready(known):
+            if rule.name in applied:
+                continue
+            applied.add(rule.name)
+            ok = rule.check(cols, problem)
+            if "dp" in problem.fixed and rule.name == "world_size":
+                ok &= cols["dp"] > 0
+            pruned[rule.name] += int((~ok).sum()) * later_sizes[stage]
+            cols = {k: v[ok] for k, v in cols.items()}
+    missing = set(KNOBS) - set(cols)
+    assert not missing, missing
+    return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
