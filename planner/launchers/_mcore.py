@@ -41,7 +41,7 @@ def check(view: PlanView, launcher: str) -> None:
         refuse(view, launcher, "cp", f"seq_len {view.seq_len} is not a multiple of 2 x cp = {2 * lay.cp}",
                "pick a sequence length divisible by 2 x cp, or re-plan")
     if view.seq_len > m.max_position_embeddings:
-        refuse(view, launcher, "cp", f"seq_len {view.seq_len} exceeds max_position_embeddings "
+        refuse(view, launcher, "inputs.training.seq_len", f"seq_len {view.seq_len} exceeds max_position_embeddings "
                f"{m.max_position_embeddings}", "train with a shorter sequence or a model with longer positions")
     if m.is_moe and m.num_experts % lay.ep:
         refuse(view, launcher, "ep", f"{m.num_experts} experts do not split over ep={lay.ep}",
@@ -55,7 +55,7 @@ def _check_interleaving(view: PlanView, launcher: str) -> None:
     # Rule 14 with the default microbatch group size (= pp): M >= pp and M % pp == 0.
     if lay.num_microbatches < lay.pp or lay.num_microbatches % lay.pp:
         refuse(view, launcher, "num_microbatches",
-               f"the interleaved schedule needs the {lay.num_microbatches} microbatches to be a multiple of pp={lay.pp}",
+               f"interleaving needs the microbatch count ({lay.num_microbatches}) to be a multiple of pp={lay.pp}",
                "re-plan with a global batch that gives a multiple of pp microbatches")
     # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages.
     for stage, layers in enumerate(view.stage_layers()):

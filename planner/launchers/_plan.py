@@ -92,8 +92,8 @@ class PlanView:
     layout: Layout
 
     def field(self, key: str) -> str:
-        """Path of a layout key in the document, for error messages."""
-        return f"plans[{self.rank - 1}].layout.{key}"
+        """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
+        return key if key.startswith("inputs.") else f"plans[{self.rank - 1}].layout.{key}"
 
     def stage_layers(self) -> list[int]:
         """Transformer layers held by each pipeline rank (all virtual stages of that rank together)."""

@@ -1,0 +1,94 @@
+"""The stable, machine-readable plan document (docs/plan-schema.md): built, serialised, and read back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from . import __version__
+from .cost import flops
+from .errors import PlanInputError
+from .layout_keys import decode
+from .problem import Problem
+from .search import Plan, SearchResult
+
+SCHEMA_VERSION = 1
+
+
+def sig(x: float, digits: int = 6) -> float:
+    """Round to significant digits so documents are byte-stable across platforms."""
+    return float(f"{x:.{digits}g}")
+
+
+def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None) -> dict[str, Any]:
+    out = {
+        "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
+        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": layout["zero"],
+        "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
+        "schedule": decode("schedule", layout["schedule"]),
+    }
+    if metrics is not None:
+        out["num_microbatches"] = int(round(metrics["num_microbatches"]))
+    return out
+
+
+def metrics_dict(metrics: dict[str, float], capacity: float) -> dict[str, float]:
+    return {
+        "step_time_s": sig(metrics["step_time_s"]),
+        "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"]),
+        "mfu": sig(metrics["mfu"], 4),
+        "memory_peak_gib": sig(metrics["memory_peak_gib"], 4),
+        "memory_capacity_gib": sig(capacity, 4),
+    }
+
+
+def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
+    time_keys = ("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "recompute_s", "tp_comm_s", "cp_comm_s",
+                 "ep_comm_s", "fsdp_comm_s", "pp_comm_s", "dp_comm_s")
+    mem = {k.removeprefix("mem_").removesuffix("_gib"): sig(metrics[k], 4) for k in metrics if k.startswith("mem_")}
+    return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
+
+
+def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
+    model = problem.model.model_dump(exclude_none=True)
+    cluster = problem.cluster.model_dump()
+    return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
+
+
+def plan_entry(rank: int, plan: Plan, capacity: float) -> dict[str, Any]:
+    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics),
+            "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+
+
+def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
+    p = result.problem
+    cap = p.cluster.gpu.memory_gib
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "planner_version": __version__,
+        "inputs": inputs_dict(p, options),
+        "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
+        "plans": [plan_entry(i + 1, plan, cap) for i, plan in enumerate(result.plans)],
+        "search": {"candidates": result.candidates, "feasible": result.feasible,
+                   "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
+    }
+
+
+def dumps(doc: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)
+
+
+def load_document(path: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    from .catalog import read_structured_file
+
+    doc = read_structured_file(Path(path))
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "inputs" not in doc:
+        raise PlanInputError("not a plan document (schema_version 1 with 'inputs')", source=path,
+                             fix="write one with 'plan ... --format json > plan.json'")
+    return doc
