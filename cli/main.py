@@ -40,8 +40,8 @@ ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="{gpu}x{count} 
 SeqOpt = Annotated[int, typer.Option("--seq-len", help="tokens per sequence")]
 GbsOpt = Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
-FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour to model (megatron, nemo, "
-                                    "torchtitan, llm-foundry, ...)")]
+FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour and schedules to "
+                                    "model: generic, megatron, nemo, torchtitan, llm-foundry, ...")]
 
 
 def _stdout() -> Console:
@@ -91,7 +91,7 @@ def main(
     seq_len: SeqOpt = 8192,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
-    framework: FwOpt = "megatron",
+    framework: FwOpt = "generic",
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
                                                   "ep vpp mbs zero recompute sp schedule")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to report")] = 5,
@@ -149,7 +149,7 @@ def explain(
     seq_len: SeqOpt = 8192,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
-    framework: FwOpt = "megatron",
+    framework: FwOpt = "generic",
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
 ) -> None:
     """Price one layout in full: time and memory breakdown, and every rule it breaks."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cost.profiles import profile_for
 from .problem import SCHEDULES, Problem
 
 Cols = Mapping[str, np.ndarray]
@@ -62,10 +63,13 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: p.allow_tp_across_nodes | _divides(c["tp"], p.cluster.nvlink_domain),
          "tensor parallelism must stay inside one NVLink domain", "lower tp, or pass --allow-tp-across-nodes",
          "Megatron rank order tp-cp-ep-dp-pp puts TP innermost; Narayanan et al. 2021 takeaway 1"),
-    Rule("layers_divisible_by_stages", ("pp", "vpp"),
-         lambda c, p: _divides(c["pp"] * c["vpp"], p.model.num_hidden_layers),
-         "layers must split evenly into pp x vpp model chunks", "choose pp and vpp whose product divides the layers",
-         "Megatron M10, M11"),
+    Rule("layers_fill_stages", ("pp", "vpp"),
+         lambda c, p: _divides(c["pp"] * c["vpp"], p.model.num_hidden_layers)
+         | ((c["pp"] > 1) & _divides(c["pp"] * c["vpp"], p.model.num_hidden_layers + 2))
+         | ((c["vpp"] == 1) & (c["pp"] <= p.model.num_hidden_layers)),
+         "layers must split evenly into pp x vpp model chunks (an uneven split only without virtual stages)",
+         "choose pp and vpp whose product divides the layers, or vpp=1",
+         "Megatron M10, M11, M15, M16 (embedding and loss may count as one layer each)"),
     Rule("sequence_divisible_by_2cp", ("cp",),
          lambda c, p: (c["cp"] == 1) | _divides(2 * c["cp"], p.training.seq_len),
          "with context parallelism the sequence must split into 2 x cp chunks", "use a cp with seq_len % (2*cp) == 0",
@@ -112,6 +116,12 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["zero"] == 0) | (c["dp"] * c["cp"] > 1),
          "ZeRO/FSDP sharding needs more than one data-parallel rank", "set zero=0 when dp x cp = 1",
          "ZeRO partitions states over data-parallel ranks (Rajbhandari et al. 2020)"),
+    Rule("schedule_supported_by_framework", ("schedule",),
+         lambda c, p: np.isin(c["schedule"], [SCHEDULES.index(x) for x in profile_for(p.training.framework).schedules])
+         | ("schedule" in p.fixed),
+         "the chosen training framework does not ship this pipeline schedule",
+         "use --framework generic to search every schedule, or pin --fix schedule=...",
+         "Megatron-LM ships 1F1B and interleaved 1F1B only (schedules.py); zero-bubble lives in the sail-sg fork"),
     Rule("zero_bubble_no_vpp", ("vpp", "schedule"),
          lambda c, p: (c["vpp"] == 1) | (c["schedule"] == INTERLEAVED),
          "zero-bubble schedules here use one model chunk per rank", "set vpp=1 with zb-h1/zb-h2",

@@ -163,7 +163,7 @@ class TrainingSpec(BaseModel):
     seq_len: int = Field(default=8192, gt=0, le=100_000_000)
     global_batch: int = Field(default=512, gt=0, le=1_000_000_000)
     precision: Precision = "bf16"
-    framework: str = "megatron"
+    framework: str = "generic"
 
 
 class Layout(BaseModel):

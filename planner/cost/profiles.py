@@ -32,22 +32,26 @@ class FrameworkProfile:
     dp_overlap: float = 1.0
     ep_overlap: float = 0.0
     fsdp_style: bool = False  # ZeRO-3 shards the fp32 master itself (no separate bf16 persistent copy)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2")
 
 
-_MEGATRON = FrameworkProfile("megatron")
+_MAINLINE = ("1f1b", "interleaved")  # Megatron-Core schedules.py: VPP selects interleaved; no zero-bubble
+_GENERIC = FrameworkProfile("generic")
 PROFILES: dict[str, FrameworkProfile] = {
-    "megatron": _MEGATRON,
-    "nemo": FrameworkProfile("nemo", tp_overlap=0.6),
-    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", dp_overlap=0.5),
-    "torchtitan": FrameworkProfile("torchtitan", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
+    "generic": _GENERIC,
+    "megatron": FrameworkProfile("megatron", schedules=_MAINLINE),
+    "nemo": FrameworkProfile("nemo", tp_overlap=0.6, schedules=_MAINLINE),
+    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", dp_overlap=0.5, schedules=("1f1b",)),
+    "torchtitan": FrameworkProfile("torchtitan", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True,
+                                   schedules=("1f1b", "interleaved")),
     "llm-foundry": FrameworkProfile("llm-foundry", weight_bytes=4.0, optimizer_bytes=8.0, grad_reduce_bytes=2.0,
                                     fsdp_style=True),
     "automodel": FrameworkProfile("automodel", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
-    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
+    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5, schedules=("1f1b",)),
     "metaseq": FrameworkProfile("metaseq", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
-    "other": _MEGATRON,
+    "other": _GENERIC,
 }
 
 
 def profile_for(framework: str) -> FrameworkProfile:
-    return PROFILES.get(framework, _MEGATRON)
+    return PROFILES.get(framework, _GENERIC)

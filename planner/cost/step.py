@@ -105,7 +105,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     dense_p = flops.dense_layer_params(m) / tp
     moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
     experts_p = flops.expert_params(m) / (tp * ep) if m.is_moe else 0.0
-    layers_per_stage = m.num_hidden_layers / pp
+    # Busiest stage: an uneven split (vpp = 1 only) gives some stages ceil(L/pp) layers.
+    layers_per_stage = np.ceil(m.num_hidden_layers / (pp * vpp)) * vpp
     per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
     layer_dense_part = (1 - frac_moe) * dense_p + frac_moe * moe_shared_p
     layer_expert_part = frac_moe * experts_p
@@ -118,9 +119,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     expert_ranks = np.maximum(data_ranks / ep, 1)
 
     # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
-    layer_gather_bytes = per_layer_p * 2.0 * data_ranks  # all-gathered size of one layer's bf16 weights
-    ag = comm.all_gather_time(layer_gather_bytes, data_ranks, tp, cl)
-    rs = comm.all_gather_time(per_layer_p * prof.grad_reduce_bytes * data_ranks, data_ranks, tp, cl)
+    ag = comm.all_gather_time(per_layer_p * 2.0, data_ranks, tp, cl)  # gathered size of one layer's bf16 weights
+    rs = comm.all_gather_time(per_layer_p * prof.grad_reduce_bytes, data_ranks, tp, cl)
     z3 = zero == 3
     z3_exposed_f = np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0)
     z3_exposed_b = np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)

@@ -1,0 +1,22 @@
+# plan 0.1.0 | llama3-70b on h100x512 (512 GPUs) | plan rank 1 of 2 | target: shell variables (eval or source; any launcher)
+MODEL=llama3-70b
+CLUSTER=h100x512
+PLAN_RANK=1
+TP=8
+PP=4
+VPP=5
+CP=1
+EP=1
+DP=16
+MBS=1
+GBS=512
+NUM_MICROBATCHES=32
+SEQ_LEN=8192
+ZERO=1
+RECOMPUTE=selective
+SP=1
+SCHEDULE=interleaved
+PRECISION=bf16
+NNODES=64
+NPROC_PER_NODE=8
+WORLD_SIZE=512

@@ -1,0 +1,524 @@
+"""Launcher renderers (planner.launchers): exact flag/key spelling, refusals, and that each output loads.
+
+Plan documents are written by hand here (docs/plan-schema.md shape) so the tests do not depend on the planner.
+Golden files: tests/golden/launchers/; regenerate with PLAN_UPDATE_GOLDEN=1 and read the diff before committing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from planner.errors import PlanInputError
+from planner.launchers import FORMATS, render
+
+tomllib = pytest.importorskip("tomllib")  # stdlib from Python 3.11; the project also supports 3.10
+
+GOLDEN = Path(__file__).parent / "golden" / "launchers"
+BASH = shutil.which("bash")
+
+
+def llama70_doc() -> dict:
+    """llama3-70b on 512 H100s; rank 1 is tp8 pp4 vpp5 interleaved, rank 2 tp8 pp8 1F1B with full recompute."""
+    return {
+        "schema_version": 1,
+        "planner_version": "0.1.0",
+        "inputs": {
+            "model": {"name": "llama3-70b", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+                      "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+                      "hidden_act": "silu", "tie_word_embeddings": False, "max_position_embeddings": 131072,
+                      "num_local_experts": 0, "num_experts_per_tok": 0, "moe_intermediate_size": 0,
+                      "n_shared_experts": 0, "first_k_dense_replace": 0},
+            "cluster": {"name": "h100x512", "num_gpus": 512, "gpus_per_node": 8, "nvlink_domain": 8,
+                        "network_gbps": 50.0, "network_latency_us": 5.0, "oversubscription": 1.0,
+                        "gpu": {"key": "h100", "memory_gb": 80, "bf16_tflops": 989}},
+            "training": {"seq_len": 8192, "global_batch": 512, "precision": "bf16", "framework": "megatron"},
+            "options": {"fix": {"tp": 8}, "top": 2, "allow_tp_across_nodes": False},
+        },
+        "plans": [
+            {"rank": 1,
+             "layout": {"tp": 8, "pp": 4, "dp": 16, "cp": 1, "ep": 1, "vpp": 5, "micro_batch": 1,
+                        "num_microbatches": 32, "zero": 1, "recompute": "selective", "sequence_parallel": True,
+                        "schedule": "interleaved"},
+             "metrics": {"step_time_s": 9.81, "mfu": 0.41}},
+            {"rank": 2,
+             "layout": {"tp": 8, "pp": 8, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
+                        "num_microbatches": 64, "zero": 1, "recompute": "full", "sequence_parallel": True,
+                        "schedule": "1f1b"},
+             "metrics": {"step_time_s": 10.5, "mfu": 0.38}},
+        ],
+        "search": {"candidates": 1000, "feasible": 20, "seconds": 0.1, "proven_best": True},
+    }
+
+
+def moe_doc() -> dict:
+    """DeepSeek-V3-like MoE (MLA, 3 dense layers, shared expert) on 1024 H100s, fp8, uneven 5/8 first/last stages."""
+    return {
+        "schema_version": 1,
+        "planner_version": "0.1.0",
+        "inputs": {
+            "model": {"name": "deepseek-v3", "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61,
+                      "num_attention_heads": 128, "num_key_value_heads": 128, "vocab_size": 129280,
+                      "hidden_act": "silu", "tie_word_embeddings": False, "max_position_embeddings": 163840,
+                      "num_local_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+                      "n_shared_experts": 1, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+                      "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+            "cluster": {"name": "h100x1024", "num_gpus": 1024, "gpus_per_node": 8, "nvlink_domain": 8},
+            "training": {"seq_len": 4096, "global_batch": 8192, "precision": "fp8", "framework": "megatron"},
+            "options": {},
+        },
+        "plans": [
+            {"rank": 1,
+             "layout": {"tp": 2, "pp": 8, "dp": 64, "cp": 1, "ep": 64, "vpp": 1, "micro_batch": 1,
+                        "num_microbatches": 128, "zero": 1, "recompute": "full", "sequence_parallel": True,
+                        "schedule": "1f1b", "first_stage_layers": 5, "last_stage_layers": 8}},
+        ],
+    }
+
+
+def zero3_doc() -> dict:
+    """llama3-8b on 64 H100s, pure data parallel with ZeRO-3, no pipeline, no recompute."""
+    doc = llama70_doc()
+    doc["inputs"]["model"].update(name="llama3-8b", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                                  num_attention_heads=32, max_position_embeddings=8192)
+    doc["inputs"]["cluster"].update(name="h100x64", num_gpus=64)
+    doc["inputs"]["training"]["global_batch"] = 256
+    doc["plans"] = [
+        {"rank": 1,
+         "layout": {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1, "num_microbatches": 4,
+                    "zero": 3, "recompute": "none", "sequence_parallel": False, "schedule": "1f1b"}},
+    ]
+    return doc
+
+
+def layout(doc: dict, rank: int = 1) -> dict:
+    return doc["plans"][rank - 1]["layout"]
+
+
+def megatron_args(text: str) -> list[str]:
+    """The argv a bash script gets from `eval "ARGS=($(cat FILE))"` (comment lines drop out inside the array)."""
+    if BASH is None:
+        pytest.skip("bash not available")
+    script = 'eval "ARGS=($(cat))"; printf "%s\\0" "${ARGS[@]}"'
+    out = subprocess.run([BASH, "-c", script], input=text, capture_output=True, text=True, check=True).stdout
+    return out.split("\0")[:-1]
+
+
+def flag_value(args: list[str], flag: str) -> str:
+    assert args.count(flag) == 1, f"{flag} appears {args.count(flag)} times"
+    return args[args.index(flag) + 1]
+
+
+def nemo_items(text: str) -> dict[str, str]:
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    items = dict(line.split("=", 1) for line in lines)
+    assert len(items) == len(lines), "duplicate override keys"
+    return items
+
+
+def toml_of(text: str) -> dict:
+    return tomllib.loads(text)
+
+
+# ---------------------------------------------------------------- common behaviour
+
+
+def test_formats_tuple() -> None:
+    assert FORMATS == ("megatron", "torchtitan", "deepspeed", "nemo", "env")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_output_is_deterministic_and_newline_terminated(fmt: str) -> None:
+    doc = zero3_doc() if fmt == "deepspeed" else llama70_doc()
+    first = render(doc, fmt)
+    assert first == render(json.loads(json.dumps(doc)), fmt)
+    assert first.endswith("\n") and not first.endswith("\n\n")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "nemo", "env"])
+def test_header_names_version_model_cluster_and_target(fmt: str) -> None:
+    first = render(llama70_doc(), fmt).splitlines()[0]
+    assert first.startswith("# plan 0.1.0 | llama3-70b on h100x512 ")
+    target = {"megatron": "Megatron-LM core_v0.15 / main 2026-08", "torchtitan": "torchtitan v0.2.2",
+              "nemo": "Megatron-Bridge 2026-08", "env": "shell variables"}[fmt]
+    assert target in first
+
+
+def test_deepspeed_json_has_no_header() -> None:
+    assert render(zero3_doc(), "deepspeed").startswith("{")
+
+
+def test_rank_selects_plan() -> None:
+    args = megatron_args(render(llama70_doc(), "megatron", rank=2))
+    assert flag_value(args, "--pipeline-model-parallel-size") == "8"
+    assert "--num-virtual-stages-per-pipeline-rank" not in args
+    assert "plan rank 2 of 2" in render(llama70_doc(), "env", rank=2)
+
+
+@pytest.mark.parametrize("rank", [0, 3, -1])
+def test_missing_rank_is_refused(rank: int) -> None:
+    with pytest.raises(PlanInputError) as err:
+        render(llama70_doc(), "env", rank=rank)
+    assert err.value.field == "rank"
+    assert "1..2" in err.value.message
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(PlanInputError) as err:
+        render(llama70_doc(), "slurm")
+    assert err.value.field == "format"
+
+
+def test_inconsistent_batch_is_refused() -> None:
+    doc = llama70_doc()
+    layout(doc)["num_microbatches"] = 16
+    with pytest.raises(PlanInputError, match="inconsistent"):
+        render(doc, "env")
+
+
+def test_missing_key_names_the_field() -> None:
+    doc = llama70_doc()
+    del layout(doc)["zero"]
+    with pytest.raises(PlanInputError) as err:
+        render(doc, "megatron")
+    assert err.value.field == "plans[0].layout.zero"
+
+
+# ---------------------------------------------------------------- Megatron-LM
+
+
+def test_megatron_flags_for_70b() -> None:
+    text = render(llama70_doc(), "megatron")
+    args = megatron_args(text)
+    assert args[0] == "--tensor-model-parallel-size" and not any(arg.startswith("#") for arg in args)
+    assert flag_value(args, "--tensor-model-parallel-size") == "8"
+    assert flag_value(args, "--pipeline-model-parallel-size") == "4"
+    assert flag_value(args, "--context-parallel-size") == "1"
+    assert flag_value(args, "--num-virtual-stages-per-pipeline-rank") == "5"
+    assert flag_value(args, "--micro-batch-size") == "1"
+    assert flag_value(args, "--global-batch-size") == "512"
+    assert flag_value(args, "--seq-length") == "8192"
+    assert flag_value(args, "--num-layers") == "80"
+    assert flag_value(args, "--hidden-size") == "8192"
+    assert flag_value(args, "--ffn-hidden-size") == "28672"
+    assert flag_value(args, "--num-attention-heads") == "64"
+    assert flag_value(args, "--num-query-groups") == "8"
+    assert flag_value(args, "--recompute-granularity") == "selective"
+    for flag in ("--sequence-parallel", "--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights",
+                 "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--bf16"):
+        assert flag in args
+    # Selective recompute forbids method/num-layers; the VPP flag that does not exist must never appear.
+    for flag in ("--recompute-method", "--recompute-num-layers", "--virtual-pipeline-model-parallel-size",
+                 "--use-megatron-fsdp", "--num-experts", "--fp8-format"):
+        assert flag not in args
+    assert "\n# env: export CUDA_DEVICE_MAX_CONNECTIONS=1 " in text
+
+
+def test_megatron_full_recompute() -> None:
+    args = megatron_args(render(llama70_doc(), "megatron", rank=2))
+    assert flag_value(args, "--recompute-granularity") == "full"
+    assert flag_value(args, "--recompute-method") == "uniform"
+    assert flag_value(args, "--recompute-num-layers") == "1"
+
+
+def test_megatron_moe_fp8_uneven() -> None:
+    text = render(moe_doc(), "megatron")
+    args = megatron_args(text)
+    assert flag_value(args, "--expert-model-parallel-size") == "64"
+    assert flag_value(args, "--expert-tensor-parallel-size") == "2"
+    assert flag_value(args, "--num-experts") == "256"
+    assert flag_value(args, "--moe-router-topk") == "8"
+    assert flag_value(args, "--moe-ffn-hidden-size") == "2048"
+    assert flag_value(args, "--moe-shared-expert-intermediate-size") == "2048"
+    assert flag_value(args, "--moe-layer-freq") == "([0]*3+[1]*58)"  # shell-quoted in the text, one argv word
+    assert flag_value(args, "--moe-token-dispatcher-type") == "alltoall"
+    assert flag_value(args, "--decoder-first-pipeline-num-layers") == "5"
+    assert flag_value(args, "--decoder-last-pipeline-num-layers") == "8"
+    assert flag_value(args, "--kv-lora-rank") == "512"
+    assert "--multi-latent-attention" in args and "--kv-channels" not in args
+    assert flag_value(args, "--fp8-format") == "hybrid"
+    assert flag_value(args, "--fp8-recipe") == "delayed"
+    assert "--bf16" in args and "--fp8-param-gather" in args
+    assert "--moe-layer-freq '([0]*3+[1]*58)'" in text
+
+
+def test_megatron_zero3_uses_megatron_fsdp() -> None:
+    text = render(zero3_doc(), "megatron")
+    args = megatron_args(text)
+    assert "--use-megatron-fsdp" in args
+    assert flag_value(args, "--data-parallel-sharding-strategy") == "optim_grads_params"
+    assert flag_value(args, "--ckpt-format") == "fsdp_dtensor"
+    assert "--use-distributed-optimizer" in args and "--no-gradient-accumulation-fusion" in args
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in text and "unset" in text
+    assert "--sequence-parallel" not in args  # tp = 1
+
+
+def test_megatron_zero2_strategy_and_zero0_plain_ddp() -> None:
+    doc = zero3_doc()
+    layout(doc)["zero"] = 2
+    assert flag_value(megatron_args(render(doc, "megatron")), "--data-parallel-sharding-strategy") == "optim_grads"
+    layout(doc)["zero"] = 0
+    args = megatron_args(render(doc, "megatron"))
+    assert "--overlap-grad-reduce" in args
+    assert not {"--use-distributed-optimizer", "--overlap-param-gather", "--use-megatron-fsdp"} & set(args)
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "nemo"])
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
+def test_megatron_core_refuses_zero_bubble(fmt: str, schedule: str) -> None:
+    doc = llama70_doc()
+    layout(doc)["schedule"] = schedule
+    with pytest.raises(PlanInputError, match="zero-bubble") as err:
+        render(doc, fmt)
+    assert err.value.field == "plans[0].layout.schedule"
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "nemo"])
+def test_megatron_core_refuses_interleaving_with_bad_microbatch_count(fmt: str) -> None:
+    doc = llama70_doc()
+    doc["inputs"]["training"]["global_batch"] = 96  # 6 microbatches per replica: not a multiple of pp = 4
+    layout(doc)["num_microbatches"] = 6
+    with pytest.raises(PlanInputError, match="multiple of pp=4"):
+        render(doc, fmt)
+
+
+def test_megatron_refuses_kv_heads_not_divisible_by_tp() -> None:
+    doc = llama70_doc()
+    doc["inputs"]["model"]["num_key_value_heads"] = 4
+    with pytest.raises(PlanInputError, match="key/value heads"):
+        render(doc, "megatron")
+
+
+# ---------------------------------------------------------------- torchtitan
+
+
+def test_torchtitan_toml_for_70b() -> None:
+    config = toml_of(render(llama70_doc(), "torchtitan"))
+    par = config["parallelism"]
+    assert par["data_parallel_shard_degree"] == 16 and par["data_parallel_replicate_degree"] == 1
+    assert par["tensor_parallel_degree"] == 8
+    assert par["pipeline_parallel_degree"] == 4
+    assert par["context_parallel_degree"] == 1
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_microbatch_size"] == 1
+    assert par["enable_async_tensor_parallel"] is False
+    assert par["fsdp_reshard_after_forward"] == "never"
+    # 80 layers / (4 ranks x 5 virtual stages), with embedding and output not counted as layers.
+    assert par["pipeline_parallel_layers_per_stage"] == 4
+    assert par["pipeline_parallel_first_stage_less_layers"] == 0 == par["pipeline_parallel_last_stage_less_layers"]
+    assert "expert_parallel_degree" not in par
+    train = config["training"]
+    # With PP, the local batch carries all 32 pipeline microbatches and there is no gradient accumulation.
+    assert (train["local_batch_size"], train["global_batch_size"], train["seq_len"]) == (32, 512, 8192)
+    assert train["global_batch_size"] == train["local_batch_size"] * par["data_parallel_shard_degree"]
+    assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert "quantize" not in config
+
+
+def test_torchtitan_zero3_without_pipeline() -> None:
+    config = toml_of(render(zero3_doc(), "torchtitan"))
+    par = config["parallelism"]
+    assert par["data_parallel_shard_degree"] == 64 and par["fsdp_reshard_after_forward"] == "always"
+    assert par["pipeline_parallel_degree"] == 1 and "pipeline_parallel_schedule" not in par
+    assert config["training"]["local_batch_size"] == 1  # 4 microbatches accumulated by torchtitan
+    assert config["activation_checkpoint"] == {"mode": "none"}
+
+
+def test_torchtitan_uneven_moe_stages() -> None:
+    doc = moe_doc()
+    doc["inputs"]["training"]["precision"] = "bf16"
+    par = toml_of(render(doc, "torchtitan"))["parallelism"]
+    parts = par["module_fqns_per_model_part"]
+    assert [sum(name.startswith("layers.") for name in part) for part in parts] == [5, 8, 8, 8, 8, 8, 8, 8]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]
+    assert [name for part in parts for name in part if name.startswith("layers.")] == [f"layers.{i}" for i in range(61)]
+    assert par["pipeline_parallel_schedule"] == "1F1B" and "pipeline_parallel_layers_per_stage" not in par
+    assert par["expert_parallel_degree"] == 64 and par["expert_tensor_parallel_degree"] == 2
+
+
+def test_torchtitan_float8() -> None:
+    doc = llama70_doc()
+    doc["inputs"]["training"]["precision"] = "fp8"
+    config = toml_of(render(doc, "torchtitan"))
+    assert config["model"]["converters"] == ["quantize.linear.float8"]
+    assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    assert config["compile"]["enable"] is True
+
+
+def test_torchtitan_zero_bubble_h1_with_virtual_stages() -> None:
+    doc = llama70_doc()
+    layout(doc)["schedule"] = "zb-h1"
+    assert toml_of(render(doc, "torchtitan"))["parallelism"]["pipeline_parallel_schedule"] == "InterleavedZeroBubble"
+
+
+@pytest.mark.parametrize(("schedule", "vpp"), [("zb-h2", 5), ("zb-h1", 1), ("zb-h2", 1)])
+def test_torchtitan_refuses_unmatched_zero_bubble(schedule: str, vpp: int) -> None:
+    doc = llama70_doc()
+    layout(doc).update(schedule=schedule, vpp=vpp)
+    with pytest.raises(PlanInputError, match="torchtitan cannot express") as err:
+        render(doc, "torchtitan")
+    assert err.value.field == "plans[0].layout.schedule"
+
+
+def test_torchtitan_refuses_replicated_dp_with_tp() -> None:
+    doc = llama70_doc()
+    layout(doc)["zero"] = 0
+    with pytest.raises(PlanInputError, match="DDP"):
+        render(doc, "torchtitan")
+
+
+def test_torchtitan_refuses_moe_float8() -> None:
+    with pytest.raises(PlanInputError, match="float8"):
+        render(moe_doc(), "torchtitan")
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+
+def test_deepspeed_config_zero3() -> None:
+    doc = zero3_doc()
+    config = json.loads(render(doc, "deepspeed"))
+    lay = layout(doc)
+    assert config["train_micro_batch_size_per_gpu"] == 1
+    assert config["gradient_accumulation_steps"] == 4
+    assert config["train_batch_size"] == 256 == doc["inputs"]["training"]["global_batch"]
+    assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
+                                          * config["gradient_accumulation_steps"] * lay["dp"])
+    assert config["zero_optimization"]["stage"] == 3
+    assert config["bf16"] == {"enabled": True} and "fp16" not in config
+
+
+def test_deepspeed_refuses_model_parallel_naming_each() -> None:
+    with pytest.raises(PlanInputError) as err:
+        render(llama70_doc(), "deepspeed")
+    assert "tensor parallel tp=8" in err.value.message and "pipeline parallel pp=4" in err.value.message
+    doc = zero3_doc()
+    layout(doc).update(cp=2, dp=32, num_microbatches=8)
+    with pytest.raises(PlanInputError, match="context parallel cp=2"):
+        render(doc, "deepspeed")
+
+
+@pytest.mark.parametrize("recompute", ["full", "selective"])
+def test_deepspeed_refuses_recompute(recompute: str) -> None:
+    doc = zero3_doc()
+    layout(doc)["recompute"] = recompute
+    with pytest.raises(PlanInputError, match="recomputation") as err:
+        render(doc, "deepspeed")
+    assert err.value.field == "plans[0].layout.recompute"
+
+
+def test_deepspeed_refuses_fp8() -> None:
+    doc = zero3_doc()
+    doc["inputs"]["training"]["precision"] = "fp8"
+    with pytest.raises(PlanInputError, match="fp8"):
+        render(doc, "deepspeed")
+
+
+# ---------------------------------------------------------------- Megatron-Bridge (NeMo)
+
+
+def test_nemo_overrides_for_70b() -> None:
+    items = nemo_items(render(llama70_doc(), "nemo"))
+    assert items["model.tensor_model_parallel_size"] == "8"
+    assert items["model.pipeline_model_parallel_size"] == "4"
+    assert items["model.virtual_pipeline_model_parallel_size"] == "5"
+    assert items["model.context_parallel_size"] == "1"
+    assert items["model.expert_model_parallel_size"] == "1"
+    assert items["model.sequence_parallel"] == "true"
+    assert items["model.recompute_granularity"] == "selective"
+    assert items["model.seq_length"] == items["dataset.seq_length"] == "8192"
+    assert items["train.micro_batch_size"] == "1" and items["train.global_batch_size"] == "512"
+    assert items["ddp.use_distributed_optimizer"] == items["optimizer.use_distributed_optimizer"] == "true"
+    assert items["ddp.use_megatron_fsdp"] == "false"
+    assert items["mixed_precision"] == "bf16_mixed"
+
+
+def test_nemo_moe_and_zero3() -> None:
+    moe = nemo_items(render(moe_doc(), "nemo"))
+    assert moe["model.expert_model_parallel_size"] == "64" and moe["model.expert_tensor_parallel_size"] == "2"
+    assert moe["model.virtual_pipeline_model_parallel_size"] == "null"
+    assert moe["model.num_layers_in_first_pipeline_stage"] == "5"
+    assert moe["model.num_layers_in_last_pipeline_stage"] == "8"
+    assert moe["mixed_precision"] == "bf16_with_fp8_delayed_scaling_mixed"
+    fsdp = nemo_items(render(zero3_doc(), "nemo"))
+    assert fsdp["ddp.use_megatron_fsdp"] == fsdp["dist.use_megatron_fsdp"] == "true"
+    assert fsdp["ddp.data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert fsdp["checkpoint.ckpt_format"] == "fsdp_dtensor"
+    assert fsdp["model.recompute_granularity"] == "null"
+
+
+def test_nemo_refuses_fp8_without_sharded_optimizer() -> None:
+    doc = moe_doc()
+    layout(doc)["zero"] = 0
+    with pytest.raises(PlanInputError, match="distributed optimizer") as err:
+        render(doc, "nemo")
+    assert err.value.field == "plans[0].layout.zero"
+
+
+# ---------------------------------------------------------------- env
+
+
+def shell_vars(text: str) -> dict[str, str]:
+    if BASH is None:
+        pytest.skip("bash not available")
+    names = [line.split("=", 1)[0] for line in text.splitlines() if not line.startswith("#")]
+    script = 'eval "$(cat)"; for v in ' + " ".join(names) + '; do printf "%s=%s\\0" "$v" "${!v}"; done'
+    out = subprocess.run([BASH, "-c", script], input=text, capture_output=True, text=True, check=True,
+                         env={"PATH": os.environ.get("PATH", "")}).stdout
+    return dict(item.split("=", 1) for item in out.split("\0")[:-1])
+
+
+def test_env_eval_in_bash() -> None:
+    values = shell_vars(render(llama70_doc(), "env"))
+    expected = {"TP": "8", "PP": "4", "VPP": "5", "CP": "1", "EP": "1", "DP": "16", "MBS": "1", "GBS": "512",
+                "SEQ_LEN": "8192", "ZERO": "1", "RECOMPUTE": "selective", "SP": "1", "SCHEDULE": "interleaved",
+                "NNODES": "64", "NPROC_PER_NODE": "8", "WORLD_SIZE": "512", "NUM_MICROBATCHES": "32",
+                "MODEL": "llama3-70b", "PRECISION": "bf16"}
+    assert {key: values[key] for key in expected} == expected
+
+
+def test_env_quotes_unsafe_values() -> None:
+    doc = llama70_doc()
+    doc["inputs"]["model"]["name"] = "my model; rm -rf $HOME"
+    values = shell_vars(render(doc, "env"))
+    assert values["MODEL"] == "my model; rm -rf $HOME"
+
+
+def test_env_uneven_stages() -> None:
+    values = shell_vars(render(moe_doc(), "env"))
+    assert values["FIRST_STAGE_LAYERS"] == "5" and values["LAST_STAGE_LAYERS"] == "8" and values["EP"] == "64"
+
+
+def test_env_refuses_partial_nodes() -> None:
+    doc = zero3_doc()
+    doc["inputs"]["cluster"]["num_gpus"] = 12
+    doc["inputs"]["training"]["global_batch"] = 48
+    layout(doc)["dp"] = 12
+    with pytest.raises(PlanInputError, match="whole nodes"):
+        render(doc, "env")
+
+
+# ---------------------------------------------------------------- golden files
+
+GOLDEN_CASES = [
+    ("megatron", llama70_doc, "llama3-70b.megatron.txt"),
+    ("torchtitan", llama70_doc, "llama3-70b.torchtitan.toml"),
+    ("nemo", llama70_doc, "llama3-70b.nemo.txt"),
+    ("env", llama70_doc, "llama3-70b.env.sh"),
+    # DeepSpeed cannot express the 70b plan (tp, pp > 1); its golden file is the ZeRO-3 data-parallel plan.
+    ("deepspeed", zero3_doc, "llama3-8b-zero3.deepspeed.json"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "make_doc", "name"), GOLDEN_CASES)
+def test_golden(fmt: str, make_doc, name: str) -> None:
+    text = render(make_doc(), fmt)
+    path = GOLDEN / name
+    if os.environ.get("PLAN_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text()
