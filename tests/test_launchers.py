@@ -181,6 +181,17 @@ def test_inconsistent_batch_is_refused() -> None:
         render(doc, "env")
 
 
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "nemo"])
+def test_open_stage_split_is_refused_but_env_renders(fmt: str) -> None:
+    doc = moe_doc()  # 61 layers over pp = 8 with no first/last stage sizes: the split is left open
+    doc["inputs"]["training"]["precision"] = "bf16"
+    del layout(doc)["first_stage_layers"], layout(doc)["last_stage_layers"]
+    with pytest.raises(PlanInputError, match="do not split evenly over pp=8") as err:
+        render(doc, fmt)
+    assert err.value.field == "plans[0].layout.pp"
+    assert "FIRST_STAGE_LAYERS" not in render(doc, "env")
+
+
 def test_missing_key_names_the_field() -> None:
     doc = llama70_doc()
     del layout(doc)["zero"]

@@ -29,22 +29,37 @@ FP8_GEMM_EFFICIENCY = 0.88  # MAMF FP8/BF16 on H100: 70.9% vs 80.3% of peak (sta
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 
 
-def _elementwise_bytes_per_token(p: Problem) -> tuple[float, float]:
-    """HBM traffic of the memory-bound kernels of one layer's forward, per token: (replicated, sharded) parts.
+def _elementwise_bytes_per_token(p: Problem) -> tuple[float, float, float]:
+    """HBM traffic of the memory-bound kernels of one layer's forward, per token: (replicated, sharded, moe extra).
 
     Norms read+write h each (x2), residual adds read 2h write h (x2), RoPE reads+writes Q and K, the activation
     function reads its inputs and writes its output; 2 bytes per element. Under TP without SP the norm/residual part
     is repeated on every TP rank (Korthikanti et al. 2022 §4.2.2), which is why SP speeds layers up, not only memory.
+    A MoE layer also permutes each token's k copies into expert order and back (read + write k·h twice; Megatron-Core
+    moe_utils permute/unpermute) and runs a softmax/top-k over E router logits.
     """
     m = p.model
     h = m.hidden_size
     replicated = 2.0 * (2 * 2 * h + 2 * 3 * h)
     rope = 2.0 * 2 * (m.num_attention_heads + m.kv_heads) * m.d_head
     width = m.intermediate_size
+    moe_extra = 0.0
     if m.is_moe:
         width = m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
+        moe_extra = 2.0 * (2 * 2 * m.num_experts_per_tok * h) + 4.0 * 3 * m.num_local_experts
     act = 2.0 * (3 * width if m.gated_mlp else 2 * width)
-    return replicated, rope + act
+    return replicated, rope + act, moe_extra
+
+
+def _linear_io_widths(m) -> tuple[float, float]:
+    """Sum of input and output widths of one layer's linear layers (per token), for fp8 cast traffic."""
+    h, q = m.hidden_size, m.num_attention_heads * m.d_head
+    kv = 2 * m.kv_heads * m.d_head
+    width = m.intermediate_size
+    if m.is_moe:
+        width = m.expert_ffn * m.num_experts_per_tok
+    up = (2 if m.gated_mlp else 1) * width
+    return h + q + h + width, (q + kv) + h + up + h
 
 
 def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -63,22 +78,37 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     tok = mbs * s / cp  # tokens each GPU processes per micro-batch
     tf = flops.token_flops(m, tr.seq_len)
     peak = gpu.peak_tflops(tr.precision) * 1e12
-    eff = gpu.matmul_efficiency * (FP8_GEMM_EFFICIENCY if fp8 else 1.0)
+    eff = gpu.matmul_efficiency * prof.kernel_efficiency * (FP8_GEMM_EFFICIENCY if fp8 else 1.0)
     bf16_peak = gpu.bf16_tflops * 1e12
+    hbm = gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     frac_moe = m.moe_layers / m.num_hidden_layers
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * tf.moe_gemm) / tp
     gemm_f = gemm_flops / (peak * eff)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
-    attn_f = tok * tf.attention / tp / (bf16_peak * gpu.attention_efficiency)
-    repl_b, shard_b = _elementwise_bytes_per_token(problem)
-    elem_bytes = tok * (np.where(sp == 1, repl_b / tp, repl_b) + shard_b / tp)
-    if fp8:  # casting each GEMM input to fp8 reads 2 B and writes 1 B per element (Transformer Engine)
-        elem_bytes = elem_bytes + tok * 3.0 * (4 * m.hidden_size) / tp
-    elem_f = elem_bytes / (gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
-    launch_f = KERNELS_PER_LAYER_FWD * KERNEL_OVERHEAD_S
+    if prof.flash_attention:
+        attn_f = tok * tf.attention / tp / (bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency)
+        attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
+    else:
+        # Unfused: QK^T and PV run as batched GEMMs over the full s x s scores (the causal mask is applied after),
+        # and the scores go through HBM: write, scale-mask-softmax read+write, dropout read+write+mask, PV read,
+        # ~13 bytes per score forward (Korthikanti et al. 2022 §4.1 count the 5 stored bytes of these).
+        scores = tok * m.num_attention_heads * s / tp
+        attn_f = 2 * tok * tf.attention / tp / (peak * eff) + 13.0 * scores / hbm
+        attn_b = 2 * attn_f
+    repl_b, shard_b, moe_b = _elementwise_bytes_per_token(problem)
+    elem_bytes = tok * (np.where(sp == 1, repl_b / tp, repl_b) + shard_b / tp + frac_moe * moe_b / tp)
+    elem_bytes_b = 2 * elem_bytes
+    if fp8:  # Transformer Engine casts each GEMM operand: read 2 B, write 1 B, plus a 1 B transpose for backward
+        w_in, w_out = _linear_io_widths(m)
+        elem_bytes = elem_bytes + tok * 4.0 * w_in / tp
+        elem_bytes_b = elem_bytes_b + tok * 4.0 * w_out / tp
+    elem_f = elem_bytes / hbm
+    launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
+    if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
+        launch_f = launch_f + frac_moe * KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep
     layer_f = gemm_f + attn_f + elem_f + launch_f
     layer_w = gemm_f  # weight-gradient GEMMs
-    layer_b = 2 * gemm_f + 2.5 * attn_f + 2 * elem_f + 2 * launch_f
+    layer_b = 2 * gemm_f + attn_b + elem_bytes_b / hbm + 2 * launch_f
     recompute_b = np.where(rc == 2, layer_f, np.where(rc == 1, attn_f, 0.0))
 
     # --- communication inside a layer ----------------------------------------------------------------------------
@@ -92,7 +122,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     cp_bytes = (cp - 1) * tok * kv_width * 2.0 / tp
     cp_time = comm.all_to_all_time(cp_bytes * cp / np.maximum(cp - 1, 1), cp, tp, cl)
     cp_exposed_f = np.maximum(cp_time - attn_f, 0.0)
-    cp_exposed = cp_exposed_f + np.maximum(2 * cp_time - 2.5 * attn_f, 0.0)
+    cp_exposed = cp_exposed_f + np.maximum(2 * cp_time - attn_b, 0.0)
     if m.is_moe:
         a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
         a2a = comm.all_to_all_time(a2a_bytes, ep, tp, cl) * (1 - prof.ep_overlap)
@@ -129,7 +159,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     per_layer_f = layer_f + tp_exposed_f + cp_exposed_f + ep_exposed_f + z3_exposed_f
     per_layer_b = (layer_b + recompute_b + (tp_exposed - tp_exposed_f) + (cp_exposed - cp_exposed_f)
                    + (ep_exposed - ep_exposed_f) + z3_exposed_b)
-    head_f = tok * tf.head / tp / (peak * eff) + tok * m.vocab_size * 6.0 / tp / (gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+    head_f = tok * tf.head / tp / (peak * eff) + tok * m.vocab_size * 6.0 / tp / (hbm)
     stage_f = layers_per_stage * per_layer_f + head_f
     stage_b = layers_per_stage * per_layer_b + 2 * head_f
     stage_w = layers_per_stage * layer_w + head_f
@@ -150,7 +180,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     window = prof.dp_overlap * (stage_b + np.where(zero >= 1, stage_f, 0.0))
     dp_exposed = np.maximum(dp_time - window, 0.0)
     shard_for_optim = np.where(zero >= 1, data_ranks, 1.0)
-    optim_time = OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+    optim_time = OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (hbm)
 
     compute = micro * (stage_f + stage_b)
     step = micro * t_mb + bubble + dp_exposed + optim_time
@@ -163,6 +193,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     dense_act = memory.layer_activation_bytes_per_token(m, tp, sp, False, dropout)
     moe_act = memory.layer_activation_bytes_per_token(m, tp, sp, True, dropout) if m.is_moe else dense_act
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
+    if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
+        act_per_token = act_per_token + np.where(rc == 1, 0.0, 5.0 * m.num_attention_heads * s / tp)
     layer_input = np.where(sp == 1, 2.0 * m.hidden_size / tp, 2.0 * m.hidden_size)
     per_layer_act = np.where(rc == 2, layer_input, act_per_token) * tok
     inflight = schedule.inflight_microbatches(sched, pp, vpp, np.floor(micro))

@@ -7,7 +7,7 @@ Rule numbers refer to shared/reference/ecosystem.md section 1.3.
 
 from __future__ import annotations
 
-from planner.launchers._plan import PlanView, refuse
+from planner.launchers._plan import PlanView, refuse, require_stage_split
 
 # Recompute as Megatron spells it: granularity, method, layers per recompute unit.
 # "full" with method uniform and one layer per unit checkpoints every layer input, which is what the cost model
@@ -46,6 +46,7 @@ def check(view: PlanView, launcher: str) -> None:
     if m.is_moe and m.num_experts % lay.ep:
         refuse(view, launcher, "ep", f"{m.num_experts} experts do not split over ep={lay.ep}",
                "re-plan with ep dividing the expert count")
+    require_stage_split(view, launcher)  # rule 10: without first/last stage sizes, layers % pp == 0
     if lay.vpp > 1:
         _check_interleaving(view, launcher)
 

@@ -96,7 +96,9 @@ class PlanView:
         return key if key.startswith("inputs.") else f"plans[{self.rank - 1}].layout.{key}"
 
     def stage_layers(self) -> list[int]:
-        """Transformer layers held by each pipeline rank (all virtual stages of that rank together)."""
+        """Transformer layers held by each pipeline rank (all virtual stages of that rank together).
+
+        Only meaningful once `require_stage_split` has passed."""
         lay, layers = self.layout, self.model.num_layers
         if not lay.uneven:
             return [layers // lay.pp] * lay.pp
@@ -113,6 +115,16 @@ def header(view: PlanView, target: str) -> str:
         f"# plan {view.planner_version} | {view.model.name} on {view.cluster_name} ({view.num_gpus} GPUs)"
         f" | plan rank {view.rank} of {view.num_plans} | target: {target}"
     )
+
+
+def require_stage_split(view: PlanView, launcher: str) -> None:
+    """Refuse when the plan leaves the pipeline split open: the layers do not divide over pp and no stage sizes
+    are given, so any split a launcher picked could differ from the one the plan was costed with."""
+    lay, layers = view.layout, view.model.num_layers
+    if not lay.uneven and layers % lay.pp:
+        refuse(view, launcher, "pp",
+               f"{layers} layers do not split evenly over pp={lay.pp} and the plan gives no "
+               "first_stage_layers/last_stage_layers", "re-plan with pp dividing the layer count, or use --format env")
 
 
 def refuse(view: PlanView, launcher: str, key: str, message: str, fix: str) -> NoReturn:
@@ -232,8 +244,6 @@ def _check(view: PlanView) -> None:
         if rest < middle or (rest % middle if middle else rest):
             _inconsistent(view.field("first_stage_layers"),
                           f"the {rest} layers left for the {middle} middle stages do not split evenly")
-    elif m.num_layers % lay.pp:
-        _inconsistent(view.field("pp"), f"{m.num_layers} layers do not split evenly into {lay.pp} pipeline stages")
 
 
 def load(doc: dict, rank: int) -> PlanView:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from planner.launchers._plan import PlanView, header, refuse
+from planner.launchers._plan import PlanView, header, refuse, require_stage_split
 
 TARGET = "torchtitan v0.2.2 (TOML job config)"
 NAME = "torchtitan"
@@ -71,6 +71,7 @@ def _check(view: PlanView) -> None:
         refuse(view, NAME, "inputs.training.seq_len",
                f"seq_len {view.seq_len} is not a multiple of 2 x tp x cp = {2 * lay.tp * lay.cp}",
                "pick a sequence length divisible by 2 x tp x cp")
+    require_stage_split(view, NAME)
     for stage, layers in enumerate(view.stage_layers()):
         if layers % lay.vpp:
             refuse(view, NAME, "vpp", f"pipeline rank {stage} holds {layers} layers, not a multiple of vpp={lay.vpp}",
