@@ -24,8 +24,12 @@ GRID = [round(0.40 + 0.025 * i, 3) for i in range(25)]  # 0.40 .. 1.00
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", default=None)
+    ap.add_argument("--moe", action="store_true", help="fit the expert imbalance on the MoE tier instead")
     args = ap.parse_args()
     cases = load_cases(args.cases)
+    if args.moe:
+        fit_moe(cases)
+        return
     by_fw: dict[str, list[dict]] = defaultdict(list)
     for c in cases:
         if c.get("tier") == "dense" and c["measured"].get("tokens_per_s_per_gpu"):
@@ -47,6 +51,24 @@ def main() -> None:
                 best = (value, score, len(errs))
         profiles.PROFILES[name] = original[name]
         print(f"{fw:20s} cases {best[2]:3d}  kernel_efficiency {best[0]:.3f}  median |log err| {best[1]:.3f}")
+
+
+def fit_moe(cases: list[dict]) -> None:
+    import planner.cost.step as step
+
+    group = [c for c in cases if c.get("tier") == "moe" and c["measured"].get("tokens_per_s_per_gpu")]
+    best = None
+    for value in [1.0 + 0.1 * i for i in range(21)]:
+        step.EXPERT_IMBALANCE = value
+        errs = []
+        for c in group:
+            r = run_case(c, "fit")
+            if r["predicted"]:
+                errs.append(abs(math.log(r["predicted"]["tokens_per_s_per_gpu"] / c["measured"]["tokens_per_s_per_gpu"])))
+        score = statistics.median(errs)
+        if best is None or score < best[1]:
+            best = (value, score, len(errs))
+    print(f"moe cases {best[2]}  expert_imbalance {best[0]:.2f}  median |log err| {best[1]:.3f}")
 
 
 if __name__ == "__main__":

@@ -124,6 +124,7 @@ class GPUSpec(BaseModel):
     nvlink_domain: int = Field(default=8, gt=0)
     network_gbps: float = Field(default=50.0, gt=0, description="scale-out bandwidth per GPU per direction, GB/s")
     matmul_efficiency: float = Field(default=0.8, gt=0, le=1, description="best achievable bf16 GEMM / peak (MAMF)")
+    fp8_matmul_efficiency: float | None = Field(default=None, gt=0, le=1, description="best fp8 GEMM / fp8 peak")
     attention_efficiency: float = Field(default=0.5, gt=0, le=1, description="fused attention kernel / peak")
 
     def peak_tflops(self, precision: str) -> float:

@@ -14,6 +14,15 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
 - dp_overlap: share of the last micro-batch's backward that hides the gradient reduction (`--overlap-grad-reduce`,
   FSDP prefetch); 0 for stacks that reduce after backward (Megatron-LM 2021, arXiv 2104.04473 §4.1 ran DP after).
 - ep_overlap: share of MoE all-to-all hidden (Megatron `--overlap-moe-expert-parallel-comm`, off by default).
+- optimizer_always_sharded: NeMo 2.0 / Megatron-Bridge recipes turn the distributed optimizer on by default
+  (OptimizerConfig use_distributed_optimizer=True), so "no ZeRO" there still shards optimizer states (ZeRO-1).
+- flash_attention: fused attention kernels. Megatron-LM's `--use-flash-attn` was opt-in before Transformer Engine's
+  fused attention became its default; the Megatron-LM paper-era runs (Narayanan 2021, Korthikanti 2022, the Zero
+  Bubble fork) used the unfused softmax path, whose s^2 activations their reported memory shows.
+- kernel_efficiency: achieved fraction of the GPU's best-case GEMM/attention rate (MAMF) in a full training step
+  (launch gaps, unfused kernels, clocks under sustained load). The one fitted number per profile: fitted on the dense
+  cases of validation/published_runs.yaml by bench/fit_profiles.py; profiles with fewer than 8 cases borrow from the
+  closest stack (automodel from torchtitan: both PyTorch FSDP2).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ class FrameworkProfile:
     dp_overlap: float = 1.0
     ep_overlap: float = 0.0
     kernel_efficiency: float = 1.0  # achieved / best-case (MAMF) rate of the stack's GEMM and attention kernels
+    optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
     fsdp_style: bool = False  # ZeRO-3 shards the fp32 master itself (no separate bf16 persistent copy)
     schedules: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2")
@@ -42,7 +52,8 @@ _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875)
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
     "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False, schedules=_MAINLINE),
-    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.65, tp_overlap=0.6, schedules=_MAINLINE),
+    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.75, tp_overlap=0.6, optimizer_always_sharded=True,
+                             schedules=_MAINLINE),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False, dp_overlap=0.5, schedules=("1f1b",)),
     "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.65, weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True,
                                    schedules=("1f1b", "interleaved")),

@@ -24,7 +24,13 @@ from .profiles import profile_for
 KERNEL_OVERHEAD_S = 4e-6
 KERNELS_PER_LAYER_FWD = 24
 HBM_EFFICIENCY = 0.85  # Calculon systems/*.json: HBM efficiency 0.9 for >=100 MB transfers, 0.75 at 10 MB
-FP8_GEMM_EFFICIENCY = 0.88  # MAMF FP8/BF16 on H100: 70.9% vs 80.3% of peak (stas00/ml-engineering)
+# Fallback when a GPU lists no FP8 MAMF: H100's FP8/BF16 ratio, 70.9% vs 80.3% of peak (stas00/ml-engineering).
+FP8_GEMM_EFFICIENCY = 0.88
+# Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone waits
+# for it. Ratio of busiest to mean expert load, fitted on the MoE cases of validation/published_runs.yaml
+# (bench/fit_profiles.py --moe); load-balancing losses keep it near 1.2-1.5 in published router statistics
+# (Fedus et al. 2021, Switch Transformer §2.2 capacity factors 1.0-1.25 drop ~1% of tokens).
+EXPERT_IMBALANCE = 1.9
 # Adam step touches fp32 master, two moments (read+write, 24 B), reads the fp32 grad (4 B), writes bf16 params (2 B).
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 
@@ -70,6 +76,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     tp, pp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mbs = c["vpp"].astype(float), c["mbs"].astype(float)
     zero, rc, sp, sched = c["zero"], c["recompute"], c["sp"], c["schedule"]
+    if prof.optimizer_always_sharded:
+        zero = np.maximum(zero, 1)
     n_gpus = float(problem.num_gpus)
     s = float(tr.seq_len)
     micro = tr.global_batch / (mbs * dp)  # micro-batches per step per pipeline
@@ -78,11 +86,15 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     tok = mbs * s / cp  # tokens each GPU processes per micro-batch
     tf = flops.token_flops(m, tr.seq_len)
     peak = gpu.peak_tflops(tr.precision) * 1e12
-    eff = gpu.matmul_efficiency * prof.kernel_efficiency * (FP8_GEMM_EFFICIENCY if fp8 else 1.0)
+    base_eff = gpu.matmul_efficiency
+    if fp8:
+        base_eff = gpu.fp8_matmul_efficiency or gpu.matmul_efficiency * FP8_GEMM_EFFICIENCY
+    eff = base_eff * prof.kernel_efficiency
     bf16_peak = gpu.bf16_tflops * 1e12
     hbm = gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     frac_moe = m.moe_layers / m.num_hidden_layers
-    gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * tf.moe_gemm) / tp
+    routed = 2.0 * m.num_experts_per_tok * flops.mlp_params(m, m.expert_ffn) if m.is_moe else 0.0
+    gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * (tf.moe_gemm + (EXPERT_IMBALANCE - 1) * routed)) / tp
     gemm_f = gemm_flops / (peak * eff)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
@@ -125,7 +137,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     cp_exposed = cp_exposed_f + np.maximum(2 * cp_time - attn_b, 0.0)
     if m.is_moe:
         a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
-        a2a = comm.all_to_all_time(a2a_bytes, ep, tp, cl) * (1 - prof.ep_overlap)
+        a2a = comm.all_to_all_time(a2a_bytes * EXPERT_IMBALANCE, ep, tp, cl) * (1 - prof.ep_overlap)
         ep_exposed = frac_moe * 4 * a2a
         ep_exposed_f = frac_moe * 2 * a2a
     else:
@@ -182,7 +194,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     shard_for_optim = np.where(zero >= 1, data_ranks, 1.0)
     optim_time = OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (hbm)
 
-    compute = micro * (stage_f + stage_b)
+    compute = micro * (layers_per_stage * (layer_f + layer_b + recompute_b) + 3 * head_f)
     step = micro * t_mb + bubble + dp_exposed + optim_time
     tokens = float(tr.global_batch) * s
     model_flops = flops.model_flops_per_token(m, tr.seq_len) * tokens
@@ -190,8 +202,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     # --- memory on the busiest stage -------------------------------------------------------------------------------
     dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
-    dense_act = memory.layer_activation_bytes_per_token(m, tp, sp, False, dropout)
-    moe_act = memory.layer_activation_bytes_per_token(m, tp, sp, True, dropout) if m.is_moe else dense_act
+    dense_act = memory.layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8)
+    moe_act = memory.layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8) if m.is_moe else dense_act
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == 1, 0.0, 5.0 * m.num_attention_heads * s / tp)
