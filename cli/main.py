@@ -232,6 +232,27 @@ def clusters(fmt: Annotated[str, typer.Option("--format", "-f", help="table | js
     _stdout().print("Use any count: h100x512, gb200x256, a100-40gx64. Or describe a cluster in YAML (README).")
 
 
+@app.command()
+def validate(
+    cases: Annotated[str | None, typer.Option("--cases", help="case file (schema_version 1); default: the "
+                                              "published runs shipped with plan")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json")] = "table",
+) -> None:
+    """Score the cost model against measured, published training runs."""
+    from planner import document
+    from planner.validate import validate as run_validate
+
+    if fmt not in ("table", "json", "yaml"):
+        raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix="use table, json or yaml")
+    report = run_validate(cases)
+    if fmt == "table":
+        from planner.render import render_validation
+
+        render_validation(report, _stdout())
+    else:
+        sys.stdout.write(document.dumps(report, fmt))
+
+
 def _print_infeasible(exc: NoFeasiblePlan) -> None:
     err = _stderr()
     d = exc.diagnosis

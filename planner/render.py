@@ -76,3 +76,31 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
                   + ("" if result.proven_best else " (time limit hit: best found, not proven best)"))
     for name, count in pruned:
         console.print(f"  pruned {count:>12,}  {name}: {RULES_BY_NAME[name].message}", style="dim")
+
+
+def render_validation(report: dict, console: Console) -> None:
+    """Per tier and per source: cases, median / P90 absolute % error, share within 10 % and 20 %; worst cases."""
+    s = report["summary"]
+    table = Table(header_style="bold", title="plan validate: predicted vs measured")
+    for col in ("group", "cases", "tput median", "tput P90", "<=10%", "<=20%", "mem cases", "mem median", "mem P90"):
+        table.add_column(col, justify="left" if col == "group" else "right")
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    for name, g in s["groups"].items():
+        t, m = g["throughput"], g["memory"]
+        table.add_row(name, str(t.get("cases", 0)), pct(t.get("median_ape")), pct(t.get("p90_ape")),
+                      pct(t.get("within_10pct")), pct(t.get("within_20pct")), str(m.get("cases", 0)),
+                      pct(m.get("median_ape")), pct(m.get("p90_ape")))
+    console.print(table)
+    console.print(f"{s['predicted']} of {s['cases']} cases predicted; mean Kendall tau over "
+                  f"{len(s['ranking']['groups'])} ranking groups: {s['ranking']['mean_kendall_tau']}")
+    worst = Table("worst cases", "tier", "throughput error", "predicted", "measured", header_style="bold")
+    for w in s["worst"]:
+        worst.add_row(w["id"], w["tier"], f"{w['throughput_ape']:.1%}", f"{w['predicted']:,.0f}",
+                      "-" if w["measured"] is None else f"{w['measured']:,.0f}")
+    console.print(worst)
+    if s["not_modelled"]:
+        console.print(f"not modelled ({len(s['not_modelled'])}): "
+                      + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_modelled"][:8]), style="dim")

@@ -51,7 +51,7 @@ _MAINLINE = ("1f1b", "interleaved")  # Megatron-Core schedules.py: VPP selects i
 _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875)
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
-    "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False, schedules=_MAINLINE),
+    "megatron": FrameworkProfile("megatron", kernel_efficiency=0.95, flash_attention=False, schedules=_MAINLINE),
     "nemo": FrameworkProfile("nemo", kernel_efficiency=0.75, tp_overlap=0.6, optimizer_always_sharded=True,
                              schedules=_MAINLINE),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False, dp_overlap=0.5, schedules=("1f1b",)),

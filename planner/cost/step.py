@@ -81,6 +81,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     n_gpus = float(problem.num_gpus)
     s = float(tr.seq_len)
     micro = tr.global_batch / (mbs * dp)  # micro-batches per step per pipeline
+    # Expert tensor parallelism follows TP when EP fits in the data ranks; otherwise experts fold onto the TP ranks
+    # with ETP = 1 (Megatron-Core "MoE parallel folding", expert grid independent of the attention grid).
+    etp = np.where((dp * cp) % ep == 0, tp, 1.0)
 
     # --- compute per layer per micro-batch (forward) ------------------------------------------------------------
     tok = mbs * s / cp  # tokens each GPU processes per micro-batch
@@ -137,7 +140,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     cp_exposed = cp_exposed_f + np.maximum(2 * cp_time - attn_b, 0.0)
     if m.is_moe:
         a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
-        a2a = comm.all_to_all_time(a2a_bytes * EXPERT_IMBALANCE, ep, tp, cl) * (1 - prof.ep_overlap)
+        a2a = comm.all_to_all_time(a2a_bytes * EXPERT_IMBALANCE, ep, etp, cl) * (1 - prof.ep_overlap)
         ep_exposed = frac_moe * 4 * a2a
         ep_exposed_f = frac_moe * 2 * a2a
     else:
@@ -146,7 +149,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # --- parameters held per GPU ---------------------------------------------------------------------------------
     dense_p = flops.dense_layer_params(m) / tp
     moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
-    experts_p = flops.expert_params(m) / (tp * ep) if m.is_moe else 0.0
+    experts_p = flops.expert_params(m) / (etp * ep) if m.is_moe else 0.0
     # Busiest stage: an uneven split (vpp = 1 only) gives some stages ceil(L/pp) layers.
     layers_per_stage = np.ceil(m.num_hidden_layers / (pp * vpp)) * vpp
     per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
@@ -158,7 +161,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
     stage_p = np.maximum(first_p, last_p)
     data_ranks = dp * cp  # Megatron reduces dense grads over the dp x cp group
-    expert_ranks = np.maximum(data_ranks / ep, 1)
+    expert_ranks = np.maximum(data_ranks * tp / (etp * ep), 1)
 
     # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
     ag = comm.all_gather_time(per_layer_p * 2.0, data_ranks, tp, cl)  # gathered size of one layer's bf16 weights
@@ -187,7 +190,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     dense_local = stage_p - layers_per_stage * layer_expert_part
     expert_local = layers_per_stage * layer_expert_part
     reduce_dense = comm.all_reduce_time(dense_local * prof.grad_reduce_bytes, data_ranks, tp, cl)
-    reduce_exp = comm.all_reduce_time(expert_local * prof.grad_reduce_bytes, expert_ranks, tp * ep, cl)
+    reduce_exp = comm.all_reduce_time(expert_local * prof.grad_reduce_bytes, expert_ranks, etp * ep, cl)
     dp_time = np.where(z3, 0.0, reduce_dense + reduce_exp)
     window = prof.dp_overlap * (stage_b + np.where(zero >= 1, stage_f, 0.0))
     dp_exposed = np.maximum(dp_time - window, 0.0)
