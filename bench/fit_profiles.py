@@ -64,7 +64,8 @@ def fit_moe(cases: list[dict]) -> None:
         for c in group:
             r = run_case(c, "fit")
             if r["predicted"]:
-                errs.append(abs(math.log(r["predicted"]["tokens_per_s_per_gpu"] / c["measured"]["tokens_per_s_per_gpu"])))
+                ratio = r["predicted"]["tokens_per_s_per_gpu"] / c["measured"]["tokens_per_s_per_gpu"]
+                errs.append(abs(math.log(ratio)))
         score = statistics.median(errs)
         if best is None or score < best[1]:
             best = (value, score, len(errs))

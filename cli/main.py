@@ -10,7 +10,13 @@ import click
 import typer
 from rich.console import Console
 
-from planner.errors import NoFeasiblePlan, PlanInputError
+from planner.errors import NoFeasiblePlan, PlanInputError, single_line
+
+# typer >= 0.20 vendors click (typer._click) and raises its own exception classes, which are not click's; older typer
+# raises click's own. Catch both so that a usage error is one line and exit 2, never an "internal error".
+_EXIT = tuple({click.exceptions.Exit, typer.Exit})
+_ABORT = tuple({click.exceptions.Abort, typer.Abort})
+_USAGE = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
 
 EXAMPLES = """
 Examples:
@@ -45,11 +51,17 @@ FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose be
 
 
 def _stdout() -> Console:
-    return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False,
+                   width=None if sys.stdout.isatty() else 200)
 
 
 def _stderr() -> Console:
     return Console(stderr=True, no_color="NO_COLOR" in os.environ or None, soft_wrap=True)
+
+
+def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
+    if fmt not in allowed:
+        raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(allowed)}")
 
 
 def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
@@ -111,8 +123,7 @@ def main(
     if model is None or cluster is None:
         missing = "--model" if model is None else "--cluster"
         raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
-    if fmt not in FORMATS_PLAN:
-        raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(FORMATS_PLAN)}")
+    _check_format(fmt, FORMATS_PLAN)
     from planner import document
     from planner.search import search
 
@@ -157,8 +168,7 @@ def explain(
     from planner.explain import explain as run_explain
     from planner.layout_keys import parse_pairs
 
-    if fmt not in ("table", "json", "yaml"):
-        raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix="use table, json or yaml")
+    _check_format(fmt, ("table", "json", "yaml"))
     problem = _problem(model, cluster, seq_len, global_batch, precision, framework, None)
     given = parse_pairs([layout], "--layout")
     out = run_explain(problem, given)
@@ -190,6 +200,7 @@ def models(fmt: Annotated[str, typer.Option("--format", "-f", help="table | json
     """List the model catalog."""
     import json
 
+    _check_format(fmt, ("table", "json"))
     from planner.catalog import load_model, model_catalog
     from planner.cost.flops import active_params, total_params
 
@@ -216,6 +227,7 @@ def clusters(fmt: Annotated[str, typer.Option("--format", "-f", help="table | js
     """List the GPU catalog; any {gpu}x{count} is a cluster."""
     import json
 
+    _check_format(fmt, ("table", "json"))
     from planner.catalog import gpu_catalog
 
     cat = gpu_catalog()
@@ -242,8 +254,7 @@ def validate(
     from planner import document
     from planner.validate import validate as run_validate
 
-    if fmt not in ("table", "json", "yaml"):
-        raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix="use table, json or yaml")
+    _check_format(fmt, ("table", "json", "yaml"))
     report = run_validate(cases)
     if fmt == "table":
         from planner.render import render_validation
@@ -266,27 +277,29 @@ def _print_infeasible(exc: NoFeasiblePlan) -> None:
 def run() -> None:
     """Console-script entry point: map errors to exit codes, never show a traceback."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except PlanInputError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)
         sys.exit(2)
     except NoFeasiblePlan as exc:
         _print_infeasible(exc)
         sys.exit(1)
-    except click.exceptions.Exit as exc:
+    except _EXIT as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except _ABORT:
         print("aborted", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as exc:
-        print(f"error: {exc.format_message()} (see 'plan --help')", file=sys.stderr)
+    except _USAGE as exc:
+        print(single_line(f"error: {exc.format_message()} (fix: see 'plan --help')"), file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback"; report and exit 3
-        print(f"internal error: {type(exc).__name__}: {exc} (please report with the command line)", file=sys.stderr)
+        print(single_line(f"internal error: {type(exc).__name__}: {exc} (please report with the command line)"),
+              file=sys.stderr)
         sys.exit(3)
 
 

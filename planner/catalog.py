@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import PlanInputError
-from .specs import ClusterSpec, GPUSpec, ModelSpec
+from .specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
 
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a model or cluster description is a few KB; refuse anything absurd
 _EXPERT_ALIASES = ("num_experts", "n_routed_experts")
@@ -30,7 +30,7 @@ _HF_IGNORED = {
     "router_jitter_noise", "aliases", "_name_or_path", "auto_map", "quantization_config", "dtype",
     "num_experts_per_token", "norm_topk_prob", "scoring_func", "topk_method", "routed_scaling_factor",
     "n_group", "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
-    "rope_interleave", "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size", "qkv_bias",
+    "rope_interleave", "decoder_sparse_step", "mlp_only_layers", "qkv_bias",
 }
 
 
@@ -46,19 +46,30 @@ def _warn(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
 
+def _exists(path: Path) -> bool:
+    """Path.exists() that treats unusable names (NUL bytes, names too long for the OS) as absent."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def read_structured_file(path: Path) -> Any:
     """Read YAML or JSON safely, turning every I/O or syntax problem into one PlanInputError line."""
     src = str(path)
-    if not path.exists():
+    if not _exists(path):
         raise PlanInputError("file not found", source=src, fix="check the path")
     if path.is_dir():
         raise PlanInputError("is a directory, not a file", source=src, fix="point at a .yaml or config.json file")
+    too_big = PlanInputError(f"file is larger than the limit of {MAX_FILE_BYTES} bytes", source=src,
+                             fix="pass the model/cluster description, not a checkpoint or dataset")
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise PlanInputError(f"file is {size} bytes; the limit is {MAX_FILE_BYTES}", source=src,
-                                 fix="pass the model/cluster description, not a checkpoint or dataset")
-        raw = path.read_bytes()
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise too_big
+        with path.open("rb") as fh:  # bounded read: a device or pipe (/dev/zero) reports size 0 and never ends
+            raw = fh.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise too_big
     except PermissionError:
         raise PlanInputError("cannot read file (permission denied)", source=src, fix="check its permissions") from None
     except OSError as exc:
@@ -72,26 +83,91 @@ def read_structured_file(path: Path) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return yaml.safe_load(text)  # safe loader: plain data only, a tag that would construct an object is refused
     except json.JSONDecodeError as exc:
         raise PlanInputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=src,
                              fix="fix the JSON syntax") from None
+    except yaml.constructor.ConstructorError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = (getattr(exc, "problem", None) or str(exc)).splitlines()[0]
+        raise PlanInputError(f"refused YAML{where}: {problem}", source=src,
+                             fix="remove the tag; only plain mappings, lists, strings and numbers are read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PlanInputError(f"invalid YAML{where}: {problem}", source=src,
-                             fix="fix the YAML syntax (tags that construct objects are refused)") from None
+        problem = (getattr(exc, "problem", None) or str(exc)).splitlines()[0]
+        raise PlanInputError(f"invalid YAML{where}: {problem}", source=src, fix="fix the YAML syntax") from None
+    except RecursionError:
+        raise PlanInputError("nested too deeply to read", source=src, fix="flatten the file") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits, or a date such as 2024-13-45
+        raise PlanInputError(f"unreadable value ({str(exc).splitlines()[0][:80]})", source=src,
+                             fix="write sizes as plain numbers") from None
 
 
-def pydantic_error(exc: ValidationError, source: str) -> PlanInputError:
+def _fix_for(kind: str, field: str | None, ctx: dict[str, Any]) -> str:
+    """A concrete fix for one pydantic error type (bounds come from the spec's own constraints)."""
+    name = field or "the value"
+    bounds = {"gt": "above", "ge": "at least", "lt": "below", "le": "at most"}
+    for key, phrase in bounds.items():
+        if key in ctx:
+            limit = ctx[key]
+            return f"set {name} {phrase} {limit:,}" if isinstance(limit, int) else f"set {name} {phrase} {limit:g}"
+    if kind == "missing":
+        return f"add '{name}: ...'"
+    if kind.startswith("int"):
+        return f"write {name} as a whole number"
+    if kind.startswith(("float", "finite")) or "expected a number" in str(ctx.get("error", "")):
+        return f"write {name} as a finite number"
+    if kind.startswith("bool"):
+        return f"write {name} as true or false"
+    if kind.startswith("string"):
+        return f"write {name} as text"
+    if kind == "literal_error":
+        return f"use {ctx.get('expected', 'one of the listed values')}"
+    return "change the values named in the message"
+
+
+def pydantic_error(exc: ValidationError, source: str | None, names: dict[str, str] | None = None,
+                   prefix: str = "") -> PlanInputError:
+    """The first validation error as one line; `names` maps spec fields to what the user typed (CLI flags)."""
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err["loc"]) or None
+    if field:
+        field = (names or {}).get(field, prefix + field)
     msg = err["msg"].removeprefix("Value error, ")
     got = err.get("input")
-    if field and not isinstance(got, dict | list):
-        msg = f"{msg} (got {got!r})"
-    return PlanInputError(msg, field=field, source=source, fix="correct the value as described")
+    if field and not isinstance(got, dict | list) and err["type"] != "missing":
+        shown = repr(got)
+        msg = f"{msg} (got {shown[:60] + '...' if len(shown) > 60 else shown})"
+    return PlanInputError(msg, field=field, source=source, fix=_fix_for(err["type"], field, err.get("ctx") or {}))
+
+
+_SHOWN_KEYS = 8  # unknown keys named in the warning; the rest are counted
+_MATCHED_KEYS = 200  # unknown keys checked for a "did you mean" (bounds the work on a hostile file)
+
+
+def check_keys(doc: dict, source: str, known: set[str], *, ignored: set[str] | frozenset[str] = frozenset(),
+               where: str | None = None, cutoff: float = 0.75, name_unmatched: bool = True) -> None:
+    """Every key must be text; unknown keys are ignored with ONE warning line that suggests the closest known key."""
+    for key in doc:
+        if not isinstance(key, str):
+            raise PlanInputError(f"key {key!r} is not text", field=where, source=source,
+                                 fix="quote the key, or remove it")
+    unknown = sorted(k for k in doc if k not in known and k not in ignored)
+    notes: list[str] = []
+    for i, key in enumerate(unknown):
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=cutoff) if i < _MATCHED_KEYS else []
+        label = repr(key[:40] + ("..." if len(key) > 40 else ""))
+        if close:
+            notes.append(f"{label} (did you mean '{close[0]}'?)")
+        elif name_unmatched:
+            notes.append(label)
+    if notes:
+        more = f" and {len(notes) - _SHOWN_KEYS} more" if len(notes) > _SHOWN_KEYS else ""
+        plural = "s" if len(notes) > 1 else ""
+        _warn(f"{source}: {where + ': ' if where else ''}unknown key{plural} ignored: "
+              f"{', '.join(notes[:_SHOWN_KEYS])}{more}")
 
 
 def _did_you_mean(word: str, options: list[str]) -> str:
@@ -125,6 +201,7 @@ def model_from_mapping(doc: Any, source: str) -> ModelSpec:
         raise PlanInputError(f"expected a mapping of config keys, got {type(doc).__name__}", source=source,
                              fix="write 'hidden_size: 4096' style keys")
     doc = dict(doc)
+    check_keys(doc, source, set(), name_unmatched=False)  # non-text keys would break sorting and lookups below
     if "text_config" in doc and isinstance(doc["text_config"], dict) and "hidden_size" not in doc:
         doc = {**doc["text_config"], "name": doc.get("name", source)}
     for alias in _EXPERT_ALIASES:
@@ -134,17 +211,16 @@ def model_from_mapping(doc: Any, source: str) -> ModelSpec:
         raise PlanInputError("GPT-2 style keys (n_layer/n_embd) are not supported", source=source,
                              fix="use num_hidden_layers / hidden_size")
     known = set(ModelSpec.model_fields)
-    for key in sorted(doc):
-        if key in known or key in _HF_IGNORED or key in _EXPERT_ALIASES:
-            continue
-        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-        if close:
-            _warn(f"{source}: unknown key '{key}' ignored; did you mean '{close[0]}'?")
-        elif "architectures" not in doc and "model_type" not in doc:
-            _warn(f"{source}: unknown key '{key}' ignored")
+    # A Hugging Face config.json carries many keys the planner does not need: name only the likely typos there.
+    check_keys(doc, source, known, ignored=_HF_IGNORED | set(_EXPERT_ALIASES),
+               name_unmatched="architectures" not in doc and "model_type" not in doc)
     for key, value in doc.items():
         if key in known and isinstance(value, float) and value.is_integer() and key != "published_params":
             doc[key] = int(value)
+    shared = doc.pop("shared_expert_intermediate_size", None)
+    if shared and not doc.get("n_shared_experts") and doc.get("moe_intermediate_size"):
+        # Qwen2-MoE describes its shared expert by width; express it in units of one routed expert's width.
+        doc["n_shared_experts"] = max(1, round(shared / doc["moe_intermediate_size"]))
     if "intermediate_size" not in doc and doc.get("moe_intermediate_size"):
         doc["intermediate_size"] = doc["moe_intermediate_size"]
     doc.setdefault("name", Path(source).stem if source not in ("<inline>",) else "custom")
@@ -158,11 +234,13 @@ def load_model(ref: str) -> ModelSpec:
     """A catalog name or alias, or a path to our YAML / a Hugging Face config.json."""
     aliases = model_aliases()
     key = ref.strip().lower()
+    if not key:
+        raise PlanInputError("is empty", field="--model", fix="e.g. --model llama70b, or a config.json path")
     if key in aliases:
         name = aliases[key]
         return model_from_mapping(model_catalog()[name], f"models/{name}.yaml")
     path = Path(ref).expanduser()
-    if path.exists() or path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in ref:
+    if _exists(path) or path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in ref:
         return model_from_mapping(read_structured_file(path), str(path))
     raise PlanInputError(f"unknown model '{ref}'; {_did_you_mean(key, list(aliases))}", field="--model",
                          fix="run 'plan models' for the catalog, or pass a config.json path")
@@ -176,13 +254,14 @@ def gpu_catalog() -> dict[str, dict]:
 
 def load_gpu(ref: Any, source: str) -> GPUSpec:
     if isinstance(ref, dict):
+        check_keys(ref, source, set(GPUSpec.model_fields), where="gpu")
         base: dict = {}
         if isinstance(ref.get("key"), str) and ref["key"] in gpu_catalog():
             base = dict(gpu_catalog()[ref["key"]])
         try:
             return GPUSpec.model_validate({**base, **ref})
         except ValidationError as exc:
-            raise pydantic_error(exc, source) from None
+            raise pydantic_error(exc, source, prefix="gpu.") from None
     if not isinstance(ref, str):
         raise PlanInputError("gpu must be a catalog key or a mapping", field="gpu", source=source,
                              fix=f"use one of {', '.join(gpu_catalog())}")
@@ -208,11 +287,7 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
                              fix="write 'gpu: h100' and 'nodes: 64' keys")
     known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
              "network_latency_us", "oversubscription"}
-    for key in sorted(doc):
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            _warn(f"{source}: unknown key '{key}' ignored{hint}")
+    check_keys(doc, source, known, cutoff=0.6)
     if "gpu" not in doc:
         raise PlanInputError("missing", field="gpu", source=source, fix="add 'gpu: h100' (or an inline GPU spec)")
     gpu = load_gpu(doc["gpu"], source)
@@ -249,17 +324,20 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
 def load_cluster(ref: str) -> ClusterSpec:
     """`{gpu}x{count}` for any count (h100x512, gb200x256, a100-40gx64), or a cluster YAML path."""
     key = ref.strip().lower()
+    if not key:
+        raise PlanInputError("is empty", field="--cluster", fix="e.g. --cluster h100x512, or a cluster YAML path")
     match = _CLUSTER_NAME.match(key)
-    if match and not Path(ref).exists():
-        count = int(match["count"])
+    if match and not _exists(Path(ref)):
+        count = int(match["count"]) if len(match["count"]) <= 12 else MAX_SIZE + 1  # int() refuses 4,300+ digits
         if count <= 0:
             raise PlanInputError("the GPU count must be positive", field="--cluster", fix="e.g. h100x512")
-        if count > 10_000_000:
-            raise PlanInputError(f"{count} GPUs is beyond any cluster this planner models (limit 10,000,000)",
+        if count > MAX_SIZE:
+            raise PlanInputError(f"{match['count'][:20]} GPUs is beyond any cluster this planner models "
+                                 f"(limit {MAX_SIZE:,})",
                                  field="--cluster", fix="check the count")
         return cluster_from_gpu(load_gpu(match["gpu"], "--cluster"), count, key)
     path = Path(ref).expanduser()
-    if path.exists() or path.suffix.lower() in (".yaml", ".yml", ".json"):
+    if _exists(path) or path.suffix.lower() in (".yaml", ".yml", ".json"):
         return cluster_from_mapping(read_structured_file(path), str(path))
     raise PlanInputError(f"'{ref}' is neither {{gpu}}x{{count}} nor a file", field="--cluster",
                          fix=f"e.g. h100x512; GPUs: {', '.join(gpu_catalog())}")

@@ -56,8 +56,8 @@ def explain_infeasible(problem: Problem) -> dict:
                                                 "name": f"{problem.cluster.gpu.key}x{problem.num_gpus * factor}"})
         tried.append((f"{factor}x the GPUs ({cl.num_gpus})", replace(problem, cluster=cl)))
     if problem.training.seq_len >= 2048:
-        tried.append((f"--seq-len {problem.training.seq_len // 2}", replace(problem, training=problem.training
-                                                                         .model_copy(update={"seq_len": problem.training.seq_len // 2}))))
+        half = problem.training.model_copy(update={"seq_len": problem.training.seq_len // 2})
+        tried.append((f"--seq-len {half.seq_len}", replace(problem, training=half)))
     seen_gpu_fix = False
     for label, candidate in tried:
         if "the GPUs" in label and seen_gpu_fix:

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+# Control characters from user input (a model name with a newline, a YAML problem quoting a tab) would break the
+# one-line promise; they are shown escaped instead.
+_ESCAPES = {i: f"\\x{i:02x}" for i in range(32)} | {9: "\\t", 10: "\\n", 13: "\\r", 127: "\\x7f"}
+
+
+def single_line(text: str) -> str:
+    return text.translate(_ESCAPES)
+
 
 class PlanInputError(Exception):
     """Bad input: the CLI prints one line naming where, the field and the fix, and exits 2."""
@@ -23,7 +31,7 @@ class PlanInputError(Exception):
         text = " ".join(parts)
         if self.fix:
             text += f" (fix: {self.fix})"
-        return text
+        return single_line(text)
 
 
 class NoFeasiblePlan(Exception):

@@ -67,8 +67,9 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
         mt = plan.metrics
         split = (f"{_share(plan, 'compute_s'):.0%}/{_share(plan, 'exposed_comm_s'):.0%}/"
                  f"{_share(plan, 'bubble_s'):.0%}")
-        table.add_row(str(i), layout_text(plan.layout), f"{mt['step_time_s']:.2f}", f"{mt['tokens_per_s_per_gpu']:,.0f}",
-                      f"{mt['mfu']:.1%}", f"{mt['memory_peak_gib']:.1f}/{cap:g}", split, why(plan, best))
+        table.add_row(str(i), layout_text(plan.layout), f"{mt['step_time_s']:.2f}",
+                      f"{mt['tokens_per_s_per_gpu']:,.0f}", f"{mt['mfu']:.1%}",
+                      f"{mt['memory_peak_gib']:.1f}/{cap:g}", split, why(plan, best))
     console.print(table)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"

@@ -67,7 +67,7 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: c["pp"] * c["vpp"] <= p.model.num_hidden_layers + 2 * (c["pp"] > 1),
          "every pipeline model chunk needs a layer (pp x vpp <= layers, +2 when embedding and loss count as layers)",
          "lower pp or vpp",
-         "Megatron M10-M16: even splits, or uneven ones via first/last-stage counts or --pipeline-model-parallel-layout"),
+         "Megatron M10-M16: even splits, or uneven ones (first/last-stage counts, --pipeline-model-parallel-layout)"),
     Rule("sequence_divisible_by_2cp", ("cp",),
          lambda c, p: (c["cp"] == 1) | _divides(2 * c["cp"], p.training.seq_len),
          "with context parallelism the sequence must split into 2 x cp chunks", "use a cp with seq_len % (2*cp) == 0",

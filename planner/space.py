@@ -59,7 +59,8 @@ class Enumeration:
 
 
 # Stages: knobs introduced, in order. dp is derived from the world size in stage 0.
-_STAGES: tuple[tuple[str, ...], ...] = (("tp", "pp", "cp"), ("ep", "vpp", "mbs"), ("zero", "recompute", "sp", "schedule"))
+_STAGES: tuple[tuple[str, ...], ...] = (
+    ("tp", "pp", "cp"), ("ep", "vpp", "mbs"), ("zero", "recompute", "sp", "schedule"))
 
 
 def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:

@@ -10,7 +10,8 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   `--grad-reduce-in-bf16` halves it; FSDP mixed precision "PURE" in llm-foundry reduces in bf16).
 - tp_overlap: share of tensor-parallel collective time hidden behind GEMMs. Off by default in Megatron-LM
   (`--tp-comm-overlap` opt-in); NeMo recipes turn on Transformer Engine userbuffer overlap (ecosystem.md §4),
-  whose bulk + pipelined overlap hides most but not all of it (torchtitan async-TP gains 1.04-1.16x, cost_model.md §3.2).
+  whose bulk + pipelined overlap hides most but not all of it (torchtitan async-TP gains 1.04-1.16x,
+  cost_model.md §3.2).
 - dp_overlap: share of the last micro-batch's backward that hides the gradient reduction (`--overlap-grad-reduce`,
   FSDP prefetch); 0 for stacks that reduce after backward (Megatron-LM 2021, arXiv 2104.04473 §4.1 ran DP after).
 - ep_overlap: share of MoE all-to-all hidden (Megatron `--overlap-moe-expert-parallel-comm`, off by default).
@@ -49,19 +50,19 @@ class FrameworkProfile:
 
 _MAINLINE = ("1f1b", "interleaved")  # Megatron-Core schedules.py: VPP selects interleaved; no zero-bubble
 _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875)
+_FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0, "fsdp_style": True}  # fp32 shard is the master copy
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
     "megatron": FrameworkProfile("megatron", kernel_efficiency=0.95, flash_attention=False, schedules=_MAINLINE),
     "nemo": FrameworkProfile("nemo", kernel_efficiency=0.75, tp_overlap=0.6, optimizer_always_sharded=True,
                              schedules=_MAINLINE),
-    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False, dp_overlap=0.5, schedules=("1f1b",)),
-    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.65, weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True,
-                                   schedules=("1f1b", "interleaved")),
-    "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.65, weight_bytes=4.0, optimizer_bytes=8.0, grad_reduce_bytes=2.0,
-                                    fsdp_style=True),
-    "automodel": FrameworkProfile("automodel", kernel_efficiency=0.65, weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
+    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
+                                           dp_overlap=0.5, schedules=("1f1b",)),
+    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.65, schedules=("1f1b", "interleaved"), **_FSDP),
+    "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.65, grad_reduce_bytes=2.0, **_FSDP),
+    "automodel": FrameworkProfile("automodel", kernel_efficiency=0.65, **_FSDP),
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5, schedules=("1f1b",)),
-    "metaseq": FrameworkProfile("metaseq", weight_bytes=4.0, optimizer_bytes=8.0, fsdp_style=True),
+    "metaseq": FrameworkProfile("metaseq", **_FSDP),
     "other": _GENERIC,
 }
 

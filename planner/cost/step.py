@@ -97,7 +97,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     hbm = gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     frac_moe = m.moe_layers / m.num_hidden_layers
     routed = 2.0 * m.num_experts_per_tok * flops.mlp_params(m, m.expert_ffn) if m.is_moe else 0.0
-    gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * (tf.moe_gemm + (EXPERT_IMBALANCE - 1) * routed)) / tp
+    moe_layer = tf.moe_gemm + (EXPERT_IMBALANCE - 1) * routed
+    gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
     gemm_f = gemm_flops / (peak * eff)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
@@ -153,7 +154,6 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # Busiest stage: an uneven split (vpp = 1 only) gives some stages ceil(L/pp) layers.
     layers_per_stage = np.ceil(m.num_hidden_layers / (pp * vpp)) * vpp
     per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
-    layer_dense_part = (1 - frac_moe) * dense_p + frac_moe * moe_shared_p
     layer_expert_part = frac_moe * experts_p
     emb_p = flops.embedding_params(m) / tp
     head_p = flops.lm_head_params(m) / tp

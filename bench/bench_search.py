@@ -1,0 +1,40 @@
+"""End-to-end planning time, process start included (what a user waits for). Prints medians over N runs.
+
+    python bench/bench_search.py [-n 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = [
+    ("llama3-70b on h100x512", ["--model", "llama70b", "--cluster", "h100x512"]),
+    ("llama3-405b on h100x16384", ["--model", "llama405b", "--cluster", "h100x16384", "--global-batch", "2048"]),
+    ("mixtral-8x22b on h100x1024", ["--model", "mixtral-8x22b", "--cluster", "h100x1024"]),
+    ("deepseek-v3 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800x2048", "--seq-len", "4096",
+                                   "--global-batch", "4096"]),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=7)
+    args = ap.parse_args()
+    print(f"{'case':32s} {'median s':>9s} {'min s':>7s} {'max s':>7s}  (n={args.n}, python {sys.version.split()[0]})")
+    for label, argv in CASES:
+        times = []
+        for _ in range(args.n):
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--format", "json"], capture_output=True)
+            times.append(time.perf_counter() - t0)
+            if r.returncode not in (0, 1):
+                raise SystemExit(f"{label}: exit {r.returncode}: {r.stderr.decode()[-300:]}")
+        print(f"{label:32s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+import numpy as np
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.problem import KNOBS, Problem
+from planner.specs import ModelSpec, TrainingSpec
+
+
+def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, tie: bool = True) -> ModelSpec:
+    """A GPT-style model as in Narayanan et al. 2021 (MHA, 4h GeLU MLP)."""
+    return ModelSpec(name=f"gpt-{layers}-{hidden}", hidden_size=hidden, num_hidden_layers=layers,
+                     num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=4 * hidden,
+                     vocab_size=vocab, hidden_act="gelu", tie_word_embeddings=tie)
+
+
+def cols(**layout: int) -> dict[str, np.ndarray]:
+    base = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": 0, "sp": 0,
+            "schedule": 0}
+    base.update(layout)
+    assert set(base) == set(KNOBS)
+    return {k: np.array([v], dtype=np.int64) for k, v in base.items()}
+
+
+@pytest.fixture
+def llama70b_h100x512() -> Problem:
+    return Problem(load_model("llama3-70b"), load_cluster("h100x512"), TrainingSpec(seq_len=8192, global_batch=512))

@@ -1,0 +1,148 @@
+"""Memory, communication and schedule terms against hand-worked numbers from the papers."""
+
+import numpy as np
+import pytest
+from conftest import cols, gpt
+
+from planner.catalog import load_cluster, load_model
+from planner.cost import comm, memory, schedule
+from planner.cost.profiles import profile_for
+from planner.cost.step import evaluate
+from planner.problem import Problem
+from planner.specs import TrainingSpec
+
+ONE = np.array([1])
+
+
+# --- activations: Korthikanti et al. 2022 Table 2 ----------------------------------------------------------------
+def _korthikanti(m, tp, sp):
+    """Per-token bytes without the s^2 term; our fused-attention count adds a 4 B/head log-sum-exp."""
+    got = memory.layer_activation_bytes_per_token(m, np.array([tp]), np.array([sp]), False, dropout=True)[0]
+    return got - 4 * m.num_attention_heads / (tp if sp else tp)
+
+
+def test_activation_no_parallelism_is_34h():
+    m = gpt(96, 12288, 96)
+    assert _korthikanti(m, 1, 0) == pytest.approx(34 * 12288)
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_activation_tensor_parallel_is_10_plus_24_over_t(t):
+    m = gpt(96, 12288, 96)
+    assert _korthikanti(m, t, 0) == pytest.approx(12288 * (10 + 24 / t))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_activation_sequence_parallel_is_34_over_t(t):
+    m = gpt(96, 12288, 96)
+    assert _korthikanti(m, t, 1) == pytest.approx(12288 * 34 / t)
+
+
+def test_unfused_attention_adds_5as_unless_selective():
+    """Korthikanti eq. 1: sbh(34 + 5as/h); selective recompute removes the 5as term."""
+    m = gpt(4, 1024, 16)
+    base = dict(model=m, cluster=load_cluster("a100x8"))
+    s = 2048
+    p = Problem(training=TrainingSpec(seq_len=s, global_batch=8, framework="megatron"), **base)
+    none = evaluate(p, cols(dp=8, mbs=1, recompute=0))["mem_activations_gib"][0]
+    sel = evaluate(p, cols(dp=8, mbs=1, recompute=1))["mem_activations_gib"][0]
+    assert (none - sel) * 2**30 == pytest.approx(4 * s * 5 * 16 * s, rel=1e-6)
+
+
+# --- model states ---------------------------------------------------------------------------------------------------
+def test_megatron_states_18_bytes_and_distributed_optimizer_6_plus_12_over_d():
+    """Megatron dist_optimizer.md: 18 B/param without sharding, 6 + 12/d with the distributed optimizer."""
+    prof = profile_for("megatron")
+    psi = np.array([1e9])
+    plain = memory.state_bytes(psi, np.array([0]), np.array([8]), prof, fp8=False)
+    dist = memory.state_bytes(psi, np.array([1]), np.array([8]), prof, fp8=False)
+    assert sum(plain.values())[0] == pytest.approx(18e9)
+    assert sum(dist.values())[0] == pytest.approx((6 + 12 / 8) * 1e9)
+
+
+def test_zero3_fsdp_shards_everything_16_bytes():
+    prof = profile_for("torchtitan")
+    st = memory.state_bytes(np.array([1e9]), np.array([3]), np.array([64]), prof, fp8=False)
+    assert sum(st.values())[0] == pytest.approx(16e9 / 64)
+
+
+def test_zero_stages_never_increase_state_memory():
+    prof = profile_for("generic")
+    totals = [sum(memory.state_bytes(np.array([7e9]), np.array([z]), np.array([32]), prof, False).values())[0]
+              for z in range(4)]
+    assert totals == sorted(totals, reverse=True)
+
+
+# --- communication ----------------------------------------------------------------------------------------------------
+def test_ring_all_reduce_in_one_domain():
+    """nccl-tests: t = S * 2(n-1)/n / busbw (+ latency) for a group inside one NVLink domain."""
+    cl = load_cluster("h100x8")
+    size = 1e9
+    t = comm.all_reduce_time(np.array([size]), np.array([8]), ONE, cl)[0]
+    bw = 450e9 * comm.NVLINK_EFFICIENCY
+    assert t == pytest.approx(size * 2 * 7 / 8 / bw, rel=0.01)
+
+
+def test_hierarchical_all_reduce_sends_one_gth_over_the_network():
+    """8 GPUs per node, 4 nodes: intra 2(g-1)/g S on NVLink, inter 2(k-1)/k S/g per NIC (ml-engineering)."""
+    cl = load_cluster("h100x32")
+    size = 4e9
+    t = comm.all_reduce_time(np.array([size]), np.array([32]), ONE, cl)[0]
+    nv = 450e9 * comm.NVLINK_EFFICIENCY
+    net = 50e9 * comm.NETWORK_EFFICIENCY
+    expected = 2 * 7 / 8 * size / nv + 2 * 3 / 4 * size / 8 / net
+    assert t == pytest.approx(expected, rel=0.01)
+
+
+def test_all_gather_is_half_an_all_reduce():
+    cl = load_cluster("h100x64")
+    ar = comm.all_reduce_time(np.array([2e9]), np.array([64]), ONE, cl)[0]
+    ag = comm.all_gather_time(np.array([2e9]), np.array([64]), ONE, cl)[0]
+    assert ag == pytest.approx(ar / 2, rel=0.01)
+
+
+# --- pipeline schedules ---------------------------------------------------------------------------------------------
+def test_bubbles_per_schedule():
+    p, v, tf, tb, tw = np.array([8]), np.array([4]), np.array([1.0]), np.array([2.0]), np.array([1.0])
+    one_f = schedule.bubble_time(np.array([schedule.S_1F1B]), p, ONE, tf, tb, tw)[0]
+    inter = schedule.bubble_time(np.array([schedule.S_INTERLEAVED]), p, v, tf, tb, tw)[0]
+    zb1 = schedule.bubble_time(np.array([schedule.S_ZBH1]), p, ONE, tf, tb, tw)[0]
+    zb2 = schedule.bubble_time(np.array([schedule.S_ZBH2]), p, ONE, tf, tb, tw)[0]
+    assert one_f == pytest.approx(7 * 3.0)  # (p-1)(t_f + t_b)
+    assert inter == pytest.approx(one_f / 4)  # / v
+    assert zb1 == pytest.approx(one_f / 3)  # T_F = T_B = T_W: a third of 1F1B (Qi et al. 2024)
+    assert zb2 == pytest.approx(0.0)
+
+
+def test_inflight_microbatches():
+    p, m = np.array([8]), np.array([64])
+    assert schedule.inflight_microbatches(np.array([schedule.S_1F1B]), p, ONE, m)[0] == 8
+    inter = schedule.inflight_microbatches(np.array([schedule.S_INTERLEAVED]), p, np.array([4]), m)[0]
+    assert inter == pytest.approx(8 * (1 + 7 / 32))  # 1 + (p-1)/(p v), Korthikanti §4.2.3
+    assert schedule.inflight_microbatches(np.array([schedule.S_ZBH2]), p, ONE, m)[0] == 15  # 2p - 1
+
+
+# --- assembled step -----------------------------------------------------------------------------------------------
+def test_step_time_decomposes_and_mfu_is_consistent(llama70b_h100x512):
+    p = llama70b_h100x512
+    r = evaluate(p, cols(tp=8, pp=4, dp=16, vpp=5, mbs=1, zero=1, recompute=1, sp=1, schedule=1))
+    step = r["step_time_s"][0]
+    parts = r["compute_s"][0] + r["exposed_comm_s"][0] + r["bubble_s"][0] + r["optimizer_s"][0]
+    assert parts == pytest.approx(step, rel=0.02)
+    tokens = 512 * 8192
+    assert r["tokens_per_s_per_gpu"][0] == pytest.approx(tokens / step / 512)
+    assert 0.2 < r["mfu"][0] < 0.7
+
+
+def test_more_recompute_is_slower_and_leaner(llama70b_h100x512):
+    p = llama70b_h100x512
+    rs = [evaluate(p, cols(tp=8, pp=4, dp=16, mbs=1, zero=1, recompute=rc, sp=1)) for rc in (0, 2)]
+    assert rs[1]["step_time_s"][0] > rs[0]["step_time_s"][0]
+    assert rs[1]["memory_peak_gib"][0] < rs[0]["memory_peak_gib"][0]
+
+
+def test_fp8_is_faster_than_bf16():
+    m, cl = load_model("llama3-8b"), load_cluster("h100x8")
+    t = {prec: evaluate(Problem(m, cl, TrainingSpec(seq_len=4096, global_batch=64, precision=prec)),
+                        cols(dp=8, mbs=2, zero=1))["step_time_s"][0] for prec in ("bf16", "fp8")}
+    assert 1.1 < t["bf16"] / t["fp8"] < 2.0

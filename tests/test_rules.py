@@ -1,0 +1,90 @@
+"""One test per layout rule: a layout that breaks it is refused by that rule, a close one that keeps it passes."""
+
+import pytest
+from conftest import cols
+
+from planner.catalog import load_cluster, load_model
+from planner.cost.profiles import PROFILES
+from planner.explain import explain
+from planner.layout_keys import parse_pairs
+from planner.problem import Problem
+from planner.rules import RULES, RULES_BY_NAME
+from planner.search import search
+from planner.specs import TrainingSpec
+
+
+def prob(model="llama3-70b", cluster="h100x64", seq=8192, gbs=64, framework="generic", fixed=None):
+    return Problem(load_model(model), load_cluster(cluster), TrainingSpec(seq_len=seq, global_batch=gbs,
+                                                                          framework=framework), fixed=fixed or {})
+
+
+CASES = {
+    # rule: (problem, breaking layout, keeping layout)
+    "world_size": (prob(), dict(tp=8, pp=2, dp=2), dict(tp=8, pp=2, dp=4)),
+    "heads_divisible_by_tp": (prob("llama2-13b", "h100x48"), dict(tp=3, dp=16), dict(tp=4, dp=12)),
+    "kv_heads_divisible_by_tp": (prob("llama3-70b", "h100x64"), dict(tp=16, dp=4), dict(tp=8, dp=8)),
+    "tp_within_nvlink_domain": (prob("llama3-405b", "h100x64"), dict(tp=16, dp=4), dict(tp=8, dp=8)),
+    "layers_fill_stages": (prob("llama2-7b", "h100x64"), dict(pp=16, vpp=4, dp=4, schedule=1),
+                           dict(pp=16, vpp=2, dp=4, schedule=1)),
+    "sequence_divisible_by_2cp": (prob(seq=8190), dict(cp=2, dp=32), dict(cp=1, dp=64)),
+    "global_batch_divisible": (prob(gbs=60), dict(dp=64), dict(tp=8, dp=4, pp=2)),
+    "vpp_needs_pipeline": (prob(), dict(vpp=2, dp=64, schedule=1), dict(vpp=2, pp=2, dp=32, schedule=1)),
+    "schedule_matches_vpp": (prob(), dict(pp=2, dp=32, vpp=1, schedule=1), dict(pp=2, dp=32, vpp=2, schedule=1)),
+    "schedule_needs_pipeline": (prob(), dict(dp=64, schedule=2), dict(pp=2, dp=32, schedule=2)),
+    "interleaved_microbatches": (prob(gbs=64), dict(pp=8, dp=8, vpp=2, mbs=2, schedule=1),
+                                 dict(pp=8, dp=8, vpp=2, mbs=1, schedule=1)),
+    "sequence_parallel_needs_tp": (prob(), dict(dp=64, sp=1), dict(tp=2, dp=32, sp=1)),
+    "expert_parallel_needs_moe": (prob(), dict(dp=64, ep=8), dict(dp=64, ep=1)),
+    "experts_divisible_by_ep": (prob("mixtral-8x7b"), dict(dp=64, ep=16), dict(dp=64, ep=8)),
+    "ep_divides_data_ranks": (prob("mixtral-8x7b"), dict(pp=32, dp=2, ep=8), dict(pp=8, dp=8, ep=8)),
+    "ep_with_tp_needs_sp": (prob("mixtral-8x7b"), dict(tp=2, dp=32, ep=8, sp=0), dict(tp=2, dp=32, ep=8, sp=1)),
+    "sharding_needs_replicas": (prob(cluster="h100x8"), dict(tp=8, zero=1), dict(tp=4, dp=2, zero=1)),
+    "schedule_supported_by_framework": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2),
+                                        dict(pp=2, dp=32, schedule=0)),
+    "zero_bubble_no_vpp": (prob(), dict(pp=2, dp=32, vpp=2, schedule=2), dict(pp=2, dp=32, vpp=1, schedule=2)),
+}
+
+
+def test_every_rule_has_a_test():
+    assert set(CASES) == {r.name for r in RULES}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule(name):
+    problem, bad, good = CASES[name]
+    rule = RULES_BY_NAME[name]
+    assert not rule.check(cols(**bad), problem)[0], f"{name} should refuse {bad}"
+    assert rule.check(cols(**good), problem)[0], f"{name} should allow {good}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_explain_names_the_broken_rule(name):
+    problem, bad, _ = CASES[name]
+    out = explain(problem, {k: v for k, v in bad.items()} | {"dp": bad.get("dp", 1)})
+    assert name in [r["rule"] for r in out["broken_rules"]]
+
+
+def test_search_never_returns_a_plan_breaking_a_rule():
+    problem = prob("mixtral-8x7b", "h100x64", gbs=256)
+    result = search(problem, top=50)
+    for plan in result.plans:
+        c = cols(**plan.layout)
+        assert all(r.check(c, problem)[0] for r in RULES)
+
+
+def test_pruned_counts_add_up():
+    result = search(prob(), top=1)
+    assert result.candidates == result.feasible + sum(result.pruned.values())
+    assert result.pruned["world_size"] > 0
+
+
+def test_pinned_knobs_are_respected():
+    problem = prob(fixed=parse_pairs(["tp=4,pp=2,recompute=full"], "--fix"))
+    for plan in search(problem, top=10).plans:
+        assert (plan.layout["tp"], plan.layout["pp"], plan.layout["recompute"]) == (4, 2, 2)
+
+
+def test_megatron_profile_offers_no_zero_bubble():
+    assert "zb-h1" not in PROFILES["megatron"].schedules
+    plans = search(prob(framework="megatron", cluster="h100x512", gbs=512), top=20).plans
+    assert all(p.layout["schedule"] in (0, 1) for p in plans)

@@ -1,0 +1,58 @@
+"""The CP-SAT model and the numpy search read the same rules and agree; infeasible problems explain themselves."""
+
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.cpsat import count_solutions, diagnose
+from planner.diagnosis import explain_infeasible
+from planner.errors import NoFeasiblePlan
+from planner.layout_keys import parse_pairs
+from planner.problem import Problem
+from planner.search import search
+from planner.space import enumerate_layouts
+from planner.specs import TrainingSpec
+
+
+@pytest.mark.parametrize("model,cluster,gbs", [("llama2-7b", "h100x16", 64), ("mixtral-8x7b", "a100x32", 128)])
+def test_cpsat_and_numpy_enumeration_agree(model, cluster, gbs):
+    p = Problem(load_model(model), load_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=gbs))
+    assert count_solutions(p) == len(enumerate_layouts(p).cols["tp"])
+
+
+def test_infeasible_core_names_conflicting_rules():
+    p = Problem(load_model("llama3-70b"), load_cluster("h100x64"), TrainingSpec(),
+                fixed=parse_pairs(["tp=16"], "--fix"))
+    core = diagnose(p)
+    assert not core.feasible
+    assert {r.name for r in core.core} & {"tp_within_nvlink_domain", "kv_heads_divisible_by_tp"}
+
+
+def test_memory_bound_problem_suggests_changes():
+    p = Problem(load_model("llama3-405b"), load_cluster("h100x32"), TrainingSpec(seq_len=8192, global_batch=64))
+    with pytest.raises(NoFeasiblePlan):
+        search(p)
+    d = explain_infeasible(p)
+    assert d["binding"] == ["memory_fits"]
+    assert any("GPUs" in s for s in d["suggestions"])
+
+
+def test_search_is_deterministic():
+    p = Problem(load_model("llama3-8b"), load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=256))
+    a = [x.layout for x in search(p, top=10).plans]
+    b = [x.layout for x in search(p, top=10).plans]
+    assert a == b
+
+
+def test_ranked_by_throughput():
+    p = Problem(load_model("llama3-8b"), load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=256))
+    tput = [x.metrics["tokens_per_s_per_gpu"] for x in search(p, top=10).plans]
+    assert all(a >= b * 0.9995 for a, b in zip(tput, tput[1:], strict=False))
+
+
+def test_time_limit_marks_not_proven(monkeypatch):
+    import planner.search as s
+
+    monkeypatch.setattr(s, "CHUNK", 1000)
+    p = Problem(load_model("llama3-70b"), load_cluster("h100x512"), TrainingSpec())
+    r = s.search(p, top=1, time_limit_s=1e-9)
+    assert r.proven_best is False and r.plans

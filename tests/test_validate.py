@@ -1,0 +1,48 @@
+"""The validation scoreboard as a regression gate: the dense median error may not rise above the issue's target."""
+
+import pytest
+
+from planner.validate import kendall_tau, load_cases, run_case, validate
+
+DENSE_MEDIAN_TARGET = 0.10
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate()
+
+
+def test_every_case_is_predicted_or_explained(report):
+    for case in report["cases"]:
+        assert case["predicted"] is not None or case["reason"], case["id"]
+    assert report["summary"]["predicted"] >= 0.95 * report["summary"]["cases"]
+
+
+def test_dense_median_error_under_target(report):
+    dense = report["summary"]["groups"]["tier:dense"]["throughput"]
+    assert dense["cases"] >= 200
+    assert dense["median_ape"] <= DENSE_MEDIAN_TARGET
+
+
+def test_predictions_are_positive_and_finite(report):
+    for case in report["cases"]:
+        if case["predicted"]:
+            assert 0 < case["predicted"]["tokens_per_s_per_gpu"] < 1e7
+            assert 0 < case["predicted"]["memory_gib"] < 1e5
+
+
+def test_stated_knobs_are_pinned():
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    out = run_case(case, "test")
+    assert (out["layout"]["tp"], out["layout"]["pp"], out["layout"]["micro_batch"]) == (8, 1, 8)
+
+
+def test_bad_case_gets_a_reason_not_a_crash():
+    out = run_case({"id": "x", "tier": "dense", "model": {"hidden_size": 3}, "cluster": "h100x8",
+                    "training": {"seq_len": 1, "global_batch": 1}, "layout": {}, "measured": {}}, "test")
+    assert out["predicted"] is None and out["reason"]
+
+
+def test_kendall_tau():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
