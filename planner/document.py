@@ -22,7 +22,25 @@ def sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None) -> dict[str, Any]:
+def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """First/last-stage layer counts for an uneven split (Megatron --decoder-first/last-pipeline-num-layers).
+
+    Middle stages get ceil(L/pp) layers, as the cost model assumes for the busiest stage; the rest is shared by the
+    first and last stages. None when the split is even or needs virtual stages (then only a pipeline layout fits).
+    """
+    if pp < 2 or layers % (pp * vpp) == 0 or vpp > 1:
+        return None
+    cap = -(-layers // pp)
+    for middle in (cap, layers // pp):
+        rest = layers - (pp - 2) * middle
+        first, last = rest // 2, rest - rest // 2
+        if 1 <= first <= cap and 1 <= last <= cap:
+            return first, last
+    return None
+
+
+def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
+                layers: int | None = None) -> dict[str, Any]:
     out = {
         "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
         "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": layout["zero"],
@@ -31,6 +49,10 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None)
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
+    if layers is not None:
+        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"])
+        if split:
+            out["first_stage_layers"], out["last_stage_layers"] = split
     return out
 
 
@@ -57,8 +79,8 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
-def plan_entry(rank: int, plan: Plan, capacity: float) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics),
+def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None) -> dict[str, Any]:
+    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers),
             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
 
 
@@ -70,7 +92,7 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "planner_version": __version__,
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
-        "plans": [plan_entry(i + 1, plan, cap) for i, plan in enumerate(result.plans)],
+        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers) for i, plan in enumerate(result.plans)],
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

@@ -43,6 +43,8 @@ def why(plan: Plan, best: Plan) -> str:
         best.metrics["compute_s"] - best.metrics["recompute_s"])
     key = max(deltas, key=lambda k: deltas[k])
     slower = plan.metrics["step_time_s"] / best.metrics["step_time_s"] - 1
+    if slower < 0.0005:
+        return "ties #1 (same predicted step time)"
     label = names.get(key, "slower kernels")
     return f"{slower:+.1%}: more {label}"
 
