@@ -6,17 +6,13 @@ import os
 import sys
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
 
-# typer >= 0.20 vendors click (typer._click) and raises its own exception classes, which are not click's; older typer
-# raises click's own. Catch both so that a usage error is one line and exit 2, never an "internal error".
-_EXIT = tuple({click.exceptions.Exit, typer.Exit})
-_ABORT = tuple({click.exceptions.Abort, typer.Abort})
-_USAGE = tuple({click.ClickException, getattr(typer, "TyperException", click.ClickException)})
+# typer >= 0.20 vendors click and raises its own exception classes; older typer raises click's, and click is then
+# installed. run() matches both by shape so that a usage error is one line and exit 2, never an "internal error".
 
 EXAMPLES = """
 Examples:
@@ -285,19 +281,20 @@ def run() -> None:
     except NoFeasiblePlan as exc:
         _print_infeasible(exc)
         sys.exit(1)
-    except _EXIT as exc:
-        sys.exit(exc.exit_code)
-    except _ABORT:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except _USAGE as exc:
-        print(single_line(f"error: {exc.format_message()} (fix: see 'plan --help')"), file=sys.stderr)
-        sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # noqa: BLE001 - the promise is "never a traceback"; report and exit 3
+        name = type(exc).__name__
+        if name == "Exit":
+            sys.exit(getattr(exc, "exit_code", 0))
+        if name == "Abort":
+            print("aborted", file=sys.stderr)
+            sys.exit(130)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            print(single_line(f"error: {exc.format_message()} (fix: see 'plan --help')"), file=sys.stderr)
+            sys.exit(2)
         print(single_line(f"internal error: {type(exc).__name__}: {exc} (please report with the command line)"),
               file=sys.stderr)
         sys.exit(3)

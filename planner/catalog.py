@@ -9,6 +9,7 @@ import difflib
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -87,21 +88,19 @@ def read_structured_file(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise PlanInputError(f"invalid JSON at line {exc.lineno}: {exc.msg}", source=src,
                              fix="fix the JSON syntax") from None
-    except yaml.constructor.ConstructorError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = (getattr(exc, "problem", None) or str(exc)).splitlines()[0]
-        raise PlanInputError(f"refused YAML{where}: {problem}", source=src,
-                             fix="remove the tag; only plain mappings, lists, strings and numbers are read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = (getattr(exc, "problem", None) or str(exc)).splitlines()[0]
+        if "constructor for the tag" in problem:  # e.g. !!python/object/apply:os.system: never constructed
+            raise PlanInputError(f"refused YAML tag{where}: {problem}", source=src,
+                                 fix="remove the tag; only plain mappings, lists, strings and numbers are read"
+                                 ) from None
         raise PlanInputError(f"invalid YAML{where}: {problem}", source=src, fix="fix the YAML syntax") from None
     except RecursionError:
         raise PlanInputError("nested too deeply to read", source=src, fix="flatten the file") from None
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits, or a date such as 2024-13-45
-        raise PlanInputError(f"unreadable value ({str(exc).splitlines()[0][:80]})", source=src,
+        raise PlanInputError(f"unreadable value ({str(exc).split(';')[0][:100]})", source=src,
                              fix="write sizes as plain numbers") from None
 
 
@@ -117,7 +116,9 @@ def _fix_for(kind: str, field: str | None, ctx: dict[str, Any]) -> str:
         return f"add '{name}: ...'"
     if kind.startswith("int"):
         return f"write {name} as a whole number"
-    if kind.startswith(("float", "finite")) or "expected a number" in str(ctx.get("error", "")):
+    if "expected a number" in str(ctx.get("error", "")):
+        return f"write {name} as a number"
+    if kind.startswith(("float", "finite")):
         return f"write {name} as a finite number"
     if kind.startswith("bool"):
         return f"write {name} as true or false"
@@ -129,45 +130,64 @@ def _fix_for(kind: str, field: str | None, ctx: dict[str, Any]) -> str:
 
 
 def pydantic_error(exc: ValidationError, source: str | None, names: dict[str, str] | None = None,
-                   prefix: str = "") -> PlanInputError:
+                   prefix: str = "", unknown: UnknownKeys | None = None) -> PlanInputError:
     """The first validation error as one line; `names` maps spec fields to what the user typed (CLI flags)."""
     err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or None
-    if field:
-        field = (names or {}).get(field, prefix + field)
+    loc = ".".join(str(p) for p in err["loc"]) or None
+    field = (names or {}).get(loc, prefix + loc) if loc else None
+    fix = _fix_for(err["type"], field, err.get("ctx") or {})
+    if unknown and loc and err["type"] == "missing":
+        fix = unknown.fix_for_missing(loc, fix)
     msg = err["msg"].removeprefix("Value error, ")
     got = err.get("input")
     if field and not isinstance(got, dict | list) and err["type"] != "missing":
         shown = repr(got)
         msg = f"{msg} (got {shown[:60] + '...' if len(shown) > 60 else shown})"
-    return PlanInputError(msg, field=field, source=source, fix=_fix_for(err["type"], field, err.get("ctx") or {}))
+    return PlanInputError(msg, field=field, source=source, fix=fix)
 
 
 _SHOWN_KEYS = 8  # unknown keys named in the warning; the rest are counted
 _MATCHED_KEYS = 200  # unknown keys checked for a "did you mean" (bounds the work on a hostile file)
 
 
+@dataclass
+class UnknownKeys:
+    """Keys a file gave that the planner does not read. Warned about (one line) only once the file has validated;
+    when it fails, the error's fix names the likely typo instead, so a bad file still gets exactly one line."""
+
+    source: str
+    where: str | None = None
+    notes: list[str] = field(default_factory=list)
+    typos: dict[str, str] = field(default_factory=dict)  # known field -> the unknown key that looks like it
+
+    def warn(self) -> None:
+        if self.notes:
+            more = f" and {len(self.notes) - _SHOWN_KEYS} more" if len(self.notes) > _SHOWN_KEYS else ""
+            plural = "s" if len(self.notes) > 1 else ""
+            _warn(f"{self.source}: {self.where + ': ' if self.where else ''}unknown key{plural} ignored: "
+                  f"{', '.join(self.notes[:_SHOWN_KEYS])}{more}")
+
+    def fix_for_missing(self, name: str, default: str) -> str:
+        return f"rename '{self.typos[name]}' to '{name}'" if name in self.typos else default
+
+
 def check_keys(doc: dict, source: str, known: set[str], *, ignored: set[str] | frozenset[str] = frozenset(),
-               where: str | None = None, cutoff: float = 0.75, name_unmatched: bool = True) -> None:
-    """Every key must be text; unknown keys are ignored with ONE warning line that suggests the closest known key."""
+               where: str | None = None, cutoff: float = 0.75, name_unmatched: bool = True) -> UnknownKeys:
+    """Every key must be text; unknown keys are collected with the closest known key ("did you mean")."""
     for key in doc:
         if not isinstance(key, str):
             raise PlanInputError(f"key {key!r} is not text", field=where, source=source,
                                  fix="quote the key, or remove it")
-    unknown = sorted(k for k in doc if k not in known and k not in ignored)
-    notes: list[str] = []
-    for i, key in enumerate(unknown):
+    out = UnknownKeys(source, where)
+    for i, key in enumerate(sorted(k for k in doc if k not in known and k not in ignored)):
         close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=cutoff) if i < _MATCHED_KEYS else []
         label = repr(key[:40] + ("..." if len(key) > 40 else ""))
         if close:
-            notes.append(f"{label} (did you mean '{close[0]}'?)")
+            out.notes.append(f"{label} (did you mean '{close[0]}'?)")
+            out.typos.setdefault(close[0], key)
         elif name_unmatched:
-            notes.append(label)
-    if notes:
-        more = f" and {len(notes) - _SHOWN_KEYS} more" if len(notes) > _SHOWN_KEYS else ""
-        plural = "s" if len(notes) > 1 else ""
-        _warn(f"{source}: {where + ': ' if where else ''}unknown key{plural} ignored: "
-              f"{', '.join(notes[:_SHOWN_KEYS])}{more}")
+            out.notes.append(label)
+    return out
 
 
 def _did_you_mean(word: str, options: list[str]) -> str:
@@ -212,8 +232,8 @@ def model_from_mapping(doc: Any, source: str) -> ModelSpec:
                              fix="use num_hidden_layers / hidden_size")
     known = set(ModelSpec.model_fields)
     # A Hugging Face config.json carries many keys the planner does not need: name only the likely typos there.
-    check_keys(doc, source, known, ignored=_HF_IGNORED | set(_EXPERT_ALIASES),
-               name_unmatched="architectures" not in doc and "model_type" not in doc)
+    unknown = check_keys(doc, source, known, ignored=_HF_IGNORED | set(_EXPERT_ALIASES),
+                         name_unmatched="architectures" not in doc and "model_type" not in doc)
     for key, value in doc.items():
         if key in known and isinstance(value, float) and value.is_integer() and key != "published_params":
             doc[key] = int(value)
@@ -225,9 +245,11 @@ def model_from_mapping(doc: Any, source: str) -> ModelSpec:
         doc["intermediate_size"] = doc["moe_intermediate_size"]
     doc.setdefault("name", Path(source).stem if source not in ("<inline>",) else "custom")
     try:
-        return ModelSpec.model_validate(doc)
+        spec = ModelSpec.model_validate(doc)
     except ValidationError as exc:
-        raise pydantic_error(exc, source) from None
+        raise pydantic_error(exc, source, unknown=unknown) from None
+    unknown.warn()
+    return spec
 
 
 def load_model(ref: str) -> ModelSpec:
@@ -252,16 +274,23 @@ def gpu_catalog() -> dict[str, dict]:
     return yaml.safe_load((data_dir("clusters") / "gpus.yaml").read_text())
 
 
-def load_gpu(ref: Any, source: str) -> GPUSpec:
+def load_gpu(ref: Any, source: str, pending: list[UnknownKeys] | None = None) -> GPUSpec:
+    """A catalog key, or an inline mapping (optionally on top of a catalog `key`). Unknown-key warnings go to
+    `pending` when given (the caller warns once the whole file has validated)."""
     if isinstance(ref, dict):
-        check_keys(ref, source, set(GPUSpec.model_fields), where="gpu")
+        unknown = check_keys(ref, source, set(GPUSpec.model_fields), where="gpu")
         base: dict = {}
         if isinstance(ref.get("key"), str) and ref["key"] in gpu_catalog():
             base = dict(gpu_catalog()[ref["key"]])
         try:
-            return GPUSpec.model_validate({**base, **ref})
+            gpu = GPUSpec.model_validate({**base, **ref})
         except ValidationError as exc:
-            raise pydantic_error(exc, source, prefix="gpu.") from None
+            raise pydantic_error(exc, source, prefix="gpu.", unknown=unknown) from None
+        if pending is None:
+            unknown.warn()
+        else:
+            pending.append(unknown)
+        return gpu
     if not isinstance(ref, str):
         raise PlanInputError("gpu must be a catalog key or a mapping", field="gpu", source=source,
                              fix=f"use one of {', '.join(gpu_catalog())}")
@@ -287,10 +316,12 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
                              fix="write 'gpu: h100' and 'nodes: 64' keys")
     known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
              "network_latency_us", "oversubscription"}
-    check_keys(doc, source, known, cutoff=0.6)
+    unknown = check_keys(doc, source, known, cutoff=0.6)
     if "gpu" not in doc:
-        raise PlanInputError("missing", field="gpu", source=source, fix="add 'gpu: h100' (or an inline GPU spec)")
-    gpu = load_gpu(doc["gpu"], source)
+        raise PlanInputError("missing", field="gpu", source=source,
+                             fix=unknown.fix_for_missing("gpu", "add 'gpu: h100' (or an inline GPU spec)"))
+    pending = [unknown]
+    gpu = load_gpu(doc["gpu"], source, pending)
     per_node = doc.get("gpus_per_node", 8 if gpu.nvlink_domain <= 8 else 4)
     if "num_gpus" in doc:
         count = doc["num_gpus"]
@@ -304,7 +335,8 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
                                  source=source, fix="e.g. 'gpus_per_node: 8'")
         count = nodes * per_node
     else:
-        raise PlanInputError("missing", field="nodes", source=source, fix="add 'nodes: N' or 'num_gpus: N'")
+        raise PlanInputError("missing", field="nodes", source=source,
+                             fix=unknown.fix_for_missing("nodes", "add 'nodes: N' or 'num_gpus: N'"))
     spec = {
         "name": doc.get("name", Path(source).stem),
         "gpu": gpu,
@@ -316,9 +348,12 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         "oversubscription": doc.get("oversubscription", 1.0),
     }
     try:
-        return ClusterSpec.model_validate(spec)
+        cluster = ClusterSpec.model_validate(spec)
     except ValidationError as exc:
-        raise pydantic_error(exc, source) from None
+        raise pydantic_error(exc, source, unknown=unknown) from None
+    for keys in pending:
+        keys.warn()
+    return cluster
 
 
 def load_cluster(ref: str) -> ClusterSpec:

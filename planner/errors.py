@@ -24,7 +24,8 @@ class PlanInputError(Exception):
     def one_line(self) -> str:
         parts = []
         if self.source:
-            parts.append(f"{self.source}:")
+            src = self.source if len(self.source) <= 120 else "..." + self.source[-117:]  # keep the file name
+            parts.append(f"{src}:")
         if self.field:
             parts.append(f"{self.field}:")
         parts.append(self.message)

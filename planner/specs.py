@@ -38,7 +38,7 @@ class _Spec(BaseModel):
     def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
         if isinstance(value, bool) and field is not None and _is_number(field.annotation):
-            raise ValueError(f"expected a number, got {str(value).lower()}")
+            raise ValueError("expected a number, not true/false")
         return value
 
 
