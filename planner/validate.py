@@ -140,26 +140,34 @@ def kendall_tau(xs: list[float], ys: list[float]) -> float:
     return (conc - disc) / pairs if pairs else 0.0
 
 
+def _layout_signature(case: dict[str, Any]) -> tuple:
+    lay = case.get("layout", {})
+    return tuple(sorted((k, str(v)) for k, v in lay.items())) + (("mbs", str(case["training"].get("micro_batch"))),)
+
+
 def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Cases of one source, model, cluster, sequence length and batch that differ only in layout or schedule."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
+    """Runs of one source, model, cluster, sequence length, batch and precision that differ in layout or schedule.
+
+    Repeats of the same stated layout (e.g. one recipe measured on several container releases) are averaged into one
+    entry, so a group ranks layouts, not software versions; groups need two or more distinct layouts.
+    """
+    groups: dict[tuple, dict[tuple, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, case in enumerate(cases):
         if results[i]["predicted"] is None or not case.get("measured", {}).get("tokens_per_s_per_gpu"):
             continue
         tr = case.get("training", {})
         key = (short_source(case), case.get("model", {}).get("name"), case.get("cluster"), tr.get("seq_len"),
-               tr.get("global_batch"))
-        groups[key].append(i)
+               tr.get("global_batch"), tr.get("precision"))
+        groups[key][_layout_signature(case)].append(i)
     out = []
-    for key, idx in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if len(idx) < 2:
+    for key, layouts in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len(layouts) < 2:
             continue
-        meas = [cases[i]["measured"]["tokens_per_s_per_gpu"] for i in idx]
-        pred = [results[i]["predicted"]["tokens_per_s_per_gpu"] for i in idx]
-        if len(set(meas)) < 2:
-            continue
-        out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]}",
-                    "cases": [cases[i]["id"] for i in idx], "kendall_tau": sig(kendall_tau(pred, meas), 3)})
+        members = list(layouts.values())
+        meas = [statistics.mean(cases[i]["measured"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
+        pred = [statistics.mean(results[i]["predicted"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
+        out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]} {key[5]}",
+                    "cases": [cases[idx[0]]["id"] for idx in members], "kendall_tau": sig(kendall_tau(pred, meas), 3)})
     return out
 
 

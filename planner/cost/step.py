@@ -126,7 +126,11 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     layer_f = gemm_f + attn_f + elem_f + launch_f
     layer_w = gemm_f  # weight-gradient GEMMs
     layer_b = 2 * gemm_f + attn_b + elem_bytes_b / hbm + 2 * launch_f
-    recompute_b = np.where(rc == 2, layer_f, np.where(rc == 1, attn_f, 0.0))
+    # Selective recompute: with unfused attention it is Korthikanti et al.'s (re-run the attention core); with fused
+    # attention there is no s^2 state to drop, and Megatron-Core's selective modules re-run the memory-bound
+    # norms and activation functions instead (`--recompute-modules layernorm mlp/moe_act`): one forward of them.
+    selective_cost = elem_f if prof.flash_attention else attn_f
+    recompute_b = np.where(rc == 2, layer_f, np.where(rc == 1, selective_cost, 0.0))
 
     # --- communication inside a layer ----------------------------------------------------------------------------
     act_bytes = tok * m.hidden_size * 2.0
@@ -212,6 +216,14 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == 1, 0.0, 5.0 * m.num_attention_heads * s / tp)
+    else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input)
+        gemm_in = 1.0 if fp8 else 2.0
+        width = m.intermediate_size
+        if m.is_moe:
+            width = (1 - frac_moe) * m.intermediate_size + frac_moe * m.expert_ffn * (
+                m.num_experts_per_tok + m.n_shared_experts)
+        saved = np.where(sp == 1, 2 * gemm_in * m.hidden_size / tp, 2 * gemm_in * m.hidden_size) + gemm_in * width / tp
+        act_per_token = act_per_token - np.where(rc == 1, saved, 0.0)
     layer_input = np.where(sp == 1, 2.0 * m.hidden_size / tp, 2.0 * m.hidden_size)
     per_layer_act = np.where(rc == 2, layer_input, act_per_token) * tok
     inflight = schedule.inflight_microbatches(sched, pp, vpp, np.floor(micro))
