@@ -68,6 +68,11 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     return Problem(model, cluster, training, fixed=fixed)
 
 
+# Published peak memory comes from the framework's own report (PyTorch allocator statistics), so it is compared with
+# the allocator view of the prediction; `memory_peak_gib` (device total, used for the fit check) adds the CUDA
+# context and NCCL buffers.
+
+
 def _ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas
 
@@ -96,7 +101,7 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
     plan = result.plans[0]
     mt = plan.metrics
     pred = {"tokens_per_s_per_gpu": sig(mt["tokens_per_s_per_gpu"]), "step_time_s": sig(mt["step_time_s"]),
-            "memory_gib": sig(mt["memory_peak_gib"], 4), "mfu": sig(mt["mfu"], 4)}
+            "memory_gib": sig(mt["memory_allocator_gib"], 4), "mfu": sig(mt["mfu"], 4)}
     meas = out["measured"]
     err: dict[str, float] = {}
     if meas.get("tokens_per_s_per_gpu"):
