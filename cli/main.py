@@ -60,8 +60,33 @@ def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
         raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(allowed)}")
 
 
+def _compress(items: list[str] | None) -> dict[str, float]:
+    """`--compress dp=4,tp=1.5`: a what-if compression ratio per parallel dimension (>= 1)."""
+    from planner.cost.compression import DIMENSIONS
+
+    ratios: dict[str, float] = {}
+    for item in items or []:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            key, _, raw = part.partition("=")
+            key = key.strip().lower()
+            if key not in DIMENSIONS:
+                raise PlanInputError(f"unknown dimension '{key}'", field="--compress",
+                                     fix=f"use {', '.join(DIMENSIONS)}, e.g. --compress dp=4,tp=1.5")
+            try:
+                ratio = float(raw)
+            except ValueError:
+                raise PlanInputError(f"ratio for {key} must be a number (got '{raw}')", field="--compress",
+                                     fix="e.g. --compress dp=4") from None
+            if not 1.0 <= ratio <= 1000.0:
+                raise PlanInputError(f"ratio for {key} must be between 1 and 1000 (got {raw})", field="--compress",
+                                     fix="a ratio of 4 sends a quarter of the bytes")
+            ratios[key] = ratio
+    return ratios
+
+
 def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
-             fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True):
+             fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
+             compress: list[str] | None = None):
     from pydantic import ValidationError
 
     from planner.catalog import load_cluster, load_model, pydantic_error
@@ -87,7 +112,8 @@ def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precisio
     if precision in ("fp8", "fp4") and not (c.gpu.fp8_tflops if precision == "fp8" else c.gpu.fp4_tflops):
         _stderr().print(f"warning: {c.gpu.name} has no {precision} tensor cores; predicting at its bf16 rate")
     fixed = parse_pairs(fix or [], "--fix")
-    return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory)
+    return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory,
+                   compress=_compress(compress))
 
 
 @app.callback(invoke_without_command=True)
@@ -110,6 +136,8 @@ def main(
                                                         help="let tensor parallelism leave the NVLink domain")] = False,
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.01, help="cap the search (seconds); "
                                                      "the answer then says it is not proven best")] = None,
+    compress: Annotated[list[str] | None, typer.Option("--compress", help="what-if: compress each dimension's "
+                                                       "traffic by a ratio, e.g. dp=4,tp=1.5 (adds codec time)")] = None,
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
 ) -> None:
@@ -123,7 +151,8 @@ def main(
     from planner import document
     from planner.search import search
 
-    problem = _problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes)
+    problem = _problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
+                       compress=compress)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:
@@ -132,7 +161,8 @@ def main(
         exc.diagnosis.update(explain_infeasible(problem))
         raise
     options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
-               "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit}
+               "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
+               "compress": dict(sorted(problem.compress.items()))}
     doc = document.build(result, options)
     doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
     if fmt == "table":

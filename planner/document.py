@@ -46,9 +46,12 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
         "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": layout["zero"],
         "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
         "schedule": decode("schedule", layout["schedule"]),
+        "cp_comm": decode("cp_comm", layout.get("cp_comm", 0)),
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
+    if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
+        out["expert_tp"] = layout["tp"] if (layout["dp"] * layout["cp"]) % layout["ep"] == 0 else 1
     if layers is not None:
         split = uneven_stage_layers(layers, layout["pp"], layout["vpp"])
         if split:

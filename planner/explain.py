@@ -25,6 +25,7 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     lay.setdefault("recompute", 0)
     lay.setdefault("sp", 1 if lay["tp"] > 1 else 0)
     lay.setdefault("schedule", SCHEDULES.index("interleaved") if lay["vpp"] > 1 else 0)
+    lay.setdefault("cp_comm", 0)
     if "dp" not in lay:
         denom = lay["tp"] * lay["pp"] * lay["cp"]
         lay["dp"] = max(problem.num_gpus // denom, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from .errors import PlanInputError
-from .problem import KNOBS, RECOMPUTE, SCHEDULES
+from .problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES
 
 _ALIASES = {"micro_batch": "mbs", "micro-batch": "mbs", "sequence_parallel": "sp", "virtual_pipeline": "vpp",
             "recomp": "recompute", "fsdp": "zero"}
@@ -33,6 +33,12 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
             raise PlanInputError(f"schedule must be one of {', '.join(SCHEDULES)} (got '{raw}')", field=where,
                                  fix="e.g. schedule=interleaved")
         return name, SCHEDULES.index(value)
+    if name == "cp_comm":
+        value = {"p2p": "ring", "ulysses": "a2a", "all-to-all": "a2a", "alltoall": "a2a"}.get(value, value)
+        if value not in CP_COMM:
+            raise PlanInputError(f"cp_comm must be one of {', '.join(CP_COMM)} (got '{raw}')", field=where,
+                                 fix="e.g. cp_comm=a2a")
+        return name, CP_COMM.index(value)
     if name == "sp":
         if value not in _BOOL:
             raise PlanInputError(f"sp must be true or false (got '{raw}')", field=where, fix="e.g. sp=true")
@@ -75,6 +81,8 @@ def decode(name: str, value: int) -> int | str | bool:
         return RECOMPUTE[value]
     if name == "schedule":
         return SCHEDULES[value]
+    if name == "cp_comm":
+        return CP_COMM[value]
     if name == "sp":
         return bool(value)
     return int(value)

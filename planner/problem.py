@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from .specs import ClusterSpec, ModelSpec, TrainingSpec
 
 # Knob names shared by `--fix` and `explain --layout` (README, "Layout keys").
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule")
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_comm")
+CP_COMM = ("ring", "a2a")  # Megatron --cp-comm-type p2p (ring attention) | a2a (DeepSpeed-Ulysses)
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2")
 
@@ -20,6 +21,7 @@ class Problem:
     fixed: dict[str, int] = field(default_factory=dict)  # knob -> encoded value (categoricals as indices)
     allow_tp_across_nodes: bool = False
     enforce_memory: bool = True
+    compress: dict[str, float] = field(default_factory=dict)  # what-if compression ratio per parallel dimension
 
     @property
     def num_gpus(self) -> int:

@@ -15,7 +15,7 @@ def layout_text(layout: dict[str, int]) -> str:
     d = layout_dict(layout)
     parts = [f"tp{d['tp']}", f"pp{d['pp']}" + (f"/v{d['vpp']}" if d["vpp"] > 1 else ""), f"dp{d['dp']}"]
     if d["cp"] > 1:
-        parts.append(f"cp{d['cp']}")
+        parts.append(f"cp{d['cp']}" + ("(a2a)" if d["cp_comm"] == "a2a" else ""))
     if d["ep"] > 1:
         parts.append(f"ep{d['ep']}")
     parts += [f"mbs{d['micro_batch']}", f"zero{d['zero']}", d["recompute"][:4] if d["recompute"] != "none" else "norc"]

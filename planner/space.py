@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problem import KNOBS, RECOMPUTE, SCHEDULES, Problem
+from .problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, Problem
 from .rules import RULES, Rule
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
@@ -44,6 +44,7 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "recompute": list(range(len(RECOMPUTE))),
         "sp": [0, 1],
         "schedule": list(range(len(SCHEDULES))),
+        "cp_comm": list(range(len(CP_COMM))),
     }
     for knob, value in problem.fixed.items():
         if knob != "dp":
@@ -60,7 +61,7 @@ class Enumeration:
 
 # Stages: knobs introduced, in order. dp is derived from the world size in stage 0.
 _STAGES: tuple[tuple[str, ...], ...] = (
-    ("tp", "pp", "cp"), ("ep", "vpp", "mbs"), ("zero", "recompute", "sp", "schedule"))
+    ("tp", "pp", "cp"), ("ep", "vpp", "mbs"), ("zero", "recompute", "sp", "schedule", "cp_comm"))
 
 
 def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:

@@ -41,6 +41,9 @@ CASES = {
     "sharding_needs_replicas": (prob(cluster="h100x8"), dict(tp=8, zero=1), dict(tp=4, dp=2, zero=1)),
     "schedule_supported_by_framework": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2),
                                         dict(pp=2, dp=32, schedule=0)),
+    "cp_comm_needs_cp": (prob(), dict(dp=64, cp_comm=1), dict(dp=32, cp=2, cp_comm=1)),
+    "ulysses_heads_divisible": (prob("llama3-70b", "h100x64"), dict(tp=8, cp=2, dp=4, cp_comm=1),
+                                dict(tp=4, cp=2, dp=8, cp_comm=1)),
     "zero_bubble_no_vpp": (prob(), dict(pp=2, dp=32, vpp=2, schedule=2), dict(pp=2, dp=32, vpp=1, schedule=2)),
 }
 

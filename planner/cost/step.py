@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..problem import Problem
-from . import comm, flops, memory, schedule
+from . import comm, compression, flops, memory, schedule
 from .profiles import profile_for
 
 # Each CUDA kernel launch and its tail cost a few microseconds that small GEMMs cannot hide (NVIDIA CUDA C++ Best
@@ -135,18 +135,33 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # --- communication inside a layer ----------------------------------------------------------------------------
     act_bytes = tok * m.hidden_size * 2.0
     one = np.ones_like(tp)
-    tp_coll = comm.all_reduce_time(act_bytes, tp, one, cl)
+    squeeze = compression.Squeezer(problem.compress, hbm)
+    tp_coll = comm.all_reduce_time(squeeze.wire("tp", act_bytes), tp, one, cl) + squeeze.codec("tp", act_bytes)
     n_tp_coll = 4 + np.where(rc == 2, 2, 0)  # 2 fwd + 2 bwd (Narayanan et al. 2021 §3.2), +2 when recomputing
     tp_exposed = n_tp_coll * tp_coll * (1 - prof.tp_overlap)
     tp_exposed_f = 2 * tp_coll * (1 - prof.tp_overlap)
     kv_width = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else 2 * m.kv_heads * m.d_head
+    # Ring CP (Megatron, --cp-comm-type p2p): KV chunks circulate, overlapped with the attention of the previous
+    # chunk (Liu et al. 2023, ring attention). All-to-all CP (DeepSpeed-Ulysses, --cp-comm-type a2a): QKV are
+    # re-sharded from sequence to heads before attention and back after, 2 all-to-alls each way, not overlapped
+    # (Jacobs et al. 2023, arXiv 2309.14509 §3).
     cp_bytes = (cp - 1) * tok * kv_width * 2.0 / tp
-    cp_time = comm.all_to_all_time(cp_bytes * cp / np.maximum(cp - 1, 1), cp, tp, cl)
-    cp_exposed_f = np.maximum(cp_time - attn_f, 0.0)
-    cp_exposed = cp_exposed_f + np.maximum(2 * cp_time - attn_b, 0.0)
+    ring_bytes = cp_bytes * cp / np.maximum(cp - 1, 1)
+    ring = comm.all_to_all_time(squeeze.wire("cp", ring_bytes), cp, tp, cl) + squeeze.codec("cp", ring_bytes)
+    ring_f = np.maximum(ring - attn_f, 0.0)
+    ring_all = ring_f + np.maximum(2 * ring - attn_b, 0.0)
+    q_width = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.d_head)
+    qkv_bytes = tok * (q_width + (kv_width if not m.is_mla else 2 * m.num_attention_heads * m.d_head)) * 2.0 / tp
+    out_bytes = tok * q_width * 2.0 / tp
+    a2a_cp = sum(comm.all_to_all_time(squeeze.wire("cp", b), cp, tp, cl) + squeeze.codec("cp", b)
+                 for b in (qkv_bytes, out_bytes))
+    ulysses = c["cp_comm"] == 1 if "cp_comm" in c else np.zeros_like(tp, dtype=bool)
+    cp_exposed_f = np.where(ulysses, a2a_cp, ring_f)
+    cp_exposed = np.where(ulysses, 2 * a2a_cp, ring_all)
     if m.is_moe:
         a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
-        a2a = comm.all_to_all_time(a2a_bytes, ep, etp, cl) * (1 - prof.ep_overlap)
+        a2a = (comm.all_to_all_time(squeeze.wire("ep", a2a_bytes), ep, etp, cl) + squeeze.codec("ep", a2a_bytes)) * (
+            1 - prof.ep_overlap)
         ep_exposed = frac_moe * 4 * a2a
         ep_exposed_f = frac_moe * 2 * a2a
     else:
@@ -170,8 +185,10 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     expert_ranks = np.maximum(data_ranks * tp / (etp * ep), 1)
 
     # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
-    ag = comm.all_gather_time(per_layer_p * 2.0, data_ranks, tp, cl)  # gathered size of one layer's bf16 weights
-    rs = comm.all_gather_time(per_layer_p * prof.grad_reduce_bytes, data_ranks, tp, cl)
+    gathered = per_layer_p * 2.0  # gathered size of one layer's bf16 weights
+    ag = comm.all_gather_time(squeeze.wire("dp", gathered), data_ranks, tp, cl) + squeeze.codec("dp", gathered)
+    grads = per_layer_p * prof.grad_reduce_bytes
+    rs = comm.all_gather_time(squeeze.wire("dp", grads), data_ranks, tp, cl) + squeeze.codec("dp", grads)
     z3 = zero == 3
     z3_exposed_f = np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0)
     z3_exposed_b = np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)
@@ -187,7 +204,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # Pipeline hand-offs: one activation tensor per micro-batch each way (/tp with scatter-gather or SP);
     # interleaving sends v times as many (Narayanan et al. 2021 §4.1).
     pp_crosses = (n_gpus / pp) >= cl.nvlink_domain
-    p2p = np.where(pp > 1, comm.p2p_time(act_bytes / np.where(sp == 1, tp, 1.0), pp_crosses, cl), 0.0)
+    hand_off = act_bytes / np.where(sp == 1, tp, 1.0)
+    p2p = np.where(pp > 1, comm.p2p_time(squeeze.wire("pp", hand_off), pp_crosses, cl) + squeeze.codec("pp", hand_off),
+                   0.0)
     p2p_exposed = 2 * p2p * vpp
     t_mb = stage_f + stage_b + p2p_exposed
     bubble = schedule.bubble_time(sched, pp, vpp, stage_f + p2p, stage_b + p2p, stage_w)
@@ -195,8 +214,11 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # --- data-parallel gradient reduction and optimizer --------------------------------------------------------------
     dense_local = stage_p - layers_per_stage * layer_expert_part
     expert_local = layers_per_stage * layer_expert_part
-    reduce_dense = comm.all_reduce_time(dense_local * prof.grad_reduce_bytes, data_ranks, tp, cl)
-    reduce_exp = comm.all_reduce_time(expert_local * prof.grad_reduce_bytes, expert_ranks, etp * ep, cl)
+    dense_grads, expert_grads = dense_local * prof.grad_reduce_bytes, expert_local * prof.grad_reduce_bytes
+    reduce_dense = (comm.all_reduce_time(squeeze.wire("dp", dense_grads), data_ranks, tp, cl)
+                    + squeeze.codec("dp", dense_grads))
+    reduce_exp = (comm.all_reduce_time(squeeze.wire("dp", expert_grads), expert_ranks, etp * ep, cl)
+                  + squeeze.codec("dp", expert_grads))
     dp_time = np.where(z3, 0.0, reduce_dense + reduce_exp)
     window = prof.dp_overlap * (stage_b + np.where(zero >= 1, stage_f, 0.0))
     dp_exposed = np.maximum(dp_time - window, 0.0)

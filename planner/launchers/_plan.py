@@ -67,6 +67,8 @@ class Layout:
     schedule: str
     first_stage_layers: int | None
     last_stage_layers: int | None
+    cp_comm: str = "ring"  # "a2a" = DeepSpeed-Ulysses style all-to-all context parallelism
+    expert_tp: int | None = None  # expert tensor parallel size (1 with MoE parallel folding), None = tp
 
     @property
     def world_size(self) -> int:
@@ -212,6 +214,8 @@ def _layout(raw: Any, path: str) -> Layout:
         schedule=_choice(raw, "schedule", path, SCHEDULES),
         first_stage_layers=first,
         last_stage_layers=last,
+        cp_comm=_choice(raw, "cp_comm", path, ("ring", "a2a")) if "cp_comm" in raw else "ring",
+        expert_tp=_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
     )
 
 

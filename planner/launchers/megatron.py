@@ -50,6 +50,8 @@ def _parallel(view: PlanView) -> list[Flag]:
         ("--pipeline-model-parallel-size", str(lay.pp)),
         ("--context-parallel-size", str(lay.cp)),
     ]
+    if lay.cp > 1 and lay.cp_comm == "a2a":
+        flags.append(("--cp-comm-type", "a2a"))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel",))
     if lay.vpp > 1:
@@ -62,7 +64,7 @@ def _parallel(view: PlanView) -> list[Flag]:
         flags.append(("--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)))
     if m.is_moe:
         # Expert TP pinned to TP: the planner spreads experts over dp x cp, which is Megatron-Core's ETP = TP grid.
-        flags += [("--expert-model-parallel-size", str(lay.ep)), ("--expert-tensor-parallel-size", str(lay.tp))]
+        flags += [("--expert-model-parallel-size", str(lay.ep)), ("--expert-tensor-parallel-size", str(lay.expert_tp or lay.tp))]
     return flags
 
 

@@ -42,8 +42,10 @@ def _model(view: PlanView) -> list[Item]:
         ("model.context_parallel_size", lay.cp),
         ("model.expert_model_parallel_size", lay.ep),
     ]
+    if lay.cp > 1 and lay.cp_comm == "a2a":
+        items.append(("model.cp_comm_type", "a2a"))
     if view.model.is_moe:
-        items.append(("model.expert_tensor_parallel_size", lay.tp))
+        items.append(("model.expert_tensor_parallel_size", lay.expert_tp or lay.tp))
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; the plan's
