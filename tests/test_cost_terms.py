@@ -146,3 +146,37 @@ def test_fp8_is_faster_than_bf16():
     t = {prec: evaluate(Problem(m, cl, TrainingSpec(seq_len=4096, global_batch=64, precision=prec)),
                         cols(dp=8, mbs=2, zero=1))["step_time_s"][0] for prec in ("bf16", "fp8")}
     assert 1.1 < t["bf16"] / t["fp8"] < 2.0
+
+
+# --- compression what-if and Ulysses -------------------------------------------------------------------------------
+def test_compression_divides_traffic_and_adds_codec_time():
+    from planner.cost.compression import Squeezer
+
+    sq = Squeezer({"dp": 4.0}, hbm_bytes_per_s=1e12)
+    assert sq.wire("dp", 8e9) == pytest.approx(2e9)
+    assert sq.wire("tp", 8e9) == pytest.approx(8e9)  # other dimensions untouched
+    assert sq.codec("dp", 8e9) == pytest.approx(2 * 8e9 * 1.25 / 1e12)
+    assert sq.codec("tp", 8e9) == 0.0
+
+
+def test_compressing_dp_speeds_up_a_dp_bound_layout():
+    m, cl = load_model("llama3-8b"), load_cluster("a100x64")
+    tr = TrainingSpec(seq_len=2048, global_batch=64)
+    lay = cols(dp=64, mbs=1, zero=0)
+    plain = evaluate(Problem(m, cl, tr), lay)
+    squeezed = evaluate(Problem(m, cl, tr, compress={"dp": 4.0}), lay)
+    assert squeezed["dp_comm_s"][0] < plain["dp_comm_s"][0]
+    assert squeezed["step_time_s"][0] < plain["step_time_s"][0]
+
+
+def test_ulysses_exchanges_qkv_and_output_with_all_to_all():
+    """DeepSpeed-Ulysses: 2 all-to-alls forward (QKV, output) and 2 backward per layer, not overlapped."""
+    m, cl = load_model("llama2-7b"), load_cluster("h100x8")
+    p = Problem(m, cl, TrainingSpec(seq_len=32768, global_batch=1))
+    r = evaluate(p, cols(cp=8, mbs=1, zero=1, cp_comm=1))
+    tok = 32768 / 8
+    qkv = tok * (4096 + 2 * 4096) * 2.0
+    out = tok * 4096 * 2.0
+    eight, one = np.array([8]), np.array([1])
+    per_layer = 2 * sum(comm.all_to_all_time(np.array([b]), eight, one, cl)[0] for b in (qkv, out))
+    assert r["cp_comm_s"][0] == pytest.approx(per_layer * 32, rel=1e-6)  # 32 layers, one micro-batch
