@@ -136,8 +136,9 @@ def main(
                                                         help="let tensor parallelism leave the NVLink domain")] = False,
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.01, help="cap the search (seconds); "
                                                      "the answer then says it is not proven best")] = None,
-    compress: Annotated[list[str] | None, typer.Option("--compress", help="what-if: compress each dimension's "
-                                                       "traffic by a ratio, e.g. dp=4,tp=1.5 (adds codec time)")] = None,
+    compress: Annotated[list[str] | None, typer.Option(
+        "--compress", help="what-if: compress each dimension's traffic by a ratio, e.g. dp=4,tp=1.5 (adds codec time)"
+    )] = None,
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
 ) -> None:
@@ -298,6 +299,11 @@ def _print_infeasible(exc: NoFeasiblePlan) -> None:
         err.print(f"  binding: {reason}")
     if d.get("suggestions"):
         err.print("  would help: " + "; ".join(d["suggestions"]))
+
+
+from cli.regression import register as _register_regression  # noqa: E402 - commands defined in their own module
+
+_register_regression(app)
 
 
 def run() -> None:
