@@ -301,9 +301,11 @@ def _print_infeasible(exc: NoFeasiblePlan) -> None:
         err.print("  would help: " + "; ".join(d["suggestions"]))
 
 
-from cli.regression import register as _register_regression  # noqa: E402 - commands defined in their own module
+from cli.calibrate import register as _register_calibrate  # noqa: E402 - commands defined in their own modules
+from cli.regression import register as _register_regression  # noqa: E402
 
 _register_regression(app)
+_register_calibrate(app)
 
 
 def run() -> None:

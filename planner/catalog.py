@@ -315,13 +315,17 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         raise PlanInputError(f"expected a mapping, got {type(doc).__name__}", source=source,
                              fix="write 'gpu: h100' and 'nodes: 64' keys")
     known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
-             "network_latency_us", "oversubscription"}
+             "network_latency_us", "oversubscription", "profile"}
     unknown = check_keys(doc, source, known, cutoff=0.6)
     if "gpu" not in doc:
         raise PlanInputError("missing", field="gpu", source=source,
                              fix=unknown.fix_for_missing("gpu", "add 'gpu: h100' (or an inline GPU spec)"))
     pending = [unknown]
     gpu = load_gpu(doc["gpu"], source, pending)
+    if doc.get("profile") is not None:  # measured efficiencies from `plan calibrate` replace the catalog defaults
+        from .efficiency import apply_profile, load_profile, resolve_profile_path
+
+        gpu = apply_profile(gpu, load_profile(resolve_profile_path(Path(source), doc["profile"])))
     per_node = doc.get("gpus_per_node", 8 if gpu.nvlink_domain <= 8 else 4)
     if "num_gpus" in doc:
         count = doc["num_gpus"]

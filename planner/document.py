@@ -11,7 +11,7 @@ from . import __version__
 from .cost import flops
 from .errors import PlanInputError
 from .layout_keys import decode
-from .problem import Problem
+from .problem import HSDP, Problem
 from .search import Plan, SearchResult
 
 SCHEMA_VERSION = 1
@@ -40,16 +40,19 @@ def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | Non
 
 
 def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
-                layers: int | None = None) -> dict[str, Any]:
+                layers: int | None = None, nvlink_domain: int | None = None) -> dict[str, Any]:
     out = {
         "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
-        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": layout["zero"],
+        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(layout["zero"], 3),
         "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
         "schedule": decode("schedule", layout["schedule"]),
         "cp_comm": decode("cp_comm", layout.get("cp_comm", 0)),
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
+    if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
+        data = layout["dp"] * layout["cp"]
+        out["fsdp_shard_group"] = min(max(nvlink_domain // layout["tp"], 1), data)
     if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
         out["expert_tp"] = layout["tp"] if (layout["dp"] * layout["cp"]) % layout["ep"] == 0 else 1
     if layers is not None:
@@ -83,8 +86,9 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
-def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers),
+def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
+               nvlink_domain: int | None = None) -> dict[str, Any]:
+    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain),
             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
 
 
@@ -96,7 +100,8 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "planner_version": __version__,
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
-        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers) for i, plan in enumerate(result.plans)],
+        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain)
+                  for i, plan in enumerate(result.plans)],
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

@@ -41,7 +41,7 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
     if metrics["memory_peak_gib"] > cap:
         broken.append(MEMORY_RULE)
     return {
-        "layout": layout_dict(lay, metrics),
+        "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain),
         "feasible": not broken,
         "broken_rules": [{"rule": r.name, "message": r.message, "fix": r.fix, "source": r.source} for r in broken],
         "metrics": metrics_dict(metrics, cap),

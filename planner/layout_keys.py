@@ -43,14 +43,17 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
         if value not in _BOOL:
             raise PlanInputError(f"sp must be true or false (got '{raw}')", field=where, fix="e.g. sp=true")
         return name, _BOOL[value]
+    if name == "zero" and value in ("hsdp", "hybrid", "3h"):
+        return name, 4
     try:
         number = int(value)
     except ValueError:
         raise PlanInputError(f"{name} must be a positive integer (got '{raw}')", field=where,
                              fix=f"e.g. {name}=2") from None
     if name == "zero":
-        if number not in (0, 1, 2, 3):
-            raise PlanInputError(f"zero must be 0, 1, 2 or 3 (got {number})", field=where, fix="e.g. zero=1")
+        if number not in (0, 1, 2, 3, 4):
+            raise PlanInputError(f"zero must be 0, 1, 2, 3 or 4 (= hsdp) (got {number})", field=where,
+                                 fix="e.g. zero=1")
         return name, number
     if number <= 0 or number > _INT_LIMIT:
         raise PlanInputError(f"{name} must be a positive integer up to {_INT_LIMIT} (got {number})", field=where,

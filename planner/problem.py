@@ -10,6 +10,8 @@ from .specs import ClusterSpec, ModelSpec, TrainingSpec
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_comm")
 CP_COMM = ("ring", "a2a")  # Megatron --cp-comm-type p2p (ring attention) | a2a (DeepSpeed-Ulysses)
 RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3, 4)  # 4 = HSDP: ZeRO-3 within the NVLink domain, replicated across domains
+HSDP = 4
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2")
 
 

@@ -11,14 +11,15 @@ from .rules import RULES_BY_NAME
 from .search import Plan, SearchResult
 
 
-def layout_text(layout: dict[str, int]) -> str:
-    d = layout_dict(layout)
+def layout_text(layout: dict[str, int], nvlink_domain: int | None = None) -> str:
+    d = layout_dict(layout, nvlink_domain=nvlink_domain)
     parts = [f"tp{d['tp']}", f"pp{d['pp']}" + (f"/v{d['vpp']}" if d["vpp"] > 1 else ""), f"dp{d['dp']}"]
     if d["cp"] > 1:
         parts.append(f"cp{d['cp']}" + ("(a2a)" if d["cp_comm"] == "a2a" else ""))
     if d["ep"] > 1:
         parts.append(f"ep{d['ep']}")
-    parts += [f"mbs{d['micro_batch']}", f"zero{d['zero']}", d["recompute"][:4] if d["recompute"] != "none" else "norc"]
+    zero = f"hsdp{d['fsdp_shard_group']}" if "fsdp_shard_group" in d else f"zero{d['zero']}"
+    parts += [f"mbs{d['micro_batch']}", zero, d["recompute"][:4] if d["recompute"] != "none" else "norc"]
     if d["sequence_parallel"]:
         parts.append("sp")
     if d["pp"] > 1:
@@ -69,7 +70,7 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
         mt = plan.metrics
         split = (f"{_share(plan, 'compute_s'):.0%}/{_share(plan, 'exposed_comm_s'):.0%}/"
                  f"{_share(plan, 'bubble_s'):.0%}")
-        table.add_row(str(i), layout_text(plan.layout), f"{mt['step_time_s']:.2f}",
+        table.add_row(str(i), layout_text(plan.layout, cl.nvlink_domain), f"{mt['step_time_s']:.2f}",
                       f"{mt['tokens_per_s_per_gpu']:,.0f}", f"{mt['mfu']:.1%}",
                       f"{mt['memory_peak_gib']:.1f}/{cap:g}", split, why(plan, best))
     console.print(table)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost.profiles import profile_for
-from .problem import SCHEDULES, Problem
+from .problem import HSDP, SCHEDULES, Problem
 
 Cols = Mapping[str, np.ndarray]
 INTERLEAVED = SCHEDULES.index("interleaved")
@@ -39,6 +39,11 @@ def _divides(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
     """a divides b (elementwise), safe for a == 0."""
     a = np.asarray(a)
     return (a > 0) & (np.asarray(b) % np.maximum(a, 1) == 0)
+
+
+def _domain_peers(c: Cols, p: Problem) -> np.ndarray:
+    """Data-parallel ranks (strided by tp) that share one NVLink domain."""
+    return np.minimum(np.maximum(p.cluster.nvlink_domain // np.maximum(c["tp"], 1), 1), c["dp"] * c["cp"])
 
 
 def _microbatches(c: Cols, p: Problem) -> np.ndarray:
@@ -114,6 +119,11 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["zero"] == 0) | (c["dp"] * c["cp"] > 1),
          "ZeRO/FSDP sharding needs more than one data-parallel rank", "set zero=0 when dp x cp = 1",
          "ZeRO partitions states over data-parallel ranks (Rajbhandari et al. 2020)"),
+    Rule("hsdp_spans_domains", ("zero", "tp", "dp", "cp"),
+         lambda c, p: (c["zero"] != HSDP) | (_domain_peers(c, p) < c["dp"] * c["cp"]),
+         "HSDP (zero=4) shards inside an NVLink domain and replicates across domains, so its data ranks must span "
+         "more than one domain (otherwise it is zero=3)", "use zero=3",
+         "PyTorch FSDP HYBRID_SHARD / FSDP2 2-D device mesh (torchtitan docs/fsdp.md)"),
     Rule("schedule_supported_by_framework", ("schedule",),
          lambda c, p: np.isin(c["schedule"], [SCHEDULES.index(x) for x in profile_for(p.training.framework).schedules])
          | ("schedule" in p.fixed),

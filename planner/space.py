@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, Problem
+from .problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, ZERO_STAGES, Problem
 from .rules import RULES, Rule
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
@@ -35,12 +35,12 @@ def domains(problem: Problem) -> dict[str, list[int]]:
     tp_cap = n if problem.allow_tp_across_nodes else problem.cluster.nvlink_domain
     dom = {
         "tp": [d for d in world if d <= tp_cap and d <= m.num_attention_heads],
-        "pp": [d for d in world if d <= m.num_hidden_layers],
+        "pp": [d for d in world if d <= m.num_hidden_layers + 2],  # as wide as layers_fill_stages allows
         "cp": [d for d in world if d == 1 or problem.training.seq_len % (2 * d) == 0],
         "ep": [d for d in divisors(m.num_local_experts) if d <= n] if m.is_moe else [1],
         "vpp": [d for d in divisors(m.num_hidden_layers) if d <= 16],
         "mbs": [d for d in divisors(problem.training.global_batch) if d <= MAX_MICRO_BATCH],
-        "zero": [0, 1, 2, 3],
+        "zero": list(ZERO_STAGES),
         "recompute": list(range(len(RECOMPUTE))),
         "sp": [0, 1],
         "schedule": list(range(len(SCHEDULES))),

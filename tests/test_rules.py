@@ -44,6 +44,7 @@ CASES = {
     "cp_comm_needs_cp": (prob(), dict(dp=64, cp_comm=1), dict(dp=32, cp=2, cp_comm=1)),
     "ulysses_heads_divisible": (prob("llama3-70b", "h100x64"), dict(tp=8, cp=2, dp=4, cp_comm=1),
                                 dict(tp=4, cp=2, dp=8, cp_comm=1)),
+    "hsdp_spans_domains": (prob(cluster="h100x8"), dict(dp=8, zero=4), dict(tp=1, dp=8, zero=3)),
     "zero_bubble_no_vpp": (prob(), dict(pp=2, dp=32, vpp=2, schedule=2), dict(pp=2, dp=32, vpp=1, schedule=2)),
 }
 

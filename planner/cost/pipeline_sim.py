@@ -7,7 +7,8 @@ latency, segment imbalance (Seq1F1B) and hand-crafted W placement (zero bubble) 
 Model
 -----
 p pipeline ranks ("stages"), m micro-batches. A rank holds `v` model chunks; the network is cut into p*v "virtual
-stages" and `placement` maps each virtual stage to (rank, chunk). Every rank executes an ordered list of ops:
+stages" placed on (rank, chunk) pairs (looping for interleaved 1F1B, V-shaped for ZB-V). Every rank executes an ordered
+list of ops:
 
 - F(i, c): forward of micro-batch i through chunk c;
 - B(i, c): backward. In split schedules (zero bubble, Qi et al. 2024, arXiv 2401.10241 §2) it is only the input-gradient
@@ -26,21 +27,21 @@ therefore compares them at equal work.
 
 Time metrics
 ------------
-`makespan` is the longest per-rank span (first op start to last op end). With synchronous flushes this equals the span
-of rank 0 for 1F1B and interleaved 1F1B, i.e. the classic step time. For zero-bubble schedules it is the step time when
-consecutive iterations overlap at the rank level, which is what the ZB paper's "optimizer post-validation" (§4) buys:
-each rank starts the next step as soon as its own work is done. `flush_time` is the global first-start-to-last-end span.
-`bubble = makespan - max(busy)`.
+`makespan` is the longest per-rank span (first op start to last op end). For 1F1B and interleaved 1F1B that is rank
+0's span, i.e. the classic flushed step time. For zero-bubble schedules it is the step time when consecutive iterations
+overlap at the rank level, which the ZB paper's optimizer post-validation (no pre-step global synchronisation) allows:
+each rank starts the next step as soon as its own work is done. `flush_time` is the global first-start-to-last-end
+span. `bubble = makespan - max(busy)`.
 
 Memory metric
 -------------
 Per rank, the peak weighted count of micro-batch-chunks whose activations are alive: +1 at F (1/k for a Seq1F1B
 segment), -1 at a non-split B. Split schedules free only the share not needed by W at B and keep `w_share` until W:
 a linear layer's weight gradient dA = X^T dY needs its input X. The zero-bubble authors' own memory model uses
-M_B = 34bsh + 5as^2b per layer alive from F, of which M_W = 32bsh stays until W (sail-sg/zero-bubble-pipeline-parallelism,
-scheduler playground script; Korthikanti et al. 2022 Table 2 for M_B). With fused attention (no s^2 scores stored) the
-share is 32/34; `zb_w_share` computes it for a given shape. Because one rank runs ops sequentially, the peak depends
-only on the order, not on the times.
+M_B = 34bsh + 5as^2b per layer alive from F, of which M_W = 32bsh stays until W (sail-sg/zero-bubble-pipeline-
+parallelism, scheduler playground script; Korthikanti et al. 2022 Table 2 for M_B). With fused attention (no s^2
+scores stored) the share is 32/34; `zb_w_share` computes it for a given shape. Because a rank runs its ops one at a
+time, the peak depends only on the order, not on the times.
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ class _Spec:
 
     @cached_property
     def vstages(self) -> tuple[tuple[int, ...], ...]:
-        """vstages[rank][chunk]: looping placement c*p + s (Narayanan et al. 2021 §2.2.2), or the V shape (ZB paper
-        §6): chunk 0 runs down the ranks, chunk 1 back up, so rank 0 holds the first and the last layers."""
+        """vstages[rank][chunk]: looping placement c*p + s (Narayanan et al. 2021 §2.2.2), or the V shape (ZB paper,
+        ZB-V): chunk 0 runs down the ranks, chunk 1 back up, so rank 0 holds the first and the last layers."""
         if self.v_shape:
             return tuple((s, 2 * self.p - 1 - s) for s in range(self.p))
         return tuple(tuple(c * self.p + s for c in range(self.v)) for s in range(self.p))
@@ -185,7 +186,7 @@ def _duration(spec: _Spec, op: Op) -> float:
     return t / spec.v
 
 
-_Key = tuple[int, Op]  # (rank, op)
+_Key = tuple[int, tuple[str, int, int, int]]  # (rank, op); Op is such a tuple, and hashes like one
 
 
 def _deps(spec: _Spec, stage: int, op: Op) -> list[tuple[_Key, float]]:
@@ -209,7 +210,7 @@ def _deps(spec: _Spec, stage: int, op: Op) -> list[tuple[_Key, float]]:
             out.append(((stage, ("B", mb, chunk, seg + 1)), 0.0))
     else:
         out.append(((stage, ("B", mb, chunk, seg)), 0.0))
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _sends(spec: _Spec, stage: int, op: Op) -> bool:
@@ -239,11 +240,26 @@ def _run_orders(spec: _Spec, orders: Sequence[Sequence[Op]]) -> list[list[tuple[
 
     Returns (start, end) per op, aligned with `orders`. Raises on deadlock.
     """
-    durations = {(kind, seg): _duration(spec, Op(kind, 0, 0, seg)) for kind in "FBW" for seg in range(spec.k)}
     # Per-op constants first (dependencies, duration, hold time after the op), so the sweep below stays cheap.
-    plan = [[(op, _deps(spec, s, op), durations[op[0], op[3]],
-              spec.t_comm if spec.p2p_blocking and _sends(spec, s, op) else 0.0) for op in order]
-            for s, order in enumerate(orders)]
+    # They depend on the micro-batch only through the keys, so they are computed once per (rank, kind, chunk, seg).
+    templates: dict[tuple[int, str, int, int], tuple[list[tuple[int, str, int, int, float]], float, float]] = {}
+
+    def template(s: int, op: Op) -> tuple[list[tuple[int, str, int, int, float]], float, float]:
+        got = templates.get((s, op[0], op[2], op[3]))
+        if got is None:
+            deps = [(s2, k2, c2, g2, delay) for (s2, (k2, _, c2, g2)), delay in _deps(spec, s, op)]
+            hold = spec.t_comm if spec.p2p_blocking and _sends(spec, s, op) else 0.0
+            got = templates[(s, op[0], op[2], op[3])] = (deps, _duration(spec, op), hold)
+        return got
+
+    plan = []
+    for s, order in enumerate(orders):
+        row = []
+        for op in order:
+            deps, dur, hold = template(s, op)
+            mb = op[1]
+            row.append((op, [((s2, (k2, mb, c2, g2)), d) for s2, k2, c2, g2, d in deps], dur, hold))
+        plan.append(row)
     slots: list[list[tuple[float, float]]] = [[] for _ in orders]
     free = [0.0] * spec.p
     end: dict[_Key, float] = {}
@@ -356,14 +372,16 @@ def orders_seq1f1b(p: int, m: int, k: int) -> list[list[Op]]:
 
 
 def orders_zb_v(spec: _Spec, m: int) -> list[list[Op]]:
-    """ZB-V (Qi et al. 2024 §6; sail-sg/zero-bubble-pipeline-parallelism README): two chunks per rank in a V, split
-    backward, activation cap of 1F1B's (2p chunk-micro-batches = p whole micro-batches on a rank).
+    """ZB-V (Qi et al. 2024, V-shape schedule; sail-sg/zero-bubble-pipeline-parallelism README): two chunks per rank
+    in a V, split backward, activation cap of 1F1B's (2p chunk-micro-batches = p whole micro-batches on a rank).
 
-    Built by a greedy event-driven list scheduler in the spirit of the paper's heuristic (§3.2, and the repo's V
-    scheduler): when a rank is free it runs, in priority, a ready B (earliest micro-batch, deeper chunk first); else a
-    ready F if the memory cap allows, preferring the deeper chunk and reserving room for the same micro-batch's later
-    chunk; else a pending W (oldest first), which both fills gaps and frees memory. The resulting order is then replayed
-    by the same fixed-order scheduler as every other schedule.
+    Built by a greedy event-driven list scheduler in the spirit of the paper's automatic-scheduling heuristic (§3) and
+    the repo's V scheduler: when a rank is free it runs, in priority, a ready B (earliest micro-batch, deeper chunk
+    first); else a ready F if the memory cap allows, preferring the deeper chunk and reserving room for the same
+    micro-batch's later chunk; else a pending W (oldest first), which both fills gaps and frees memory. The resulting
+    order is then replayed by the same fixed-order scheduler as every other schedule. With W holding 32/34 of a
+    chunk's activations the cap forces W's early and leaves a small tail bubble (below ZB-H1's); with a small
+    W share the greedy order reaches the README's zero bubble at T_F = T_B = T_W.
     """
     return _greedy_orders(spec, m, cap=2.0 * spec.p)
 
@@ -518,21 +536,30 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
 def render_timeline(result: PipelineSimResult, width: int = 100) -> str:
     """ASCII Gantt chart, one row per rank: F/B/W for chunk 0 (lower case f/b/w for chunks >= 1), '.' idle.
 
-    Each column covers flush_time / width; the op running at the column's midpoint is shown.
+    Each column covers flush_time / width; it shows the op that overlaps it most, or '.' when the rank computes for
+    less than half of the column (p2p hold time and waiting count as idle).
     """
     t0 = min((x.start for x in result.timeline), default=0.0)
-    span = max(result.flush_time, 1e-12)
-    dt = span / width
-    rows = [[ "." ] * width for _ in range(result.p)]
-    for x in result.timeline:
-        ch = x.op if x.chunk == 0 else x.op.lower()
-        lo = int(np.ceil((x.start - t0) / dt - 0.5))
-        hi = int(np.ceil((x.end - t0) / dt - 0.5))
-        for col in range(max(lo, 0), min(hi, width)):
-            rows[x.stage][col] = ch
+    dt = max(result.flush_time, 1e-12) / width
+    edges = t0 + dt * np.arange(width + 1)
+    rows = []
+    for s in range(result.p):
+        covered = np.zeros(width)
+        best = np.zeros(width)
+        row = ["."] * width
+        for x in (x for x in result.timeline if x.stage == s):
+            lo, hi = int((x.start - t0) // dt), min(int(np.ceil((x.end - t0) / dt)), width)
+            cols = np.arange(max(lo, 0), hi)
+            overlap = np.minimum(edges[cols + 1], x.end) - np.maximum(edges[cols], x.start)
+            covered[cols] += overlap
+            ch = x.op if x.chunk == 0 else x.op.lower()
+            for col, ov in zip(cols, overlap, strict=True):
+                if ov > best[col]:
+                    best[col], row[col] = ov, ch
+        rows.append("".join(c if covered[i] >= 0.5 * dt else "." for i, c in enumerate(row)))
     head = (f"{result.schedule}: p={result.p} m={result.m} v={result.v}"
             + (f" k={result.k}" if result.k > 1 else "")
             + f"  makespan={result.makespan:.4g} bubble={result.bubble:.4g} ({100 * result.bubble_fraction:.1f}%)"
             + f"  peak in-flight rank0={result.peak_inflight[0]:.3g}")
     w = len(str(result.p - 1))
-    return "\n".join([head, *(f"s{s:<{w}} |{''.join(r)}|" for s, r in enumerate(rows))])
+    return "\n".join([head, *(f"s{s:<{w}} |{r}|" for s, r in enumerate(rows))])

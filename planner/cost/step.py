@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..problem import Problem
+from ..problem import HSDP, Problem
 from . import comm, compression, flops, memory, schedule
 from .profiles import profile_for
 
@@ -77,6 +77,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     tp, pp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mbs = c["vpp"].astype(float), c["mbs"].astype(float)
     zero, rc, sp, sched = c["zero"], c["recompute"], c["sp"], c["schedule"]
+    hsdp = zero == HSDP  # ZeRO-3 inside the NVLink domain, replicated across domains
+    zero = np.where(hsdp, 3, zero)
     if prof.optimizer_always_sharded:
         zero = np.maximum(zero, 1)
     n_gpus = float(problem.num_gpus)
@@ -185,10 +187,14 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     expert_ranks = np.maximum(data_ranks * tp / (etp * ep), 1)
 
     # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
+    # HSDP (PyTorch HYBRID_SHARD; FSDP2 2-D mesh): the shard group is the data ranks inside one NVLink domain, so
+    # per-layer gathers stay on NVLink and only a per-step all-reduce of the sharded gradients crosses domains.
+    shard_group = np.where(hsdp, comm.peers_within(cl.nvlink_domain, tp, data_ranks), data_ranks)
+    replicas = data_ranks / shard_group
     gathered = per_layer_p * 2.0  # gathered size of one layer's bf16 weights
-    ag = comm.all_gather_time(squeeze.wire("dp", gathered), data_ranks, tp, cl) + squeeze.codec("dp", gathered)
+    ag = comm.all_gather_time(squeeze.wire("dp", gathered), shard_group, tp, cl) + squeeze.codec("dp", gathered)
     grads = per_layer_p * prof.grad_reduce_bytes
-    rs = comm.all_gather_time(squeeze.wire("dp", grads), data_ranks, tp, cl) + squeeze.codec("dp", grads)
+    rs = comm.all_gather_time(squeeze.wire("dp", grads), shard_group, tp, cl) + squeeze.codec("dp", grads)
     z3 = zero == 3
     z3_exposed_f = np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0)
     z3_exposed_b = np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)
@@ -219,10 +225,13 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
                     + squeeze.codec("dp", dense_grads))
     reduce_exp = (comm.all_reduce_time(squeeze.wire("dp", expert_grads), expert_ranks, etp * ep, cl)
                   + squeeze.codec("dp", expert_grads))
-    dp_time = np.where(z3, 0.0, reduce_dense + reduce_exp)
+    shard_grads = stage_p * prof.grad_reduce_bytes / shard_group
+    hsdp_reduce = (comm.all_reduce_time(squeeze.wire("dp", shard_grads), replicas, tp * shard_group, cl)
+                   + squeeze.codec("dp", shard_grads))
+    dp_time = np.where(hsdp, hsdp_reduce, np.where(z3, 0.0, reduce_dense + reduce_exp))
     window = prof.dp_overlap * (stage_b + np.where(zero >= 1, stage_f, 0.0))
     dp_exposed = np.maximum(dp_time - window, 0.0)
-    shard_for_optim = np.where(zero >= 1, data_ranks, 1.0)
+    shard_for_optim = np.where(zero >= 1, shard_group, 1.0)
     optim_time = OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (hbm)
 
     compute = micro * (layers_per_stage * (layer_f + layer_b + recompute_b) + 3 * head_f)
@@ -252,8 +261,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     acts_first = per_layer_act * layers_per_stage * inflight + np.where(rc == 2, act_per_token * tok, 0.0)
     acts_last = per_layer_act * layers_per_stage + np.where(rc == 2, act_per_token * tok, 0.0)
     logits = memory.logits_bytes(tok, m, tp)
-    states_first = memory.state_bytes(first_p - emb_p * 0, zero, data_ranks, prof, fp8)
-    states_last = memory.state_bytes(last_p, zero, data_ranks, prof, fp8)
+    states_first = memory.state_bytes(first_p, zero, shard_group, prof, fp8)
+    states_last = memory.state_bytes(last_p, zero, shard_group, prof, fp8)
     z3_buffer = np.where(z3, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
     total_first = sum(states_first.values()) + acts_first + np.where(pp == 1, logits, 0.0) + z3_buffer
     total_last = sum(states_last.values()) + acts_last + logits + z3_buffer

@@ -67,6 +67,7 @@ class Layout:
     schedule: str
     first_stage_layers: int | None
     last_stage_layers: int | None
+    fsdp_shard_group: int | None = None  # HSDP: ZeRO-3 over this many data ranks, replicated across groups
     cp_comm: str = "ring"  # "a2a" = DeepSpeed-Ulysses style all-to-all context parallelism
     expert_tp: int | None = None  # expert tensor parallel size (1 with MoE parallel folding), None = tp
 
@@ -215,6 +216,7 @@ def _layout(raw: Any, path: str) -> Layout:
         first_stage_layers=first,
         last_stage_layers=last,
         cp_comm=_choice(raw, "cp_comm", path, ("ring", "a2a")) if "cp_comm" in raw else "ring",
+        fsdp_shard_group=_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
         expert_tp=_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
     )
 

@@ -16,6 +16,9 @@ NAME = "DeepSpeed ds_config"
 
 def render(view: PlanView) -> str:
     _check(view)
+    if view.layout.fsdp_shard_group is not None:
+        refuse(view, NAME, "fsdp_shard_group", "ZeRO-3 hybrid sharding is not a ds_config setting (ZeRO++ hpZ only "
+               "keeps a secondary copy of weights)", "re-plan with --fix zero=3, or use --format torchtitan")
     lay = view.layout
     zero: dict[str, object] = {"stage": lay.zero}
     if lay.zero >= 1:

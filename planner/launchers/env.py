@@ -38,6 +38,8 @@ def render(view: PlanView) -> str:
         ("NUM_MICROBATCHES", lay.num_microbatches),
         ("SEQ_LEN", view.seq_len),
         ("ZERO", lay.zero),
+        ("FSDP_SHARD_GROUP", lay.fsdp_shard_group or (lay.dp * lay.cp if lay.zero == 3 else 0)),
+        ("CP_COMM", lay.cp_comm),
         ("RECOMPUTE", lay.recompute),
         ("SP", int(lay.sequence_parallel)),
         ("SCHEDULE", lay.schedule),

@@ -23,6 +23,9 @@ Flag = tuple[str, ...]
 
 def render(view: PlanView) -> str:
     _mcore.check(view, NAME)
+    if view.layout.fsdp_shard_group is not None:
+        refuse(view, NAME, "fsdp_shard_group", "hybrid sharding (ZeRO-3 inside a node, replicated across nodes) has "
+               "no Megatron-FSDP flag in the targeted release", "re-plan with --fix zero=3, or use --format torchtitan")
     if view.model.hidden_act not in ACTIVATION_FLAGS:
         refuse(view, NAME, "inputs.model.hidden_act", f"no Megatron-LM flag for activation {view.model.hidden_act!r}",
                "set the MLP activation flags by hand and use --format env for the layout")
@@ -63,8 +66,9 @@ def _parallel(view: PlanView) -> list[Flag]:
     if lay.last_stage_layers is not None:
         flags.append(("--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)))
     if m.is_moe:
-        # Expert TP pinned to TP: the planner spreads experts over dp x cp, which is Megatron-Core's ETP = TP grid.
-        flags += [("--expert-model-parallel-size", str(lay.ep)), ("--expert-tensor-parallel-size", str(lay.expert_tp or lay.tp))]
+        # Expert TP = TP when experts spread over dp x cp (Megatron-Core's default grid); 1 with MoE parallel folding.
+        flags += [("--expert-model-parallel-size", str(lay.ep)),
+                  ("--expert-tensor-parallel-size", str(lay.expert_tp or lay.tp))]
     return flags
 
 

@@ -22,6 +22,9 @@ Item = tuple[str, object]
 
 def render(view: PlanView) -> str:
     _mcore.check(view, NAME)
+    if view.layout.fsdp_shard_group is not None:
+        refuse(view, NAME, "fsdp_shard_group", "hybrid sharding (ZeRO-3 inside a node, replicated across nodes) has "
+               "no Megatron-FSDP flag in the targeted release", "re-plan with --fix zero=3, or use --format torchtitan")
     if view.precision == "fp8" and view.layout.zero == 0:
         refuse(view, NAME, "zero", "Bridge's fp8 preset gathers fp8 parameters, which needs the distributed "
                "optimizer or FSDP (zero >= 1)", "re-plan with zero >= 1, or use --format megatron")

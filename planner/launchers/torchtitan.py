@@ -82,8 +82,12 @@ def _check(view: PlanView) -> None:
 
 
 def _shard_degree(view: PlanView) -> int:
-    # zero >= 1 shards over all data-parallel ranks; zero 0 replicates (DDP).
-    return view.layout.dp if view.layout.zero >= 1 else 1
+    # zero >= 1 shards over all data-parallel ranks; zero 0 replicates (DDP). HSDP shards over its group, which
+    # counts the cp ranks too (torchtitan applies FSDP over dp_shard x cp).
+    lay = view.layout
+    if lay.fsdp_shard_group is not None:
+        return max(lay.fsdp_shard_group // lay.cp, 1)
+    return lay.dp if lay.zero >= 1 else 1
 
 
 def _training(view: PlanView) -> dict[str, Value]:

@@ -1,0 +1,315 @@
+"""Real-step check: train a Llama-style ~1B model on one GPU and compare with the planner's prediction.
+
+Not a CI test (it needs a CUDA GPU and takes a few minutes). For each micro-batch size and recompute setting it trains
+a few steps in plain PyTorch, records the median step time and the allocator's peaks, prices the same single-GPU
+layout with planner.search.price_layout, and prints measured vs predicted with % errors (also written as JSON).
+
+The training recipe is the one the planner's 'generic' memory model describes: fp32 master weights, fp32 gradients
+and AdamW moments (16 B/param) plus the bf16 weight copies autocast makes for the GEMMs (2 B/param), bf16
+activations, fused (flash) causal attention, fp32 cross-entropy over the bf16 logits. Usage:
+
+    python bench/real_step.py [--steps 10] [--mbs 1 2] [--recompute none full] [--gpu h100]
+                              [--profile profile.yaml] [--out real_step.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+ROOT = Path(__file__).resolve().parents[1]
+# Llama-3.2-1B shapes (Hugging Face config.json keys, so the planner reads exactly what is trained).
+MODEL: dict[str, Any] = {
+    "name": "llama-1b-real-step", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "hidden_act": "silu",
+    "tie_word_embeddings": True, "max_position_embeddings": 131072,
+}
+SEQ_LEN = 4096
+RMS_EPS = 1e-5
+ROPE_THETA = 500_000.0
+RECOMPUTE_CODES = {"none": 0, "full": 2}  # planner.problem.RECOMPUTE indices
+GIB = 2.0**30
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=10, help="measured steps per configuration (median is kept)")
+    ap.add_argument("--warmup", type=int, default=3, help="unmeasured steps first (allocator, cuBLAS heuristics)")
+    ap.add_argument("--mbs", type=int, nargs="+", default=[1, 2], help="micro-batch sizes to run")
+    ap.add_argument("--recompute", nargs="+", choices=sorted(RECOMPUTE_CODES), default=["none", "full"],
+                    help="activation recompute settings to run (full = torch.utils.checkpoint per layer)")
+    ap.add_argument("--gpu", default=None, help="catalog GPU key for the prediction (default: detected; h100 if "
+                    "the device is not in the catalog)")
+    ap.add_argument("--profile", default=None, help="also predict with this efficiency profile (plan calibrate)")
+    ap.add_argument("--out", default="real_step.json", help="JSON report path")
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or any(m < 1 for m in args.mbs):
+        ap.error("--steps and --mbs must be positive, --warmup at least 0")
+    return args
+
+
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+# --- the model (plain PyTorch; classes are built once torch is imported, so --help needs no torch) -----------------
+def make_model(torch: Any, recompute: bool) -> Any:
+    nn, F = torch.nn, torch.nn.functional
+    from torch.utils.checkpoint import checkpoint
+
+    h, layers, heads = MODEL["hidden_size"], MODEL["num_hidden_layers"], MODEL["num_attention_heads"]
+    kv_heads, ffn, vocab = MODEL["num_key_value_heads"], MODEL["intermediate_size"], MODEL["vocab_size"]
+    d = h // heads
+
+    class RMSNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(h))
+
+        def forward(self, x: Any) -> Any:
+            # Outside autocast: it would run the norm in fp32 and keep fp32 activations, which bf16 stacks do not.
+            with torch.autocast("cuda", enabled=False):
+                return F.rms_norm(x, (h,), self.weight.to(x.dtype), RMS_EPS)
+
+    def rope(x: Any, cos: Any, sin: Any) -> Any:
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(h, (heads + 2 * kv_heads) * d, bias=False)  # fused QKV, as Megatron-Core
+            self.out = nn.Linear(heads * d, h, bias=False)
+
+        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+            q = rope(q.view(b, s, heads, d).transpose(1, 2), cos, sin)
+            k = rope(k.view(b, s, kv_heads, d).transpose(1, 2), cos, sin)
+            v = v.view(b, s, kv_heads, d).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # K/V not materialised x4
+            return self.out(o.transpose(1, 2).reshape(b, s, heads * d))
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Linear(h, 2 * ffn, bias=False)  # gate and up in one GEMM
+            self.fc2 = nn.Linear(ffn, h, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            gate, up = self.fc1(x).chunk(2, dim=-1)
+            return self.fc2(F.silu(gate) * up)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1, self.attn, self.norm2, self.mlp = RMSNorm(), Attention(), RMSNorm(), MLP()
+
+        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+            x = x + self.attn(self.norm1(x), cos, sin)
+            return x + self.mlp(self.norm2(x))
+
+    class Llama(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, h)
+            nn.init.normal_(self.embed.weight, std=0.02)  # N(0, 1) through the tied head gives loss ~1e2
+            self.layers = nn.ModuleList(Block() for _ in range(layers))
+            self.norm = RMSNorm()
+            inv = 1.0 / ROPE_THETA ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+            angles = torch.outer(torch.arange(SEQ_LEN, dtype=torch.float32), inv)
+            angles = torch.cat((angles, angles), dim=-1)
+            self.register_buffer("cos", angles.cos().to(torch.bfloat16), persistent=False)
+            self.register_buffer("sin", angles.sin().to(torch.bfloat16), persistent=False)
+
+        def forward(self, ids: Any, labels: Any) -> Any:
+            x = self.embed(ids).to(torch.bfloat16)  # bf16 residual stream (autocast leaves embeddings in fp32)
+            for layer in self.layers:
+                if recompute:  # keep only each layer's input; recompute the layer in backward
+                    x = checkpoint(layer, x, self.cos, self.sin, use_reentrant=False)
+                else:
+                    x = layer(x, self.cos, self.sin)
+            logits = F.linear(self.norm(x), self.embed.weight)  # tied LM head (Llama-3.2-1B ties embeddings)
+            return F.cross_entropy(logits.view(-1, vocab), labels.reshape(-1))  # autocast runs the loss in fp32
+
+    with torch.device("cuda"):  # initialise on the GPU: 1.2B parameters on the host would take seconds
+        return Llama()
+
+
+def measure(torch: Any, mbs: int, recompute: str, steps: int, warmup: int) -> dict[str, Any]:
+    """Median step time and allocator peaks for one configuration; {'oom': True} when it does not fit."""
+    model = opt = None
+    try:
+        model = make_model(torch, recompute == "full")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # fused: no foreach temporaries
+        return _time_steps(torch, model, opt, mbs, steps, warmup)
+    except torch.cuda.OutOfMemoryError:
+        return {"oom": True, "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB}
+    finally:
+        model = opt = None  # drop this configuration's weights and optimizer states before the next one starts
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: int) -> dict[str, Any]:
+    ids = torch.randint(0, MODEL["vocab_size"], (mbs, SEQ_LEN + 1), device="cuda")
+    inputs, labels = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()  # after the weights exist, so the peak covers exactly the training steps
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    # Fused attention only: a silent fall-back to the math backend would keep s x s scores and distort the memory.
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+
+    def step() -> None:
+        with sdpa_kernel(fused):  # covers backward too, where checkpointed layers run their forward again
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(inputs, labels)
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    free, total = torch.cuda.mem_get_info()
+    return {
+        "oom": False,
+        "step_time_s": statistics.median(times),
+        "step_times_s": times,
+        "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
+        # Everything on the device, CUDA context included (other processes too, so run it on an idle GPU).
+        "device_used_gib": (total - free) / GIB,
+        "params": sum(p.numel() for p in model.parameters()),
+    }
+
+
+# --- the planner's side ------------------------------------------------------------------------------------------
+def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict[str, float]:
+    from planner.catalog import load_cluster, model_from_mapping
+    from planner.cost.memory import CONTEXT_BYTES
+    from planner.efficiency import apply_profile
+    from planner.problem import KNOBS, Problem
+    from planner.search import price_layout
+    from planner.specs import TrainingSpec
+
+    model = model_from_mapping(MODEL, "bench/real_step.py")
+    cluster = load_cluster(f"{gpu_key}x1")
+    if profile is not None:
+        cluster = cluster.model_copy(update={"gpu": apply_profile(cluster.gpu, profile)})
+    training = TrainingSpec(seq_len=SEQ_LEN, global_batch=mbs, framework="generic")
+    layout = dict.fromkeys(KNOBS, 0)  # knobs not named here (categoricals) take their first value
+    layout.update(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mbs=mbs, zero=0, recompute=RECOMPUTE_CODES[recompute], sp=0,
+                  schedule=0)
+    out = price_layout(Problem(model, cluster, training), layout)
+    # The same quantities torch reports: the allocator's live bytes (no reserve) and its pool (plus fragmentation).
+    out["peak_allocated_gib"] = out["memory_peak_gib"] - out["mem_reserve_gib"]
+    out["peak_reserved_gib"] = out["memory_peak_gib"] - CONTEXT_BYTES / GIB
+    out["device_used_gib"] = out["memory_peak_gib"]
+    return out
+
+
+COMPARED = (("step_time_s", "step time (s)"), ("peak_allocated_gib", "peak allocated (GiB)"),
+            ("peak_reserved_gib", "peak reserved (GiB)"), ("device_used_gib", "device used (GiB)"))
+
+
+def error_pct(predicted: float, measured: float) -> float | None:
+    return None if not measured else 100.0 * (predicted - measured) / measured
+
+
+def report(rows: list[dict[str, Any]], with_profile: bool) -> str:
+    head = f"{'config':22s} {'metric':22s} {'measured':>10s} {'predicted':>10s} {'error':>8s}"
+    if with_profile:
+        head += f" {'w/ profile':>10s} {'error':>8s}"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        name = f"mbs={row['mbs']} recompute={row['recompute']}"
+        if row["measured"]["oom"]:
+            lines.append(f"{name:22s} out of memory (predicted peak {row['predicted']['memory_peak_gib']:.1f} GiB)")
+            continue
+        for key, label in COMPARED:
+            meas, pred = row["measured"][key], row["predicted"][key]
+            line = f"{name:22s} {label:22s} {meas:10.3f} {pred:10.3f} {row['error_pct'][key]:+7.1f}%"
+            if with_profile:
+                line += f" {row['predicted_profile'][key]:10.3f} {row['error_pct_profile'][key]:+7.1f}%"
+            lines.append(line)
+            name = ""
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if str(ROOT) not in sys.path:  # run as `python bench/real_step.py` from a checkout without installing
+        sys.path.insert(0, str(ROOT))
+    from planner.calibrate import detect_gpu_key
+    from planner.catalog import gpu_catalog
+    from planner.efficiency import load_profile
+    from planner.errors import PlanInputError
+
+    try:
+        profile = load_profile(args.profile) if args.profile else None
+    except PlanInputError as exc:
+        _fail(exc.one_line())
+    if args.gpu and args.gpu not in gpu_catalog():
+        _fail(f"--gpu: unknown GPU '{args.gpu}' (fix: use one of {', '.join(gpu_catalog())})")
+    try:
+        import torch
+    except (ImportError, OSError):
+        _fail("bench/real_step.py needs PyTorch with CUDA, and torch cannot be imported here "
+              "(fix: run it on a GPU machine with torch installed)")
+    if not torch.cuda.is_available():
+        _fail(f"bench/real_step.py needs PyTorch with CUDA, and torch {torch.__version__} sees no CUDA device "
+              "(fix: run it on a GPU machine)")
+    device = torch.cuda.get_device_name(0)
+    gpu_key = args.gpu or detect_gpu_key(device)
+    if gpu_key is None:
+        print(f"warning: '{device}' is not in the GPU catalog; predicting with h100 figures (use --gpu)",
+              file=sys.stderr)
+        gpu_key = "h100"
+
+    rows = []
+    for recompute in args.recompute:
+        for mbs in args.mbs:
+            print(f"running mbs={mbs} recompute={recompute} ...", file=sys.stderr, flush=True)
+            row: dict[str, Any] = {"mbs": mbs, "recompute": recompute,
+                                   "measured": measure(torch, mbs, recompute, args.steps, args.warmup),
+                                   "predicted": predict(gpu_key, mbs, recompute)}
+            if profile is not None:
+                row["predicted_profile"] = predict(gpu_key, mbs, recompute, profile)
+            if not row["measured"]["oom"]:
+                for suffix in ("", "_profile"):
+                    if "predicted" + suffix in row:
+                        row["error_pct" + suffix] = {k: error_pct(row["predicted" + suffix][k], row["measured"][k])
+                                                     for k, _ in COMPARED}
+            rows.append(row)
+
+    print(f"{device}; predicted as {gpu_key}x1, framework generic, seq {SEQ_LEN}")
+    print(report(rows, profile is not None))
+    doc = {"schema_version": 1, "device": device, "torch": torch.__version__, "gpu_key": gpu_key,
+           "profile": args.profile, "model": MODEL, "seq_len": SEQ_LEN, "steps": args.steps, "warmup": args.warmup,
+           "runs": rows}
+    try:
+        Path(args.out).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    except OSError as exc:
+        _fail(f"--out: cannot write {args.out} ({exc.strerror})")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
