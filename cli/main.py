@@ -189,8 +189,12 @@ def explain(
     precision: PrecOpt = "bf16",
     framework: FwOpt = "generic",
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
+    osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
+                                       "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
+    partition: Annotated[bool, typer.Option("--partition", help="also balance layers (and recompute) per "
+                                            "pipeline stage with CP-SAT")] = False,
 ) -> None:
-    """Price one layout in full: time and memory breakdown, and every rule it breaks."""
+    """Price one layout in full: time and memory breakdown, schedule timeline, every rule it breaks."""
     from planner import document
     from planner.explain import explain as run_explain
     from planner.layout_keys import parse_pairs
@@ -199,7 +203,9 @@ def explain(
     problem = _problem(model, cluster, seq_len, global_batch, precision, framework, None)
     given = parse_pairs([layout], "--layout")
     out = run_explain(problem, given)
+    extras = _explain_extras(problem, given, osdp, partition)
     if fmt != "table":
+        out.update({k: v for k, v in extras.items() if k != "text"})
         out = {"schema_version": document.SCHEMA_VERSION, "inputs": document.inputs_dict(problem, {}), **out}
         sys.stdout.write(document.dumps(out, fmt))
         raise typer.Exit(0 if out["feasible"] else 1)
@@ -215,11 +221,51 @@ def explain(
     con.print("memory (GiB, busiest stage): " + ", ".join(f"{k} {v:.2f}" for k, v in bd["memory_gib"].items()))
     con.print(f"stages: first {out['stages']['first']['memory_gib']:.1f} GiB, "
               f"last {out['stages']['last']['memory_gib']:.1f} GiB")
+    con.print(out["timeline"], highlight=False, markup=False)
+    for text in extras.get("text", []):
+        con.print(text, highlight=False, markup=False)
     if out["broken_rules"]:
         for r in out["broken_rules"]:
             con.print(f"[red]breaks[/] {r['rule']}: {r['message']} (fix: {r['fix']})")
         raise typer.Exit(1)
     con.print("[green]satisfies every rule[/]")
+
+
+def _explain_extras(problem, given: dict[str, int], osdp: bool, partition: bool) -> dict:
+    import dataclasses
+
+    from planner.explain import complete_layout
+
+    lay = complete_layout(problem, given)
+    out: dict = {"text": []}
+    if osdp:
+        from planner.osdp import plan_osdp, render_osdp
+
+        plan = plan_osdp(problem, lay)
+        out["osdp"] = _jsonable(dataclasses.asdict(plan))
+        out["text"].append(render_osdp(plan))
+    if partition:
+        from planner.partition import partition_for, render_partition
+
+        part = partition_for(problem, lay)
+        out["partition"] = _jsonable(dataclasses.asdict(part))
+        out["text"].append(render_partition(part))
+    return out
+
+
+def _jsonable(obj):
+    """Tuples to lists, numpy scalars to floats, non-finite to None: JSON/YAML-safe and deterministic."""
+    import math
+
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item"):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return round(obj, 9) if math.isfinite(obj) else None
+    return obj
 
 
 @app.command()

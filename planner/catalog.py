@@ -113,7 +113,8 @@ def _fix_for(kind: str, field: str | None, ctx: dict[str, Any]) -> str:
             limit = ctx[key]
             return f"set {name} {phrase} {limit:,}" if isinstance(limit, int) else f"set {name} {phrase} {limit:g}"
     if kind == "missing":
-        return f"add '{name}: ...'"
+        parent, _, leaf = name.rpartition(".")
+        return f"add '{leaf}: ...'" + (f" under '{parent}'" if parent else "")
     if kind.startswith("int"):
         return f"write {name} as a whole number"
     if "expected a number" in str(ctx.get("error", "")):

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .document import breakdown_dict, layout_dict, metrics_dict
-from .problem import SCHEDULES, Problem
+from .problem import SCHEDULES, SEQ1F1B_SEGMENTS, Problem
 from .rules import MEMORY_RULE, RULES
 from .search import price_layout
 
@@ -32,6 +32,30 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     return lay
 
 
+def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], width: int = 100) -> str:
+    """The schedule's order of operations, simulated with this layout's per-stage times (planner.cost.pipeline_sim).
+
+    Capped at 4 x pp micro-batches so the chart stays readable; the bubble does not grow past that point.
+    """
+    from .cost.pipeline_sim import render_timeline, simulate_schedule
+
+    name = SCHEDULES[lay["schedule"]]
+    p, v = lay["pp"], lay["vpp"]
+    if p < 2:
+        return "no pipeline (pp = 1): nothing to schedule"
+    m = max(1, min(int(round(metrics["num_microbatches"])), 4 * p))
+    if name == "interleaved":
+        m = max(p, m - m % p)
+    t_f, t_b, t_w = metrics["stage_fwd_s"], metrics["stage_bwd_s"], metrics["stage_wgrad_s"]
+    split = name in ("zb-h1", "zb-h2", "zb-v")
+    kwargs = {"t_b": t_b - t_w, "t_w": t_w} if split else {"t_b": t_b}
+    k = SEQ1F1B_SEGMENTS if name == "seq1f1b" else 1
+    sim = simulate_schedule(name, p, m, t_f=t_f, v=v, k=k, t_comm=metrics["p2p_s"], **kwargs)
+    head = (f"{name} timeline, {p} stages x {m} micro-batches (simulated): bubble {sim.bubble * 1e3:.1f} ms, "
+            f"peak in-flight on stage 0 {sim.peak_inflight[0] / v:.2f} micro-batches")
+    return head + "\n" + render_timeline(sim, width=width)
+
+
 def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
     lay = complete_layout(problem, given)
     cols = {k: np.array([v], dtype=np.int64) for k, v in lay.items()}
@@ -46,6 +70,7 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
         "broken_rules": [{"rule": r.name, "message": r.message, "fix": r.fix, "source": r.source} for r in broken],
         "metrics": metrics_dict(metrics, cap),
         "breakdown": breakdown_dict(metrics),
+        "timeline": timeline(problem, lay, metrics),
         "stages": {
             "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3)},
             "last": {"memory_gib": round(metrics["mem_last_stage_gib"], 3)},

@@ -12,7 +12,8 @@ CP_COMM = ("ring", "a2a")  # Megatron --cp-comm-type p2p (ring attention) | a2a 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3, 4)  # 4 = HSDP: ZeRO-3 within the NVLink domain, replicated across domains
 HSDP = 4
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2")
+SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "seq1f1b")
+SEQ1F1B_SEGMENTS = 4  # Seq1F1B splits each sequence into this many segments (Sun et al. 2024 evaluate 2-8)
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost.profiles import profile_for
-from .problem import HSDP, SCHEDULES, Problem
+from .problem import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS, Problem
 
 Cols = Mapping[str, np.ndarray]
 INTERLEAVED = SCHEDULES.index("interleaved")
+ZB_V = SCHEDULES.index("zb-v")
+SEQ1F1B = SCHEDULES.index("seq1f1b")
 ONE_F_ONE_B = SCHEDULES.index("1f1b")
 
 
@@ -85,9 +87,15 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["vpp"] == 1) | (c["pp"] > 1),
          "virtual pipeline stages need pipeline parallelism (pp > 1)", "set vpp=1 or pp > 1", "Megatron M13"),
     Rule("schedule_matches_vpp", ("vpp", "schedule"),
-         lambda c, p: (c["schedule"] == INTERLEAVED) == (c["vpp"] > 1),
-         "the interleaved schedule is exactly the case vpp > 1", "use schedule=interleaved with vpp > 1",
-         "Megatron schedules.py: VPP selects the interleaved 1F1B schedule"),
+         lambda c, p: np.where(c["schedule"] == INTERLEAVED, c["vpp"] > 1,
+                               np.where(c["schedule"] == ZB_V, c["vpp"] == 2, c["vpp"] == 1)),
+         "interleaved needs vpp > 1, zb-v exactly 2 chunks per rank (its V shape), every other schedule vpp = 1",
+         "match vpp to the schedule",
+         "Megatron schedules.py (VPP selects interleaved 1F1B); torchtitan: V schedules need 2 stages per rank"),
+    Rule("seq1f1b_segments_divide", ("cp", "schedule"),
+         lambda c, p: (c["schedule"] != SEQ1F1B) | _divides(SEQ1F1B_SEGMENTS * 2 * c["cp"], p.training.seq_len),
+         f"Seq1F1B splits each sequence into {SEQ1F1B_SEGMENTS} segments (each split again by 2 x cp)",
+         f"use a sequence length divisible by {2 * SEQ1F1B_SEGMENTS} x cp", "Sun et al. 2024 (Seq1F1B)"),
     Rule("schedule_needs_pipeline", ("pp", "schedule"),
          lambda c, p: (c["pp"] > 1) | (c["schedule"] == ONE_F_ONE_B),
          "pipeline schedules other than 1f1b need pp > 1", "use schedule=1f1b when pp = 1",
@@ -140,10 +148,6 @@ RULES: tuple[Rule, ...] = (
          "all-to-all context parallelism shards heads, so query and key/value heads must divide by tp x cp",
          "use ring context parallelism (cp_comm=ring) or a smaller cp",
          "DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-parallel degree must divide the head count"),
-    Rule("zero_bubble_no_vpp", ("vpp", "schedule"),
-         lambda c, p: (c["vpp"] == 1) | (c["schedule"] == INTERLEAVED),
-         "zero-bubble schedules here use one model chunk per rank", "set vpp=1 with zb-h1/zb-h2",
-         "Qi et al. 2024 (ZB-H1/H2 are defined on 1F1B's one chunk per stage)"),
 )
 
 MEMORY_RULE = Rule(

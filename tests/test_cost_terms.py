@@ -180,3 +180,36 @@ def test_ulysses_exchanges_qkv_and_output_with_all_to_all():
     eight, one = np.array([8]), np.array([1])
     per_layer = 2 * sum(comm.all_to_all_time(np.array([b]), eight, one, cl)[0] for b in (qkv, out))
     assert r["cp_comm_s"][0] == pytest.approx(per_layer * 32, rel=1e-6)  # 32 layers, one micro-batch
+
+
+# --- closed forms agree with the timeline simulation ----------------------------------------------------------------
+@pytest.mark.parametrize("name,v,split", [("1f1b", 1, False), ("interleaved", 4, False), ("zb-h1", 1, True),
+                                          ("zb-h2", 1, True), ("seq1f1b", 1, False)])
+@pytest.mark.parametrize("p,m", [(4, 8), (8, 16), (8, 32)])
+def test_schedule_closed_forms_match_simulation(name, v, split, p, m):
+    """planner.cost.schedule (used by the vectorised search) against planner.cost.pipeline_sim (order of operations)."""
+    from planner.cost.pipeline_sim import simulate_schedule
+    from planner.problem import SCHEDULES, SEQ1F1B_SEGMENTS
+
+    t_f, t_b, t_w = 1.0, 2.0, 1.0
+    kwargs = {"t_b": t_b - t_w, "t_w": t_w} if split else {"t_b": t_b}
+    extra = {"k": SEQ1F1B_SEGMENTS, "attn_frac": 0.0} if name == "seq1f1b" else {}
+    sim = simulate_schedule(name, p, m, t_f=t_f, v=v, **kwargs, **extra)
+    code = np.array([SCHEDULES.index(name)])
+    closed = schedule.bubble_time(code, np.array([p]), np.array([v]), np.array([t_f]), np.array([t_b]),
+                                  np.array([t_w]))[0]
+    assert closed == pytest.approx(sim.bubble, abs=1e-6)
+    inflight = schedule.inflight_microbatches(code, np.array([p]), np.array([v]), np.array([m]))[0]
+    assert inflight == pytest.approx(sim.peak_inflight[0] / v, rel=1e-6)
+
+
+def test_zb_v_reaches_zero_bubble_at_1f1b_memory():
+    from planner.cost.pipeline_sim import simulate_schedule
+    from planner.problem import SCHEDULES
+
+    sim = simulate_schedule("zb-v", 8, 16, t_f=1.0, t_b=1.0, t_w=1.0, v=2, w_share=0.0)
+    code = np.array([SCHEDULES.index("zb-v")])
+    closed = schedule.bubble_time(code, np.array([8]), np.array([2]), np.array([1.0]), np.array([2.0]),
+                                  np.array([1.0]))[0]
+    assert sim.bubble == pytest.approx(0.0, abs=1e-9) and closed == pytest.approx(0.0)
+    assert schedule.inflight_microbatches(code, np.array([8]), np.array([2]), np.array([16]))[0] == 8

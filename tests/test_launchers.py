@@ -284,7 +284,7 @@ def test_megatron_zero2_strategy_and_zero0_plain_ddp() -> None:
 def test_megatron_core_refuses_zero_bubble(fmt: str, schedule: str) -> None:
     doc = llama70_doc()
     layout(doc)["schedule"] = schedule
-    with pytest.raises(PlanInputError, match="zero-bubble") as err:
+    with pytest.raises(PlanInputError, match=f"no {schedule} pipeline schedule") as err:
         render(doc, fmt)
     assert err.value.field == "plans[0].layout.schedule"
 

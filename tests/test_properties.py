@@ -243,9 +243,7 @@ def test_one_microbatch_cannot_beat_its_critical_path():
     """With one micro-batch, stages run one after another: the step is at least p x (t_f + t_b) minus the weight-
     gradient passes that zero-bubble schedules defer (t_W <= t_b / 2), i.e. at least p/2 x the per-stage compute."""
     problem = Problem(load_model("llama3-8b"), load_cluster("h100x128"), TrainingSpec(seq_len=4096, global_batch=16))
-    for schedule in SCHEDULES:
-        if schedule == "interleaved":
-            continue
+    for schedule in ("1f1b", "zb-h1", "zb-h2"):
         layout = complete_layout(problem, {"tp": 1, "pp": 8, "dp": 16, "mbs": 1, "zero": 1,
                                            "schedule": SCHEDULES.index(schedule)})
         mt = price_layout(problem, layout)

@@ -228,6 +228,25 @@ def test_unreadable_file(tmp_path):
         path.chmod(0o644)
 
 
+def test_unreadable_file_even_as_root(tmp_path, monkeypatch):
+    """The permission-denied path, simulated so that it also runs where chmod does not block reads (root)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD_MODEL)
+
+    real_open = Path.open
+
+    def denied(self, *args, **kwargs):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    with pytest.raises(PlanInputError) as info:
+        load_model(str(path))
+    line = info.value.one_line()
+    assert str(path) in line and "permission denied" in line and "(fix: " in line
+
+
 def test_overlong_path_and_control_characters():
     r = plan("--model", "a/" * 3000 + "config.json", "--cluster", "h100x8")
     line = assert_one_line_error(r, "config.json")

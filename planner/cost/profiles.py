@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+_ALL = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "seq1f1b")
+
 
 @dataclass(frozen=True)
 class FrameworkProfile:
@@ -46,7 +48,7 @@ class FrameworkProfile:
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
     fsdp_style: bool = False  # ZeRO-3 shards the fp32 master itself (no separate bf16 persistent copy)
-    schedules: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2")
+    schedules: tuple[str, ...] = _ALL
 
 
 _MAINLINE = ("1f1b", "interleaved")  # Megatron-Core schedules.py: VPP selects interleaved; no zero-bubble
@@ -62,7 +64,8 @@ PROFILES: dict[str, FrameworkProfile] = {
                              schedules=_MAINLINE),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
                                            dp_overlap=0.5, schedules=("1f1b",)),
-    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, schedules=("1f1b", "interleaved"), **_FSDP),
+    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, schedules=("1f1b", "interleaved", "zb-v"),
+                                   **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.675, grad_reduce_bytes=2.0, **_FSDP),
     "automodel": FrameworkProfile("automodel", kernel_efficiency=0.675, **_FSDP),
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5, schedules=("1f1b",)),

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..problem import HSDP, Problem
+from ..problem import HSDP, SEQ1F1B_SEGMENTS, Problem
 from . import comm, compression, flops, memory, schedule
 from .profiles import profile_for
 
@@ -216,6 +216,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     p2p_exposed = 2 * p2p * vpp
     t_mb = stage_f + stage_b + p2p_exposed
     bubble = schedule.bubble_time(sched, pp, vpp, stage_f + p2p, stage_b + p2p, stage_w)
+    # Seq1F1B runs every layer's kernels once per segment: k times the launches per micro-batch.
+    seg_launch = np.where(sched == schedule.S_SEQ1F1B, (SEQ1F1B_SEGMENTS - 1) * 3 * launch_f * layers_per_stage, 0.0)
+    t_mb = t_mb + seg_launch
 
     # --- data-parallel gradient reduction and optimizer --------------------------------------------------------------
     dense_local = stage_p - layers_per_stage * layer_expert_part
@@ -284,6 +287,10 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "exposed_comm_s": micro * (p2p_exposed + layers_per_stage * (
             tp_exposed + cp_exposed + ep_exposed + z3_exposed_f + z3_exposed_b)) + dp_exposed,
         "bubble_s": bubble,
+        "stage_fwd_s": stage_f,  # one micro-batch through the busiest stage (for the timeline in `explain`)
+        "stage_bwd_s": stage_b,
+        "stage_wgrad_s": stage_w,
+        "p2p_s": p2p,
         "optimizer_s": optim_time,
         "tp_comm_s": micro * layers_per_stage * tp_exposed,
         "cp_comm_s": micro * layers_per_stage * cp_exposed,

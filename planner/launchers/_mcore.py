@@ -25,9 +25,9 @@ FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 def check(view: PlanView, launcher: str) -> None:
     """Refuse plans Megatron-Core would reject at start-up (or run differently from the plan)."""
     lay, m = view.layout, view.model
-    if lay.schedule in ("zb-h1", "zb-h2"):
+    if lay.schedule not in ("1f1b", "interleaved"):
         refuse(view, launcher, "schedule",
-               f"Megatron-Core has no zero-bubble pipeline schedule ({lay.schedule}); it runs 1F1B, or interleaved "
+               f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, or interleaved "
                "1F1B when there are virtual stages",
                "re-plan with the schedule limited to 1f1b or interleaved")
     if m.num_heads % lay.tp:

@@ -11,8 +11,8 @@ from typing import Any, NoReturn
 
 from planner import __version__
 from planner.errors import PlanInputError
+from planner.problem import SCHEDULES
 
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
 
@@ -238,10 +238,12 @@ def _check(view: PlanView) -> None:
         _inconsistent(view.field("pp"), "pp = 1 needs vpp = 1, schedule 1f1b and no uneven stages")
     if lay.schedule == "interleaved" and lay.vpp < 2:
         _inconsistent(view.field("vpp"), "schedule interleaved needs vpp >= 2")
+    if lay.schedule == "zb-v" and lay.vpp != 2:
+        _inconsistent(view.field("vpp"), "schedule zb-v needs vpp = 2 (two chunks per rank in a V)")
     if lay.schedule == "1f1b" and lay.vpp != 1:
         _inconsistent(view.field("vpp"), "schedule 1f1b needs vpp = 1")
-    if (lay.dp * lay.cp) % lay.ep:
-        _inconsistent(view.field("ep"), f"ep {lay.ep} must divide dp x cp = {lay.dp * lay.cp}")
+    if (lay.tp * lay.dp * lay.cp) % lay.ep:
+        _inconsistent(view.field("ep"), f"ep {lay.ep} must divide tp x dp x cp = {lay.tp * lay.dp * lay.cp}")
     if lay.ep > 1 and not m.is_moe:
         _inconsistent(view.field("ep"), f"ep {lay.ep} > 1 but {m.name} has no experts")
     if lay.uneven:

@@ -20,6 +20,7 @@ SCHEDULES = {
     ("1f1b", False): "1F1B",
     ("interleaved", True): "Interleaved1F1B",
     ("zb-h1", True): "InterleavedZeroBubble",
+    ("zb-v", True): "ZBVZeroBubble",
 }
 
 Value = int | bool | str | list
