@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .cost.step import evaluate
+from .cost.step import evaluate, state_memory_floor_gib
 from .errors import NoFeasiblePlan
 from .problem import KNOBS, Problem
 from .rules import MEMORY_RULE
@@ -68,6 +68,10 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) ->
             proven = False
             break
         part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
+        if problem.enforce_memory:  # model states alone already exceed the GPU: skip the full pricing
+            floor_ok = state_memory_floor_gib(problem, part) <= cap
+            pruned[MEMORY_RULE.name] += int((~floor_ok).sum())
+            part = {k: v[floor_ok] for k, v in part.items()}
         met = evaluate(problem, part)
         ok = np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
         if problem.enforce_memory:

@@ -38,7 +38,8 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "pp": [d for d in world if d <= m.num_hidden_layers + 2],  # as wide as layers_fill_stages allows
         "cp": [d for d in world if d == 1 or problem.training.seq_len % (2 * d) == 0],
         "ep": [d for d in divisors(m.num_local_experts) if d <= n] if m.is_moe else [1],
-        "vpp": [d for d in divisors(m.num_hidden_layers) if d <= 16],
+        # chunks per rank: divisors of the layers, or of layers + 2 when embedding and loss count as layers
+        "vpp": sorted({d for n in (m.num_hidden_layers, m.num_hidden_layers + 2) for d in divisors(n) if d <= 16}),
         "mbs": [d for d in divisors(problem.training.global_batch) if d <= MAX_MICRO_BATCH],
         "zero": list(ZERO_STAGES),
         "recompute": list(range(len(RECOMPUTE))),
@@ -59,9 +60,9 @@ class Enumeration:
     pruned: dict[str, int]
 
 
-# Stages: knobs introduced, in order. dp is derived from the world size in stage 0.
-_STAGES: tuple[tuple[str, ...], ...] = (
-    ("tp", "pp", "cp"), ("ep", "vpp", "mbs"), ("zero", "recompute", "sp", "schedule", "cp_comm"))
+# Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
+# applied as soon as every knob it reads exists, so the table never holds rows an earlier rule already refuses.
+_ORDER: tuple[str, ...] = ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_comm")
 
 
 def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:
@@ -72,37 +73,30 @@ def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[st
     return out
 
 
-def _rules_ready(known: set[str]) -> list[Rule]:
-    return [r for r in RULES if set(r.knobs) <= known]
-
-
 def enumerate_layouts(problem: Problem) -> Enumeration:
     dom = domains(problem)
-    later_sizes = [int(np.prod([len(dom[k]) for s in _STAGES[i + 1:] for k in s])) for i in range(len(_STAGES))]
-    candidates = int(np.prod([len(dom[k]) for s in _STAGES for k in s]))
+    sizes = [len(dom[k]) for k in _ORDER]
+    candidates = int(np.prod(sizes))
     pruned = {r.name: 0 for r in RULES}
     cols: dict[str, np.ndarray] = {}
     known: set[str] = set()
-    applied: set[str] = set()
-    for stage, knobs in enumerate(_STAGES):
-        for knob in knobs:
-            cols = _cross(cols, knob, dom[knob])
-            known.add(knob)
-        if stage == 0:
+    pending = list(RULES)
+    for i, knob in enumerate(_ORDER):
+        cols = _cross(cols, knob, dom[knob])
+        known.add(knob)
+        if knob == "cp":
             denom = cols["tp"] * cols["pp"] * cols["cp"]
             cols["dp"] = np.where(problem.num_gpus % denom == 0, problem.num_gpus // denom, 0)
-            known.add("dp")
             if "dp" in problem.fixed:
                 cols["dp"] = np.where(cols["dp"] == problem.fixed["dp"], cols["dp"], -cols["dp"] - 1)
-        for rule in _rules_ready(known):
-            if rule.name in applied:
-                continue
-            applied.add(rule.name)
+            known.add("dp")
+        later = int(np.prod(sizes[i + 1:])) if i + 1 < len(sizes) else 1
+        for rule in [r for r in pending if set(r.knobs) <= known]:
+            pending.remove(rule)
             ok = rule.check(cols, problem)
-            if "dp" in problem.fixed and rule.name == "world_size":
+            if rule.name == "world_size":
                 ok &= cols["dp"] > 0
-            pruned[rule.name] += int((~ok).sum()) * later_sizes[stage]
+            pruned[rule.name] += int((~ok).sum()) * later
             cols = {k: v[ok] for k, v in cols.items()}
-    missing = set(KNOBS) - set(cols)
-    assert not missing, missing
+    assert not pending and set(KNOBS) <= set(cols), (pending, set(KNOBS) - set(cols))
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)

@@ -233,12 +233,6 @@ def test_pinning_a_knob_never_beats_leaving_it_free(problem, knob, index):
     assert pinned.feasible <= free.feasible
 
 
-ZB_BUG = ("cost-model bug (planner/cost/schedule.py bubble_time): the zero-bubble formulas of Qi et al. assume at "
-          "least p micro-batches (ZB-H2: 2p-1); with fewer they predict a bubble below the critical path, so faster "
-          "kernels can even slow a step")
-
-
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=ZB_BUG)
 def test_one_microbatch_cannot_beat_its_critical_path():
     """With one micro-batch, stages run one after another: the step is at least p x (t_f + t_b) minus the weight-
     gradient passes that zero-bubble schedules defer (t_W <= t_b / 2), i.e. at least p/2 x the per-stage compute."""

@@ -15,7 +15,7 @@ S_1F1B, S_INTERLEAVED, S_ZBH1, S_ZBH2, S_ZBV, S_SEQ1F1B = (
 
 
 def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
-                t_w: np.ndarray) -> np.ndarray:
+                t_w: np.ndarray, m: np.ndarray | float = np.inf) -> np.ndarray:
     """Idle time per step on the critical path.
 
     1F1B: (p-1)(t_f+t_b) (Narayanan et al. 2021 §2.2.1); interleaved: divided by v (ibid. §2.2.2);
@@ -31,9 +31,14 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     t_bi = t_b - t_w
     base = (p - 1) * (t_f + t_b)
     out = np.where(schedule == S_INTERLEAVED, base / np.maximum(v, 1), base)
-    out = np.where(schedule == S_ZBH1, (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0), out)
-    zero_bubble = (p - 1) * np.maximum(t_f + t_bi - 2 * t_w, 0.0)
-    out = np.where((schedule == S_ZBH2) | (schedule == S_ZBV), zero_bubble, out)
+    # Zero-bubble schedules fill idle slots with deferred W passes; with fewer micro-batches than the fill needs
+    # (p - 1 for ZB-H1, 2p - 1 for ZB-H2 / ZB-V) only that share of the saving is available.
+    zb1 = (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0)
+    zb2 = (p - 1) * np.maximum(t_f + t_bi - 2 * t_w, 0.0)
+    fill1 = np.minimum(1.0, m / np.maximum(p - 1, 1))
+    fill2 = np.minimum(1.0, m / np.maximum(2 * p - 1, 1))
+    out = np.where(schedule == S_ZBH1, base - (base - zb1) * fill1, out)
+    out = np.where((schedule == S_ZBH2) | (schedule == S_ZBV), base - (base - zb2) * fill2, out)
     out = np.where(schedule == S_SEQ1F1B, base / SEQ1F1B_SEGMENTS, out)
     return np.where(p > 1, out, 0.0)
 

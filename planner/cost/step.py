@@ -69,6 +69,53 @@ def _linear_io_widths(m) -> tuple[float, float]:
     return h + q + h + width, (q + kv) + h + up + h
 
 
+def _expert_tp(c: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Expert tensor parallelism follows TP when EP fits in the data ranks; otherwise experts fold onto the TP ranks
+    with ETP = 1 (Megatron-Core "MoE parallel folding", expert grid independent of the attention grid)."""
+    tp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "dp", "cp", "ep"))
+    return np.where((dp * cp) % ep == 0, tp, 1.0)
+
+
+def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Parameters one GPU of the busiest pipeline stage holds (before any ZeRO sharding).
+
+    The busiest stage holds ceil(L/pp) layers (uneven splits via first/last-stage counts or a pipeline layout);
+    the first stage adds the embedding, the last the LM head (and the tied embedding's copy).
+    """
+    m = problem.model
+    tp, pp, ep = (c[k].astype(float) for k in ("tp", "pp", "ep"))
+    etp = _expert_tp(c)
+    frac_moe = m.moe_layers / m.num_hidden_layers
+    dense_p = flops.dense_layer_params(m) / tp
+    moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
+    experts_p = flops.expert_params(m) / (etp * ep) if m.is_moe else 0.0
+    layers_per_stage = np.ceil(m.num_hidden_layers / pp)
+    per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
+    emb_p = flops.embedding_params(m) / tp
+    head_p = flops.lm_head_params(m) / tp
+    first_p = layers_per_stage * per_layer_p + emb_p + np.where(pp == 1, head_p, 0.0)
+    last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
+    return {"per_layer": per_layer_p, "layer_expert_part": frac_moe * experts_p, "first": first_p, "last": last_p,
+            "stage": np.maximum(first_p, last_p), "embedding": emb_p, "layers_per_stage": layers_per_stage}
+
+
+def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
+    """A cheap lower bound on peak memory: model states alone (no activations, no reserve), with the layout's ZeRO
+    sharding. The search drops layouts above capacity before pricing them in full; same accounting as `evaluate`."""
+    prof = profile_for(problem.training.framework)
+    zero = c["zero"]
+    if prof.optimizer_always_sharded:
+        zero = np.maximum(zero, 1)
+    hsdp = zero == HSDP
+    data_ranks = (c["dp"] * c["cp"]).astype(float)
+    shard = np.where(hsdp, comm.peers_within(problem.cluster.nvlink_domain, c["tp"].astype(float), data_ranks),
+                     data_ranks)
+    stage = stage_params(problem, c)["stage"]
+    fp8 = problem.training.precision in ("fp8", "fp4")
+    states = memory.state_bytes(stage, np.where(hsdp, 3, zero), shard, prof, fp8)
+    return sum(states.values()) / memory.GIB
+
+
 def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     m, cl, tr = problem.model, problem.cluster, problem.training
     gpu = cl.gpu
@@ -84,9 +131,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     n_gpus = float(problem.num_gpus)
     s = float(tr.seq_len)
     micro = tr.global_batch / (mbs * dp)  # micro-batches per step per pipeline
-    # Expert tensor parallelism follows TP when EP fits in the data ranks; otherwise experts fold onto the TP ranks
-    # with ETP = 1 (Megatron-Core "MoE parallel folding", expert grid independent of the attention grid).
-    etp = np.where((dp * cp) % ep == 0, tp, 1.0)
+    etp = _expert_tp(c)
 
     # --- compute per layer per micro-batch (forward) ------------------------------------------------------------
     tok = mbs * s / cp  # tokens each GPU processes per micro-batch
@@ -170,19 +215,10 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         ep_exposed = ep_exposed_f = np.zeros_like(tp)
 
     # --- parameters held per GPU ---------------------------------------------------------------------------------
-    dense_p = flops.dense_layer_params(m) / tp
-    moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
-    experts_p = flops.expert_params(m) / (etp * ep) if m.is_moe else 0.0
-    # Busiest stage: an uneven split gives some stages ceil(L/pp) layers (first/last-stage counts, or a pipeline
-    # layout spreading them over the v chunks).
-    layers_per_stage = np.ceil(m.num_hidden_layers / pp)
-    per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
-    layer_expert_part = frac_moe * experts_p
-    emb_p = flops.embedding_params(m) / tp
-    head_p = flops.lm_head_params(m) / tp
-    first_p = layers_per_stage * per_layer_p + emb_p + np.where(pp == 1, head_p, 0.0)
-    last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
-    stage_p = np.maximum(first_p, last_p)
+    sp_ = stage_params(problem, c)
+    per_layer_p, layer_expert_part = sp_["per_layer"], sp_["layer_expert_part"]
+    first_p, last_p, stage_p, emb_p = sp_["first"], sp_["last"], sp_["stage"], sp_["embedding"]
+    layers_per_stage = sp_["layers_per_stage"]
     data_ranks = dp * cp  # Megatron reduces dense grads over the dp x cp group
     expert_ranks = np.maximum(data_ranks * tp / (etp * ep), 1)
 
@@ -215,7 +251,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
                    0.0)
     p2p_exposed = 2 * p2p * vpp
     t_mb = stage_f + stage_b + p2p_exposed
-    bubble = schedule.bubble_time(sched, pp, vpp, stage_f + p2p, stage_b + p2p, stage_w)
+    bubble = schedule.bubble_time(sched, pp, vpp, stage_f + p2p, stage_b + p2p, stage_w, m=micro)
     # Seq1F1B runs every layer's kernels once per segment: k times the launches per micro-batch.
     seg_launch = np.where(sched == schedule.S_SEQ1F1B, (SEQ1F1B_SEGMENTS - 1) * 3 * launch_f * layers_per_stage, 0.0)
     t_mb = t_mb + seg_launch
