@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, ZERO_STAGES, Problem
-from .rules import RULES, Rule
+from .rules import RULES
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
 

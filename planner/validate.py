@@ -48,12 +48,16 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     for key in ("model", "cluster", "training", "layout", "measured"):
         if key not in case:
             raise PlanInputError("missing", field=key, source=where, fix="see README, 'Validation case format'")
+    for key in ("model", "training", "layout", "measured"):
+        if not isinstance(case[key], dict):
+            raise PlanInputError(f"expected a mapping, got {type(case[key]).__name__}", field=key, source=where,
+                                 fix="see README, 'Validation case format'")
     model = model_from_mapping(case["model"], where)
     cluster = load_cluster(str(case["cluster"]))
     tr = case["training"]
     try:
         training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"],
-                                precision=tr.get("precision", "bf16"), framework=tr.get("framework", "other"))
+                                precision=tr.get("precision", "bf16"), framework=str(tr.get("framework", "other")))
     except (ValidationError, KeyError) as exc:
         raise PlanInputError(f"bad training block ({exc.__class__.__name__})", field="training", source=where,
                              fix="seq_len, global_batch, micro_batch, precision, framework") from None
@@ -78,8 +82,9 @@ def _ape(pred: float, meas: float) -> float:
 
 
 def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
+    measured = case.get("measured")
     out: dict[str, Any] = {"id": case.get("id"), "tier": case.get("tier"), "source": short_source(case),
-                           "measured": case.get("measured", {})}
+                           "measured": measured if isinstance(measured, dict) else {}}
     try:
         problem = case_problem(case, source)
     except PlanInputError as exc:
@@ -102,7 +107,8 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
     mt = plan.metrics
     pred = {"tokens_per_s_per_gpu": sig(mt["tokens_per_s_per_gpu"]), "step_time_s": sig(mt["step_time_s"]),
             "memory_gib": sig(mt["memory_allocator_gib"], 4), "mfu": sig(mt["mfu"], 4)}
-    meas = out["measured"]
+    meas = {k: v for k, v in out["measured"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and v > 0}  # unusable figures are skipped
     err: dict[str, float] = {}
     if meas.get("tokens_per_s_per_gpu"):
         err["throughput"] = sig(_ape(pred["tokens_per_s_per_gpu"], meas["tokens_per_s_per_gpu"]), 4)
@@ -159,7 +165,8 @@ def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -
     """
     groups: dict[tuple, dict[tuple, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, case in enumerate(cases):
-        if results[i]["predicted"] is None or not case.get("measured", {}).get("tokens_per_s_per_gpu"):
+        if results[i]["predicted"] is None or "throughput" not in (results[i]["error"] or {}) or not isinstance(
+                results[i]["measured"].get("tokens_per_s_per_gpu"), int | float):
             continue
         tr = case.get("training", {})
         key = (short_source(case), case.get("model", {}).get("name"), case.get("cluster"), tr.get("seq_len"),

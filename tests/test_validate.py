@@ -46,3 +46,11 @@ def test_bad_case_gets_a_reason_not_a_crash():
 def test_kendall_tau():
     assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
     assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
+
+
+@pytest.mark.parametrize("broken", [{"training": 5}, {"layout": 5}, {"measured": 5},
+                                    {"measured": {"tokens_per_s_per_gpu": "abc"}}, {"cluster": 7}])
+def test_malformed_case_entries_are_reasons_not_crashes(broken):
+    case = {**next(c for c in load_cases(None) if c["id"] == "N21-004"), **broken}
+    out = run_case(case, "test")
+    assert out["predicted"] is None or not out["error"]

@@ -217,7 +217,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # --- parameters held per GPU ---------------------------------------------------------------------------------
     sp_ = stage_params(problem, c)
     per_layer_p, layer_expert_part = sp_["per_layer"], sp_["layer_expert_part"]
-    first_p, last_p, stage_p, emb_p = sp_["first"], sp_["last"], sp_["stage"], sp_["embedding"]
+    first_p, last_p, stage_p = sp_["first"], sp_["last"], sp_["stage"]
     layers_per_stage = sp_["layers_per_stage"]
     data_ranks = dp * cp  # Megatron reduces dense grads over the dp x cp group
     expert_ranks = np.maximum(data_ranks * tp / (etp * ep), 1)

@@ -40,7 +40,7 @@ def check(view: PlanView, launcher: str) -> None:
     if lay.cp > 1 and view.seq_len % (2 * lay.cp):
         refuse(view, launcher, "cp", f"seq_len {view.seq_len} is not a multiple of 2 x cp = {2 * lay.cp}",
                "pick a sequence length divisible by 2 x cp, or re-plan")
-    if view.seq_len > m.max_position_embeddings:
+    if m.max_position_embeddings is not None and view.seq_len > m.max_position_embeddings:
         refuse(view, launcher, "inputs.training.seq_len", f"seq_len {view.seq_len} exceeds max_position_embeddings "
                f"{m.max_position_embeddings}", "train with a shorter sequence or a model with longer positions")
     if m.is_moe and m.num_experts % lay.ep:

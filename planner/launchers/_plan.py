@@ -29,7 +29,7 @@ class ModelShape:
     vocab_size: int
     hidden_act: str
     tied_embeddings: bool
-    max_position_embeddings: int
+    max_position_embeddings: int | None  # None: the model file did not say (then the sequence length is used)
     num_experts: int
     experts_per_token: int
     moe_ffn_hidden_size: int
@@ -176,7 +176,8 @@ def _model(raw: Any) -> ModelShape:
         vocab_size=_int(raw, "vocab_size", p, minimum=1),
         hidden_act=str(_get(raw, "hidden_act", p)),
         tied_embeddings=bool(_get(raw, "tie_word_embeddings", p)),
-        max_position_embeddings=_int(raw, "max_position_embeddings", p, minimum=1),
+        max_position_embeddings=(_int(raw, "max_position_embeddings", p, minimum=1)
+                                 if raw.get("max_position_embeddings") is not None else None),
         num_experts=experts,
         experts_per_token=_int(raw, "num_experts_per_tok", p, default=0),
         moe_ffn_hidden_size=_int(raw, "moe_intermediate_size", p, default=0),

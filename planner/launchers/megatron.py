@@ -88,7 +88,7 @@ def _model(view: PlanView) -> list[Flag]:
         ("--hidden-size", str(m.hidden_size)),
         ("--ffn-hidden-size", str(m.ffn_hidden_size)),
         ("--num-attention-heads", str(m.num_heads)),
-        ("--max-position-embeddings", str(m.max_position_embeddings)),
+        ("--max-position-embeddings", str(m.max_position_embeddings or view.seq_len)),
     ]
     if m.is_mla:
         flags += [
