@@ -34,7 +34,8 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
                                  fix="e.g. schedule=interleaved")
         return name, SCHEDULES.index(value)
     if name == "cp_comm":
-        value = {"p2p": "ring", "ulysses": "a2a", "all-to-all": "a2a", "alltoall": "a2a"}.get(value, value)
+        value = {"p2p": "ring", "ulysses": "a2a", "all-to-all": "a2a", "alltoall": "a2a", "hybrid": "a2a+p2p",
+                 "usp": "a2a+p2p"}.get(value, value)
         if value not in CP_COMM:
             raise PlanInputError(f"cp_comm must be one of {', '.join(CP_COMM)} (got '{raw}')", field=where,
                                  fix="e.g. cp_comm=a2a")

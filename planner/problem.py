@@ -8,7 +8,9 @@ from .specs import ClusterSpec, ModelSpec, TrainingSpec
 
 # Knob names shared by `--fix` and `explain --layout` (README, "Layout keys").
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_comm")
-CP_COMM = ("ring", "a2a")  # Megatron --cp-comm-type p2p (ring attention) | a2a (DeepSpeed-Ulysses)
+# Megatron --cp-comm-type p2p (ring attention) | a2a (DeepSpeed-Ulysses) | a2a+p2p (Ulysses inside the NVLink
+# domain, ring across domains)
+CP_COMM = ("ring", "a2a", "a2a+p2p")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3, 4)  # 4 = HSDP: ZeRO-3 within the NVLink domain, replicated across domains
 HSDP = 4

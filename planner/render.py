@@ -15,7 +15,7 @@ def layout_text(layout: dict[str, int], nvlink_domain: int | None = None) -> str
     d = layout_dict(layout, nvlink_domain=nvlink_domain)
     parts = [f"tp{d['tp']}", f"pp{d['pp']}" + (f"/v{d['vpp']}" if d["vpp"] > 1 else ""), f"dp{d['dp']}"]
     if d["cp"] > 1:
-        parts.append(f"cp{d['cp']}" + ("(a2a)" if d["cp_comm"] == "a2a" else ""))
+        parts.append(f"cp{d['cp']}" + {"a2a": "(a2a)", "a2a+p2p": "(hyb)"}.get(d["cp_comm"], ""))
     if d["ep"] > 1:
         parts.append(f"ep{d['ep']}")
     zero = f"hsdp{d['fsdp_shard_group']}" if "fsdp_shard_group" in d else f"zero{d['zero']}"

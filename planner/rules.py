@@ -48,6 +48,12 @@ def _domain_peers(c: Cols, p: Problem) -> np.ndarray:
     return np.minimum(np.maximum(p.cluster.nvlink_domain // np.maximum(c["tp"], 1), 1), c["dp"] * c["cp"])
 
 
+def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
+    """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
+    inside = np.minimum(np.maximum(p.cluster.nvlink_domain // np.maximum(c["tp"], 1), 1), c["cp"])
+    return np.where(c["cp_comm"] == 2, inside, np.where(c["cp_comm"] == 1, c["cp"], 1))
+
+
 def _microbatches(c: Cols, p: Problem) -> np.ndarray:
     per_step = c["mbs"] * c["dp"]
     return np.where(per_step > 0, p.training.global_batch // np.maximum(per_step, 1), 0)
@@ -142,9 +148,14 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["cp_comm"] == 0) | (c["cp"] > 1),
          "an all-to-all (Ulysses) context-parallel exchange needs cp > 1", "set cp_comm=ring or cp > 1",
          "a communication pattern for a dimension of size 1 is the same layout"),
+    Rule("hybrid_cp_spans_domains", ("tp", "cp", "cp_comm"),
+         lambda c, p: (c["cp_comm"] != 2) | ((_cp_a2a(c, p) > 1) & (_cp_a2a(c, p) < c["cp"])),
+         "hybrid context parallelism needs CP ranks both inside one NVLink domain and across domains",
+         "use cp_comm=ring or cp_comm=a2a",
+         "Megatron --cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes (arguments.py M583)"),
     Rule("ulysses_heads_divisible", ("tp", "cp", "cp_comm"),
-         lambda c, p: (c["cp_comm"] == 0) | (_divides(c["tp"] * c["cp"], p.model.num_attention_heads)
-                                             & (p.model.is_mla | _divides(c["tp"] * c["cp"], p.model.kv_heads))),
+         lambda c, p: (c["cp_comm"] == 0) | (_divides(c["tp"] * _cp_a2a(c, p), p.model.num_attention_heads)
+                                             & (p.model.is_mla | _divides(c["tp"] * _cp_a2a(c, p), p.model.kv_heads))),
          "all-to-all context parallelism shards heads, so query and key/value heads must divide by tp x cp",
          "use ring context parallelism (cp_comm=ring) or a smaller cp",
          "DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-parallel degree must divide the head count"),

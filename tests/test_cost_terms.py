@@ -213,3 +213,17 @@ def test_zb_v_reaches_zero_bubble_at_1f1b_memory():
                                   np.array([1.0]))[0]
     assert sim.bubble == pytest.approx(0.0, abs=1e-9) and closed == pytest.approx(0.0)
     assert schedule.inflight_microbatches(code, np.array([8]), np.array([2]), np.array([16]))[0] == 8
+
+
+def test_hybrid_cp_is_ulysses_inside_the_domain_and_ring_across():
+    """USP / Megatron a2a+p2p: all-to-all among the 8 CP ranks of a node, ring over the 4 nodes."""
+    m, cl = load_model("llama2-7b"), load_cluster("h100x32")
+    p = Problem(m, cl, TrainingSpec(seq_len=131072, global_batch=1))
+    hyb = evaluate(p, cols(cp=32, mbs=1, zero=1, cp_comm=2))
+    ring = evaluate(p, cols(cp=32, mbs=1, zero=1, cp_comm=0))
+    uly_rule_ok = cols(cp=32, mbs=1, zero=1, cp_comm=2)
+    from planner.rules import RULES_BY_NAME
+
+    assert RULES_BY_NAME["hybrid_cp_spans_domains"].check(uly_rule_ok, p)[0]
+    assert hyb["cp_comm_s"][0] != ring["cp_comm_s"][0]
+    assert hyb["step_time_s"][0] > 0

@@ -43,6 +43,8 @@ CASES = {
     "schedule_supported_by_framework": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2),
                                         dict(pp=2, dp=32, schedule=0)),
     "cp_comm_needs_cp": (prob(), dict(dp=64, cp_comm=1), dict(dp=32, cp=2, cp_comm=1)),
+    "hybrid_cp_spans_domains": (prob("llama2-7b", "h100x64"), dict(tp=1, cp=4, dp=16, cp_comm=2),
+                                dict(tp=1, cp=16, dp=4, cp_comm=2)),
     "ulysses_heads_divisible": (prob("llama3-70b", "h100x64"), dict(tp=8, cp=2, dp=4, cp_comm=1),
                                 dict(tp=4, cp=2, dp=8, cp_comm=1)),
     "hsdp_spans_domains": (prob(cluster="h100x8"), dict(dp=8, zero=4), dict(tp=1, dp=8, zero=3)),

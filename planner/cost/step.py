@@ -192,19 +192,22 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # chunk (Liu et al. 2023, ring attention). All-to-all CP (DeepSpeed-Ulysses, --cp-comm-type a2a): QKV are
     # re-sharded from sequence to heads before attention and back after, 2 all-to-alls each way, not overlapped
     # (Jacobs et al. 2023, arXiv 2309.14509 §3).
-    cp_bytes = (cp - 1) * tok * kv_width * 2.0 / tp
-    ring_bytes = cp_bytes * cp / np.maximum(cp - 1, 1)
-    ring = comm.all_to_all_time(squeeze.wire("cp", ring_bytes), cp, tp, cl) + squeeze.codec("cp", ring_bytes)
+    # Hybrid (USP; Megatron --cp-comm-type a2a+p2p with hierarchical sizes): all-to-all among the u CP ranks inside
+    # one NVLink domain, ring among the cp/u domains (Fang & Zhao 2024, arXiv 2405.07719).
+    cp_mode = c["cp_comm"] if "cp_comm" in c else np.zeros_like(c["tp"])
+    u = np.where(cp_mode == 2, comm.peers_within(cl.nvlink_domain, tp, cp), np.where(cp_mode == 1, cp, 1.0))
+    r = cp / u  # ring length
+    ring_bytes = r * tok * kv_width * 2.0 / tp  # KV chunks that pass through a GPU in one ring
+    ring = comm.all_to_all_time(squeeze.wire("cp", ring_bytes), r, tp * u, cl) + squeeze.codec("cp", ring_bytes)
     ring_f = np.maximum(ring - attn_f, 0.0)
     ring_all = ring_f + np.maximum(2 * ring - attn_b, 0.0)
     q_width = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.d_head)
     qkv_bytes = tok * (q_width + (kv_width if not m.is_mla else 2 * m.num_attention_heads * m.d_head)) * 2.0 / tp
     out_bytes = tok * q_width * 2.0 / tp
-    a2a_cp = sum(comm.all_to_all_time(squeeze.wire("cp", b), cp, tp, cl) + squeeze.codec("cp", b)
+    a2a_cp = sum(comm.all_to_all_time(squeeze.wire("cp", b), u, tp, cl) + squeeze.codec("cp", b)
                  for b in (qkv_bytes, out_bytes))
-    ulysses = c["cp_comm"] == 1 if "cp_comm" in c else np.zeros_like(tp, dtype=bool)
-    cp_exposed_f = np.where(ulysses, a2a_cp, ring_f)
-    cp_exposed = np.where(ulysses, 2 * a2a_cp, ring_all)
+    cp_exposed_f = ring_f + a2a_cp
+    cp_exposed = ring_all + 2 * a2a_cp
     if m.is_moe:
         a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
         a2a = (comm.all_to_all_time(squeeze.wire("ep", a2a_bytes), ep, etp, cl) + squeeze.codec("ep", a2a_bytes)) * (

@@ -68,7 +68,8 @@ class Layout:
     first_stage_layers: int | None
     last_stage_layers: int | None
     fsdp_shard_group: int | None = None  # HSDP: ZeRO-3 over this many data ranks, replicated across groups
-    cp_comm: str = "ring"  # "a2a" = DeepSpeed-Ulysses style all-to-all context parallelism
+    cp_comm: str = "ring"  # "a2a" = DeepSpeed-Ulysses style all-to-all; "a2a+p2p" = hybrid
+    cp_hierarchy: tuple | None = None  # hybrid CP: (all-to-all size, ring size)
     expert_tp: int | None = None  # expert tensor parallel size (1 with MoE parallel folding), None = tp
 
     @property
@@ -216,7 +217,8 @@ def _layout(raw: Any, path: str) -> Layout:
         schedule=_choice(raw, "schedule", path, SCHEDULES),
         first_stage_layers=first,
         last_stage_layers=last,
-        cp_comm=_choice(raw, "cp_comm", path, ("ring", "a2a")) if "cp_comm" in raw else "ring",
+        cp_comm=_choice(raw, "cp_comm", path, ("ring", "a2a", "a2a+p2p")) if "cp_comm" in raw else "ring",
+        cp_hierarchy=tuple(raw["cp_hierarchy"]) if isinstance(raw.get("cp_hierarchy"), list) else None,
         fsdp_shard_group=_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
         expert_tp=_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
     )

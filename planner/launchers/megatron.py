@@ -55,6 +55,9 @@ def _parallel(view: PlanView) -> list[Flag]:
     ]
     if lay.cp > 1 and lay.cp_comm == "a2a":
         flags.append(("--cp-comm-type", "a2a"))
+    if lay.cp > 1 and lay.cp_comm == "a2a+p2p" and lay.cp_hierarchy:
+        flags.append(("--cp-comm-type", "a2a+p2p"))
+        flags.append(("--hierarchical-context-parallel-sizes", *(str(x) for x in lay.cp_hierarchy)))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel",))
     if lay.vpp > 1:

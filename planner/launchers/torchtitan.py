@@ -54,7 +54,7 @@ def _check(view: PlanView) -> None:
                f"torch.distributed.pipelining has no schedule matching {lay.schedule} with vpp={lay.vpp} "
                "(its zero-bubble schedules need 2+ stages per rank, and none has ZB-H2's memory profile)",
                "re-plan with schedule 1f1b, interleaved, or zb-h1 with vpp >= 2")
-    if lay.cp > 1 and lay.cp_comm == "a2a":
+    if lay.cp > 1 and lay.cp_comm != "ring":
         refuse(view, NAME, "cp_comm", "torchtitan's context parallelism is ring attention only",
                "re-plan with --fix cp_comm=ring for torchtitan")
     if lay.zero == 0 and max(lay.tp, lay.pp, lay.cp, lay.ep) > 1:
