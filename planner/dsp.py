@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 
 from .cost import comm
 from .errors import PlanInputError
@@ -56,7 +55,6 @@ class MultiDimSequence:
     pattern: Sequence[str] | None = None
     batch: int = 1
     bytes_per_element: int = 2
-    _names: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         dims = dict(self.dims)
@@ -79,13 +77,12 @@ class MultiDimSequence:
         if unknown:
             raise PlanInputError(f"pattern names unknown dimension(s) {unknown}", field="pattern",
                                  fix=f"use {list(names)}")
-        object.__setattr__(self, "dims", MappingProxyType(dims))
+        object.__setattr__(self, "dims", dims)  # a private copy: plain dict so dataclasses.asdict / JSON work
         object.__setattr__(self, "pattern", pattern)
-        object.__setattr__(self, "_names", names)
 
     @property
     def names(self) -> tuple[str, ...]:
-        return self._names
+        return tuple(self.dims)
 
     @property
     def attends(self) -> tuple[str, ...]:

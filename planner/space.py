@@ -62,7 +62,7 @@ class Enumeration:
 
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
 # applied as soon as every knob it reads exists, so the table never holds rows an earlier rule already refuses.
-_ORDER: tuple[str, ...] = ("tp", "pp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "sp", "schedule", "cp_comm")
+_ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "vpp", "schedule", "mbs", "zero", "recompute")
 
 
 def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:
