@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from .cost.step import evaluate
+from .catalog import gpu_catalog, load_gpu
 from .cpsat import diagnose
 from .errors import NoFeasiblePlan
 from .problem import RECOMPUTE, Problem
@@ -22,18 +23,43 @@ def _fits(problem: Problem) -> bool:
     return True
 
 
+def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
+    """The global batch closest to the asked one for which some layout satisfies every rule (CP-SAT check)."""
+    gbs = problem.training.global_batch
+    for delta in range(1, limit * 8):
+        for cand in (gbs - delta, gbs + delta):
+            if cand <= 0:
+                continue
+            trial = replace(problem, training=problem.training.model_copy(update={"global_batch": cand}))
+            if diagnose(trial, time_limit_s=1.0).feasible:
+                return cand
+            limit -= 1
+            if limit <= 0:
+                return None
+    return None
+
+
 def explain_infeasible(problem: Problem) -> dict:
     core = diagnose(problem)
     if not core.feasible:
+        suggestions = [r.fix for r in core.core]
+        if any(r.name in ("global_batch_divisible", "interleaved_microbatches") for r in core.core):
+            batch = _nearest_feasible_batch(problem)
+            if batch:
+                suggestions.append(f"--global-batch {batch} (the nearest batch every rule accepts)")
         return {
             "binding": [r.name for r in core.core],
             "reasons": [f"{r.name}: {r.message} (fix: {r.fix})" for r in core.core],
-            "suggestions": [r.fix for r in core.core],
+            "suggestions": suggestions,
         }
-    # Every rule can hold; memory is what binds. Report the closest candidate and try single changes.
+    # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
     enum = enumerate_layouts(problem)
-    met = evaluate(problem, enum.cols)
-    best = float(np.min(met["memory_peak_gib"])) if len(enum.cols["tp"]) else float("nan")
+    n = len(enum.cols["tp"])
+    best = float("nan")
+    for lo in range(0, n, 200_000):
+        part = {k: v[lo:lo + 200_000] for k, v in enum.cols.items()}
+        low = float(np.min(evaluate(problem, part)["memory_peak_gib"]))
+        best = low if best != best else min(best, low)
     cap = problem.cluster.gpu.memory_gib
     out = {
         "binding": ["memory_fits"],
@@ -58,8 +84,19 @@ def explain_infeasible(problem: Problem) -> dict:
     if problem.training.seq_len >= 2048:
         half = problem.training.model_copy(update={"seq_len": problem.training.seq_len // 2})
         tried.append((f"--seq-len {half.seq_len}", replace(problem, training=half)))
+    bigger = sorted(((g["memory_gib"], key) for key, g in gpu_catalog().items()
+                     if g["memory_gib"] > problem.cluster.gpu.memory_gib), key=lambda x: (x[0], x[1]))
+    for mem, key in bigger:
+        gpu = load_gpu(key, "diagnosis")
+        cl = problem.cluster.model_copy(update={"gpu": gpu, "name": f"{key}x{problem.num_gpus}"})
+        if _fits(replace(problem, cluster=cl)):
+            tried.append((f"GPUs with more memory: {key} ({mem:g} GiB) x {problem.num_gpus}", None))
+            break
     seen_gpu_fix = False
     for label, candidate in tried:
+        if candidate is None:  # already checked
+            out["suggestions"].append(label)
+            continue
         if "the GPUs" in label and seen_gpu_fix:
             continue
         if _fits(candidate):

@@ -56,3 +56,17 @@ def test_time_limit_marks_not_proven(monkeypatch):
     p = Problem(load_model("llama3-70b"), load_cluster("h100x512"), TrainingSpec())
     r = s.search(p, top=1, time_limit_s=1e-9)
     assert r.proven_best is False and r.plans
+
+
+def test_batch_conflict_suggests_the_nearest_batch():
+    p = Problem(load_model("llama3-8b"), load_cluster("h100x8"), TrainingSpec(seq_len=4096, global_batch=7),
+                fixed=parse_pairs(["dp=8"], "--fix"))
+    d = explain_infeasible(p)
+    assert "global_batch_divisible" in d["binding"]
+    assert any("--global-batch 8" in s for s in d["suggestions"])
+
+
+def test_memory_bound_problem_suggests_a_bigger_gpu():
+    p = Problem(load_model("llama3-70b"), load_cluster("a100-40gx16"), TrainingSpec(seq_len=8192, global_batch=64))
+    d = explain_infeasible(p)
+    assert any("more memory" in s for s in d["suggestions"])
