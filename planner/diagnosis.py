@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .cost.step import evaluate
 from .catalog import gpu_catalog, load_gpu
+from .cost.step import evaluate
 from .cpsat import diagnose
 from .errors import NoFeasiblePlan
 from .problem import RECOMPUTE, Problem
