@@ -43,7 +43,8 @@ SeqOpt = Annotated[int, typer.Option("--seq-len", help="tokens per sequence")]
 GbsOpt = Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
 FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour and schedules to "
-                                    "model: generic, megatron, nemo, torchtitan, llm-foundry, ...")]
+                                    "model: generic, megatron-core, megatron (paper era), nemo, torchtitan, "
+                                    "llm-foundry, ...")]
 
 
 def _stdout() -> Console:
@@ -127,7 +128,7 @@ def main(
     precision: PrecOpt = "bf16",
     framework: FwOpt = "generic",
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
-                                                  "ep vpp mbs zero recompute sp schedule")] = None,
+                                                  "ep vpp mbs zero recompute sp schedule cp_comm")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to report")] = 5,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml | megatron | torchtitan | "
                                      "deepspeed | nemo | env")] = "table",
