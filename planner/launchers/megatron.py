@@ -107,6 +107,10 @@ def _model(view: PlanView) -> list[Flag]:
         if m.num_kv_heads != m.num_heads:
             flags += [("--group-query-attention",), ("--num-query-groups", str(m.num_kv_heads))]
     flags += [(flag,) for flag in ACTIVATION_FLAGS[m.hidden_act]]
+    if m.hidden_act in ("silu", "swiglu"):
+        # SwiGLU-family models (Llama, Mixtral, Qwen, DeepSeek) have no biases in their linear layers; Megatron-LM
+        # adds them unless told (and asserts "Bias in Moe is only supported when ETP==1" for MoE with expert TP > 1).
+        flags.append(("--disable-bias-linear",))
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
     if m.is_moe:
