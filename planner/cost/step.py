@@ -26,12 +26,16 @@ KERNELS_PER_LAYER_FWD = 24
 HBM_EFFICIENCY = 0.85  # Calculon systems/*.json: HBM efficiency 0.9 for >=100 MB transfers, 0.75 at 10 MB
 # Fallback when a GPU lists no FP8 MAMF: H100's FP8/BF16 ratio, 70.9% vs 80.3% of peak (stas00/ml-engineering).
 FP8_GEMM_EFFICIENCY = 0.88
-# Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens, and grouped
-# GEMMs over small per-expert batches run below dense GEMM efficiency; both slow the routed-expert GEMMs. Factor on
-# their time, fitted on the MoE cases of validation/published_runs.yaml
-# (bench/fit_profiles.py --moe). For scale: Switch Transformer (Fedus et al. 2021 §2.2) needs capacity factors of
-# 1.0-1.25 to drop only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load.
-EXPERT_IMBALANCE = 1.6
+# Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
+# waits for it. Factor on the routed-expert GEMM time, fitted on the MoE cases of validation/published_runs.yaml
+# (bench/fit_profiles.py --moe); it lands where Switch Transformer's capacity factors do (Fedus et al. 2021 §2.2:
+# 1.0-1.25 drops only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load).
+EXPERT_IMBALANCE = 1.2
+# Dropless token dispatch copies the per-expert token counts to the host to size the grouped GEMMs (Megatron-Core
+# MoEAlltoAllTokenDispatcher: tokens_per_expert.cpu()), stalling the GPU once per MoE layer and pass until the CPU has
+# launched the following kernels again: eager PyTorch enqueues the layer's remaining ~50-100 ops at ~10 us each.
+# Fitted together with EXPERT_IMBALANCE on the MoE cases (bench/fit_profiles.py --moe): 0.8 ms per layer and pass.
+MOE_HOST_SYNC_S = 0.8e-3
 # Adam step touches fp32 master, two moments (read+write, 24 B), reads the fp32 grad (4 B), writes bf16 params (2 B).
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 
@@ -169,7 +173,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     elem_f = elem_bytes / hbm
     launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
     if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
-        launch_f = launch_f + frac_moe * KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep
+        launch_f = launch_f + frac_moe * (KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep
+                                          + MOE_HOST_SYNC_S)
     layer_f = gemm_f + attn_f + elem_f + launch_f
     layer_w = gemm_f  # weight-gradient GEMMs
     layer_b = 2 * gemm_f + attn_b + elem_bytes_b / hbm + 2 * launch_f
