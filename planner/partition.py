@@ -245,7 +245,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     gib, frag = memory.GIB, memory.FRAGMENTATION
 
     def reserve(priced: dict[str, float]) -> float:  # mem_reserve_gib less its fragmentation share, in bytes
-        return (priced["mem_reserve_gib"] - frag * priced["memory_allocator_gib"] / (1 + frag)) * gib
+        return (priced["mem_reserve_gib"] - frag * priced["memory_allocated_gib"]) * gib
 
     fixed = reserve(price_layout(problem, full_layout(lay, zero=min(lay["zero"], 2))))
     z3_buffer = reserve(price_layout(problem, lay)) - fixed if lay["zero"] == 3 else 0.0

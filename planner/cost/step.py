@@ -323,9 +323,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "tokens_per_s_per_gpu": tokens / (step * n_gpus),
         "mfu": mfu,
         "memory_peak_gib": (peak_alloc + reserve) / memory.GIB,
-        # What PyTorch reports (torch.cuda.max_memory_reserved): allocations plus allocator slack, without the CUDA
-        # context and NCCL buffers that also occupy the device.
-        "memory_allocator_gib": peak_alloc * (1 + memory.FRAGMENTATION) / memory.GIB,
+        # Peak of live tensors, what frameworks print (torch.cuda.max_memory_allocated; Megatron's "max allocated",
+        # DeepSpeed's "Max_MA"); the device total above adds allocator slack, the CUDA context and NCCL buffers.
+        "memory_allocated_gib": peak_alloc / memory.GIB,
         "num_microbatches": micro,
         "compute_s": compute,
         "exposed_comm_s": micro * (p2p_exposed + layers_per_stage * (
