@@ -54,3 +54,10 @@ def test_malformed_case_entries_are_reasons_not_crashes(broken):
     case = {**next(c for c in load_cases(None) if c["id"] == "N21-004"), **broken}
     out = run_case(case, "test")
     assert out["predicted"] is None or not out["error"]
+
+
+def test_memory_and_moe_medians_under_target(report):
+    mem = report["summary"]["groups"]["all"]["memory"]
+    assert mem["cases"] >= 50 and mem["median_ape"] <= 0.10
+    moe = report["summary"]["groups"]["tier:moe"]["throughput"]
+    assert moe["cases"] >= 25 and moe["median_ape"] <= 0.15
