@@ -8,7 +8,7 @@ import numpy as np
 
 from .document import breakdown_dict, layout_dict, metrics_dict
 from .problem import SCHEDULES, SEQ1F1B_SEGMENTS, Problem
-from .rules import MEMORY_RULE, RULES
+from .rules import MEMORY_RULE, broken_rules
 from .search import price_layout
 
 
@@ -59,7 +59,7 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
 def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
     lay = complete_layout(problem, given)
     cols = {k: np.array([v], dtype=np.int64) for k, v in lay.items()}
-    broken = [r for r in RULES if not bool(r.check(cols, problem)[0])]
+    broken = broken_rules(cols, problem)
     metrics = price_layout(problem, lay)
     cap = problem.cluster.gpu.memory_gib
     if metrics["memory_peak_gib"] > cap:

@@ -7,7 +7,7 @@ pricing early (then `proven_best` is False and the report says so).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,7 +62,6 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) ->
     kept_metrics: list[dict[str, np.ndarray]] = []
     proven = True
     cap = capacity_gib(problem)
-    later = enum.candidates // max(n, 1) if n else 0
     for lo in range(0, n, CHUNK):
         if time_limit_s is not None and lo and time.perf_counter() - start > time_limit_s:
             proven = False
@@ -80,7 +79,6 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) ->
             ok &= fits
         kept_cols.append({k: v[ok] for k, v in part.items()})
         kept_metrics.append({k: v[ok] for k, v in met.items()})
-    del later
     all_cols = {k: np.concatenate([c[k] for c in kept_cols]) if kept_cols else np.array([], int) for k in KNOBS}
     all_met = {k: np.concatenate([m[k] for m in kept_metrics]) for k in kept_metrics[0]} if kept_metrics else {}
     feasible = len(all_cols["tp"])
@@ -97,6 +95,3 @@ def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:
     cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
     return {k: float(v[0]) for k, v in evaluate(problem, cols).items()}
 
-
-def relaxed(problem: Problem, **changes) -> Problem:
-    return replace(problem, **changes)

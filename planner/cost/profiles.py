@@ -47,13 +47,13 @@ class FrameworkProfile:
     kernel_efficiency: float = 1.0  # achieved / best-case (MAMF) rate of the stack's GEMM and attention kernels
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
-    fsdp_style: bool = False  # ZeRO-3 shards the fp32 master itself (no separate bf16 persistent copy)
     schedules: tuple[str, ...] = _ALL
 
 
 _MAINLINE = ("1f1b", "interleaved")  # Megatron-Core schedules.py: VPP selects interleaved; no zero-bubble
 _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875)
-_FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0, "fsdp_style": True}  # fp32 shard is the master copy
+# FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
+_FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
     "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False, schedules=_MAINLINE),
