@@ -220,8 +220,10 @@ def explain(
     con.print("time (s per step): " + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in bd.items()
                                                  if k.endswith("_s")))
     con.print("memory (GiB, busiest stage): " + ", ".join(f"{k} {v:.2f}" for k, v in bd["memory_gib"].items()))
-    con.print(f"stages: first {out['stages']['first']['memory_gib']:.1f} GiB, "
-              f"last {out['stages']['last']['memory_gib']:.1f} GiB")
+    first, last = out["stages"]["first"], out["stages"]["last"]
+    con.print(f"stages: first {first['memory_gib']:.1f} GiB, {first['microbatch_fwd_bwd_s'] * 1e3:.1f} ms per "
+              f"micro-batch; last {last['memory_gib']:.1f} GiB, {last['microbatch_fwd_bwd_s'] * 1e3:.1f} ms per "
+              "micro-batch (fwd+bwd)")
     con.print(out["timeline"], highlight=False, markup=False)
     for text in extras.get("text", []):
         con.print(text, highlight=False, markup=False)

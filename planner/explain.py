@@ -72,7 +72,9 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
         "breakdown": breakdown_dict(metrics),
         "timeline": timeline(problem, lay, metrics),
         "stages": {
-            "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3)},
-            "last": {"memory_gib": round(metrics["mem_last_stage_gib"], 3)},
+            "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3),
+                      "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6)},
+            "last": {"memory_gib": round(metrics["mem_last_stage_gib"], 3),
+                     "microbatch_fwd_bwd_s": round(metrics["last_stage_mb_s"], 6)},
         },
     }

@@ -332,6 +332,10 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
             tp_exposed + cp_exposed + ep_exposed + z3_exposed_f + z3_exposed_b)) + dp_exposed,
         "bubble_s": bubble,
         "stage_fwd_s": stage_f,  # one micro-batch through the busiest stage (for the timeline in `explain`)
+        # forward + backward of one micro-batch on the first stage (layers; the embedding lookup is negligible) and
+        # on the last stage (layers + LM head and loss), for the per-stage view in `explain`
+        "first_stage_mb_s": np.where(pp > 1, layers_per_stage * (per_layer_f + per_layer_b), stage_f + stage_b),
+        "last_stage_mb_s": stage_f + stage_b,
         "stage_bwd_s": stage_b,
         "stage_wgrad_s": stage_w,
         "p2p_s": p2p,
