@@ -4,16 +4,18 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
 - grad_bytes: bytes per gradient element kept between micro-batches. Megatron-LM keeps fp32 "main grads"
   (docs/user-guide/features/dist_optimizer.md: 18 bytes/param = 2 bf16 param + 4 fp32 grad + 12 optimizer).
   FSDP2 in torchtitan reduces and keeps fp32 grads (configs.py mixed_precision_reduce="float32").
-- param_state_bytes: bytes per parameter of the persistent copy that the optimizer updates (fp32 master, 4) plus the
-  Adam moments (8); the bf16 compute copy (2) exists unless FSDP holds only the fp32 shard and gathers bf16 on use.
+- weight_bytes / optimizer_bytes: bytes per parameter of the persistent weights and of the optimizer states.
+  Megatron: bf16 weights (2) + fp32 master and two Adam moments (12). FSDP (torchtitan, llm-foundry): the fp32
+  parameter shard is itself the master (4) + two moments (8); bf16 copies are gathered per use.
 - grad_reduce_bytes: bytes per element sent by the data-parallel gradient reduction (fp32 in Megatron by default,
   `--grad-reduce-in-bf16` halves it; FSDP mixed precision "PURE" in llm-foundry reduces in bf16).
 - tp_overlap: share of tensor-parallel collective time hidden behind GEMMs. Off by default in Megatron-LM
   (`--tp-comm-overlap` opt-in); NeMo recipes turn on Transformer Engine userbuffer overlap (ecosystem.md §4),
   whose bulk + pipelined overlap hides most but not all of it (torchtitan async-TP gains 1.04-1.16x,
-  cost_model.md §3.2).
+  cost_model.md §3.2); 0.6 is that judgement, not a fit.
 - dp_overlap: share of the last micro-batch's backward that hides the gradient reduction (`--overlap-grad-reduce`,
-  FSDP prefetch); 0 for stacks that reduce after backward (Megatron-LM 2021, arXiv 2104.04473 §4.1 ran DP after).
+  FSDP prefetch). DeepSpeed's overlap_comm (Megatron-DeepSpeed, GPT-NeoX) reduces earlier buckets during backward
+  but leaves the last ones exposed: 0.5 there, a judgement rather than a fit.
 - ep_overlap: share of MoE all-to-all hidden (Megatron `--overlap-moe-expert-parallel-comm`, off by default).
 - optimizer_always_sharded: NeMo 2.0 / Megatron-Bridge recipes turn the distributed optimizer on by default
   (OptimizerConfig use_distributed_optimizer=True), so "no ZeRO" there still shards optimizer states (ZeRO-1).
