@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import yaml
@@ -52,9 +53,9 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
     if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
         data = layout["dp"] * layout["cp"]
-        out["fsdp_shard_group"] = min(max(nvlink_domain // layout["tp"], 1), data)
+        out["fsdp_shard_group"] = math.gcd(data, max(nvlink_domain // layout["tp"], 1))
     if layout.get("cp_comm", 0) == 2 and nvlink_domain:  # hybrid CP: all-to-all size inside the domain, ring across
-        inside = min(max(nvlink_domain // layout["tp"], 1), layout["cp"])
+        inside = math.gcd(layout["cp"], max(nvlink_domain // layout["tp"], 1))
         out["cp_hierarchy"] = [inside, layout["cp"] // inside]
     if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
         out["expert_tp"] = layout["tp"] if (layout["dp"] * layout["cp"]) % layout["ep"] == 0 else 1

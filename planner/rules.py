@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .cost.comm import domain_group
 from .cost.profiles import profile_for
 from .problem import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS, Problem
 
@@ -44,13 +45,13 @@ def _divides(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
 
 
 def _domain_peers(c: Cols, p: Problem) -> np.ndarray:
-    """Data-parallel ranks (strided by tp) that share one NVLink domain."""
-    return np.minimum(np.maximum(p.cluster.nvlink_domain // np.maximum(c["tp"], 1), 1), c["dp"] * c["cp"])
+    """Data-parallel ranks (strided by tp) that tile one NVLink domain (comm.domain_group)."""
+    return domain_group(p.cluster.nvlink_domain, c["tp"], c["dp"] * c["cp"])
 
 
 def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
     """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
-    inside = np.minimum(np.maximum(p.cluster.nvlink_domain // np.maximum(c["tp"], 1), 1), c["cp"])
+    inside = domain_group(p.cluster.nvlink_domain, c["tp"], c["cp"])
     return np.where(c["cp_comm"] == 2, inside, np.where(c["cp_comm"] == 1, c["cp"], 1))
 
 

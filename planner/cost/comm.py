@@ -31,6 +31,13 @@ def peers_within(domain: int, stride: np.ndarray, size: np.ndarray) -> np.ndarra
     return np.minimum(per, size)
 
 
+def domain_group(domain: int, stride: np.ndarray | int, size: np.ndarray | int) -> np.ndarray:
+    """Largest sub-group of a group (ranks `stride` apart) that tiles the group and never straddles an NVLink
+    domain: gcd(size, domain // stride). Sharding and hierarchical sizes must divide the group (HSDP, hybrid CP)."""
+    per = np.maximum(domain // np.maximum(np.asarray(stride, dtype=np.int64), 1), 1)
+    return np.gcd(np.asarray(size, dtype=np.int64), per)
+
+
 def _bandwidths(cluster: ClusterSpec) -> tuple[float, float]:
     nvlink = cluster.gpu.nvlink_gbps * 1e9 * NVLINK_EFFICIENCY
     network = cluster.network_gbps * 1e9 * NETWORK_EFFICIENCY / cluster.oversubscription

@@ -112,8 +112,7 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
         zero = np.maximum(zero, 1)
     hsdp = zero == HSDP
     data_ranks = (c["dp"] * c["cp"]).astype(float)
-    shard = np.where(hsdp, comm.peers_within(problem.cluster.nvlink_domain, c["tp"].astype(float), data_ranks),
-                     data_ranks)
+    shard = np.where(hsdp, comm.domain_group(problem.cluster.nvlink_domain, c["tp"], c["dp"] * c["cp"]), data_ranks)
     stage = stage_params(problem, c)["stage"]
     fp8 = problem.training.precision in ("fp8", "fp4")
     states = memory.state_bytes(stage, np.where(hsdp, 3, zero), shard, prof, fp8)
@@ -200,7 +199,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # Hybrid (USP; Megatron --cp-comm-type a2a+p2p with hierarchical sizes): all-to-all among the u CP ranks inside
     # one NVLink domain, ring among the cp/u domains (Fang & Zhao 2024, arXiv 2405.07719).
     cp_mode = c["cp_comm"] if "cp_comm" in c else np.zeros_like(c["tp"])
-    u = np.where(cp_mode == 2, comm.peers_within(cl.nvlink_domain, tp, cp), np.where(cp_mode == 1, cp, 1.0))
+    u = np.where(cp_mode == 2, comm.domain_group(cl.nvlink_domain, c["tp"], c["cp"]), np.where(cp_mode == 1, cp, 1.0))
     r = cp / u  # ring length
     ring_bytes = r * tok * kv_width * 2.0 / tp  # KV chunks that pass through a GPU in one ring
     ring = comm.all_to_all_time(squeeze.wire("cp", ring_bytes), r, tp * u, cl) + squeeze.codec("cp", ring_bytes)
@@ -233,7 +232,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
     # HSDP (PyTorch HYBRID_SHARD; FSDP2 2-D mesh): the shard group is the data ranks inside one NVLink domain, so
     # per-layer gathers stay on NVLink and only a per-step all-reduce of the sharded gradients crosses domains.
-    shard_group = np.where(hsdp, comm.peers_within(cl.nvlink_domain, tp, data_ranks), data_ranks)
+    shard_group = np.where(hsdp, comm.domain_group(cl.nvlink_domain, c["tp"], c["dp"] * c["cp"]), data_ranks)
     replicas = data_ranks / shard_group
     gathered = per_layer_p * 2.0  # gathered size of one layer's bf16 weights
     ag = comm.all_gather_time(squeeze.wire("dp", gathered), shard_group, tp, cl) + squeeze.codec("dp", gathered)
