@@ -38,11 +38,11 @@ def render(view: PlanView) -> str:
 
 def _env_note(view: PlanView) -> str:
     lay = view.layout
-    if lay.zero >= 2:
-        # Megatron-FSDP asserts the variable is NOT 1 (arguments.py), even though TP/CP would like it.
-        return "# env: leave CUDA_DEVICE_MAX_CONNECTIONS unset (Megatron-FSDP refuses the value 1)"
-    if lay.tp > 1 or lay.cp > 1:
+    if lay.tp > 1 or lay.cp > 1:  # validate_args asserts it (arguments.py M31); this wins over FSDP's preference
         return "# env: export CUDA_DEVICE_MAX_CONNECTIONS=1 (asserted with TP or CP > 1 on Hopper and older GPUs)"
+    if lay.zero >= 2:
+        # FSDP overlaps its collectives better with several CUDA connections (torch FSDP2 asserts != 1).
+        return "# env: leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP overlaps better with more connections)"
     return ""
 
 
