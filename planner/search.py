@@ -84,7 +84,14 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) ->
     feasible = len(all_cols["tp"])
     if feasible == 0:
         raise NoFeasiblePlan("no layout satisfies every rule", {"pruned": pruned, "candidates": enum.candidates})
-    order = _rank_order(all_cols, all_met["tokens_per_s_per_gpu"])[:top]
+    tput = all_met["tokens_per_s_per_gpu"]
+    if feasible > 20 * top:  # only rows near the top can tie: rank those, not a million
+        kth = np.partition(tput, feasible - top)[feasible - top]
+        near = np.flatnonzero(tput >= kth - 2 * tput.max() / 2000.0)  # two quantisation buckets of margin
+        sub_cols = {k: v[near] for k, v in all_cols.items()}
+        order = near[_rank_order(sub_cols, tput[near])[:top]]
+    else:
+        order = _rank_order(all_cols, tput)[:top]
     plans = [Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
              for i in order]
     return SearchResult(problem, plans, enum.candidates, feasible, pruned, time.perf_counter() - start, proven)

@@ -91,12 +91,17 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
                 cols["dp"] = np.where(cols["dp"] == problem.fixed["dp"], cols["dp"], -cols["dp"] - 1)
             known.add("dp")
         later = int(np.prod(sizes[i + 1:])) if i + 1 < len(sizes) else 1
-        for rule in [r for r in pending if set(r.knobs) <= known]:
+        ready = [r for r in pending if set(r.knobs) <= known]
+        if not ready:
+            continue
+        keep = np.ones(len(cols["tp"]), dtype=bool)
+        for rule in ready:  # a row is charged to the first rule (in RULES order) that refuses it
             pending.remove(rule)
             ok = rule.check(cols, problem)
             if rule.name == "world_size":
                 ok &= cols["dp"] > 0
-            pruned[rule.name] += int((~ok).sum()) * later
-            cols = {k: v[ok] for k, v in cols.items()}
+            pruned[rule.name] += int((keep & ~ok).sum()) * later
+            keep &= ok
+        cols = {k: v[keep] for k, v in cols.items()}
     assert not pending and set(KNOBS) <= set(cols), (pending, set(KNOBS) - set(cols))
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
