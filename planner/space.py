@@ -67,7 +67,7 @@ _ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "vpp", "sche
 
 def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:
     size = len(next(iter(cols.values()))) if cols else 1
-    vals = np.asarray(values, dtype=np.int64)
+    vals = np.asarray(values, dtype=np.int32)  # sizes stay below 2**31 (specs cap counts at 10,000,000)
     out = {k: np.repeat(v, len(vals)) for k, v in cols.items()}
     out[knob] = np.tile(vals, size)
     return out
@@ -85,8 +85,8 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
         cols = _cross(cols, knob, dom[knob])
         known.add(knob)
         if knob == "cp":
-            denom = cols["tp"] * cols["pp"] * cols["cp"]
-            cols["dp"] = np.where(problem.num_gpus % denom == 0, problem.num_gpus // denom, 0)
+            denom = cols["tp"].astype(np.int64) * cols["pp"] * cols["cp"]  # int64: the product can pass 2**31
+            cols["dp"] = np.where(problem.num_gpus % denom == 0, problem.num_gpus // denom, 0).astype(np.int32)
             if "dp" in problem.fixed:
                 cols["dp"] = np.where(cols["dp"] == problem.fixed["dp"], cols["dp"], -cols["dp"] - 1)
             known.add("dp")
