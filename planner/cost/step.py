@@ -103,19 +103,29 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
             "stage": np.maximum(first_p, last_p), "embedding": emb_p, "layers_per_stage": layers_per_stage}
 
 
+def sharding(problem: Problem, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(effective ZeRO stage 0-3, HSDP flag, shard group size) of each layout.
+
+    HSDP (PyTorch HYBRID_SHARD; FSDP2 2-D mesh) is ZeRO-3 whose shard group is the data ranks tiling one NVLink
+    domain; a profile whose stack always shards optimizer states runs "zero 0" as ZeRO-1.
+    """
+    prof = profile_for(problem.training.framework)
+    hsdp = c["zero"] == HSDP
+    zero = np.where(hsdp, 3, c["zero"])
+    if prof.optimizer_always_sharded:
+        zero = np.maximum(zero, 1)
+    data_ranks = (c["dp"] * c["cp"]).astype(float)
+    shard = np.where(hsdp, comm.domain_group(problem.cluster.nvlink_domain, c["tp"], c["dp"] * c["cp"]), data_ranks)
+    return zero, hsdp, shard
+
+
 def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
     """A cheap lower bound on peak memory: model states alone (no activations, no reserve), with the layout's ZeRO
     sharding. The search drops layouts above capacity before pricing them in full; same accounting as `evaluate`."""
-    prof = profile_for(problem.training.framework)
-    zero = c["zero"]
-    if prof.optimizer_always_sharded:
-        zero = np.maximum(zero, 1)
-    hsdp = zero == HSDP
-    data_ranks = (c["dp"] * c["cp"]).astype(float)
-    shard = np.where(hsdp, comm.domain_group(problem.cluster.nvlink_domain, c["tp"], c["dp"] * c["cp"]), data_ranks)
+    zero, _, shard = sharding(problem, c)
     stage = stage_params(problem, c)["stage"]
     fp8 = problem.training.precision in ("fp8", "fp4")
-    states = memory.state_bytes(stage, np.where(hsdp, 3, zero), shard, prof, fp8)
+    states = memory.state_bytes(stage, zero, shard, profile_for(problem.training.framework), fp8)
     return sum(states.values()) / memory.GIB
 
 
@@ -126,11 +136,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     fp8 = tr.precision in ("fp8", "fp4")
     tp, pp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep"))
     vpp, mbs = c["vpp"].astype(float), c["mbs"].astype(float)
-    zero, rc, sp, sched = c["zero"], c["recompute"], c["sp"], c["schedule"]
-    hsdp = zero == HSDP  # ZeRO-3 inside the NVLink domain, replicated across domains
-    zero = np.where(hsdp, 3, zero)
-    if prof.optimizer_always_sharded:
-        zero = np.maximum(zero, 1)
+    rc, sp, sched = c["recompute"], c["sp"], c["schedule"]
+    zero, hsdp, shard_group = sharding(problem, c)
     n_gpus = float(problem.num_gpus)
     s = float(tr.seq_len)
     micro = tr.global_batch / (mbs * dp)  # micro-batches per step per pipeline
@@ -230,9 +237,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     expert_ranks = np.maximum(data_ranks * tp / (etp * ep), 1)
 
     # --- ZeRO-3 / FSDP: gather weights per layer per micro-batch, reduce-scatter grads ----------------------------
-    # HSDP (PyTorch HYBRID_SHARD; FSDP2 2-D mesh): the shard group is the data ranks inside one NVLink domain, so
-    # per-layer gathers stay on NVLink and only a per-step all-reduce of the sharded gradients crosses domains.
-    shard_group = np.where(hsdp, comm.domain_group(cl.nvlink_domain, c["tp"], c["dp"] * c["cp"]), data_ranks)
+    # HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step all-reduce of the
+    # sharded gradients crosses domains.
     replicas = data_ranks / shard_group
     gathered = per_layer_p * 2.0  # gathered size of one layer's bf16 weights
     ag = comm.all_gather_time(squeeze.wire("dp", gathered), shard_group, tp, cl) + squeeze.codec("dp", gathered)
