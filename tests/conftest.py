@@ -1,3 +1,9 @@
+import io
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from unittest import mock
+
 import numpy as np
 import pytest
 
@@ -24,3 +30,17 @@ def cols(**layout: int) -> dict[str, np.ndarray]:
 @pytest.fixture
 def llama70b_h100x512() -> Problem:
     return Problem(load_model("llama3-70b"), load_cluster("h100x512"), TrainingSpec(seq_len=8192, global_batch=512))
+
+
+def run_plan_in_process(*args: str) -> subprocess.CompletedProcess:
+    """cli.main.run in this process (about 10x faster than a subprocess), with its exit code, stdout and stderr."""
+    from cli.main import run
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(sys, "argv", ["plan", *args]), redirect_stdout(out), redirect_stderr(err):
+        try:
+            run()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())

@@ -7,18 +7,16 @@ cli.main.run (exit codes and error lines included); one test runs the real entry
 from __future__ import annotations
 
 import copy
-import io
 import json
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
+from conftest import run_plan_in_process
 
-from cli.main import app, run
+from cli.main import app
 from cli.regression import register
 from planner import document
 from planner.errors import PlanInputError
@@ -39,15 +37,7 @@ if not any(c.name in ("check", "diff") for c in app.registered_commands):
 
 
 def plan(*args: str) -> subprocess.CompletedProcess:
-    """cli.main.run in this process (fast), with its exit code, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["plan", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            run()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    return run_plan_in_process(*args)
 
 
 def record(tmp_path: Path, name: str, *args: str) -> Path:

@@ -7,18 +7,15 @@ Timings for those live in the report, not here: the suite must not be flaky on a
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from unittest import mock
 
 import pytest
+from conftest import run_plan_in_process
 
-from cli.main import run
 from planner.catalog import load_cluster, load_model, model_from_mapping
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.problem import Problem
@@ -37,16 +34,7 @@ def plan_subprocess(*args: str) -> subprocess.CompletedProcess:
 
 
 def plan(*args: str) -> subprocess.CompletedProcess:
-    """The same entry point (cli.main.run: exit codes and error lines included) in this process, which is ~10x faster
-    than a subprocess; the subprocess path is exercised by the tests that call plan_subprocess."""
-    out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["plan", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            run()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    return run_plan_in_process(*args)
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str, code: int = 2) -> str:
