@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 import planner.cost.profiles as profiles
-from planner.validate import load_cases, run_case
+from planner.evidence.validate import load_cases, run_case
 
 GRID = [round(0.40 + 0.025 * i, 3) for i in range(25)]  # 0.40 .. 1.00
 

@@ -2,7 +2,7 @@
 
 Not a CI test (it needs a CUDA GPU and takes a few minutes). For each micro-batch size and recompute setting it trains
 a few steps in plain PyTorch, records the median step time and the allocator's peaks, prices the same single-GPU
-layout with planner.search.price_layout, and prints measured vs predicted with % errors (also written as JSON).
+layout with planner.search.search.price_layout, and prints measured vs predicted with % errors (also written as JSON).
 
 The training recipe is the one the planner's 'generic' memory model describes: fp32 master weights, fp32 gradients
 and AdamW moments (16 B/param) plus the bf16 weight copies autocast makes for the GEMMs (2 B/param), bf16
@@ -32,7 +32,7 @@ MODEL: dict[str, Any] = {
 SEQ_LEN = 4096
 RMS_EPS = 1e-5
 ROPE_THETA = 500_000.0
-RECOMPUTE_CODES = {"none": 0, "full": 2}  # planner.problem.RECOMPUTE indices
+RECOMPUTE_CODES = {"none": 0, "full": 2}  # planner.inputs.problem.RECOMPUTE indices
 GIB = 2.0**30
 
 
@@ -202,12 +202,12 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
 
 # --- the planner's side ------------------------------------------------------------------------------------------
 def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict[str, float]:
-    from planner.catalog import load_cluster, model_from_mapping
     from planner.cost.memory import CONTEXT_BYTES
-    from planner.efficiency import apply_profile
-    from planner.problem import KNOBS, Problem
-    from planner.search import price_layout
-    from planner.specs import TrainingSpec
+    from planner.inputs.catalog import load_cluster, model_from_mapping
+    from planner.inputs.problem import KNOBS, Problem
+    from planner.inputs.profile import apply_profile
+    from planner.inputs.specs import TrainingSpec
+    from planner.search.search import price_layout
 
     model = model_from_mapping(MODEL, "bench/real_step.py")
     cluster = load_cluster(f"{gpu_key}x1")
@@ -257,10 +257,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if str(ROOT) not in sys.path:  # run as `python bench/real_step.py` from a checkout without installing
         sys.path.insert(0, str(ROOT))
-    from planner.calibrate import detect_gpu_key
-    from planner.catalog import gpu_catalog
-    from planner.efficiency import load_profile
     from planner.errors import PlanInputError
+    from planner.evidence.calibrate import detect_gpu_key
+    from planner.inputs.catalog import gpu_catalog
+    from planner.inputs.profile import load_profile
 
     try:
         profile = load_profile(args.profile) if args.profile else None

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
                                                 "(default: detected from the device name)")] = None,
     ) -> None:
         """Measure GEMM, attention and memory-bandwidth efficiency on this GPU (needs PyTorch with CUDA)."""
-        from planner.calibrate import run_calibration
+        from planner.evidence.calibrate import run_calibration
 
         profile = run_calibration(out, quick=quick, gpu=gpu)
         fp8 = f", fp8 GEMM {profile.fp8_matmul_efficiency:.1%}" if profile.fp8_matmul_efficiency else ""

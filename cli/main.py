@@ -90,11 +90,12 @@ def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precisio
              compress: list[str] | None = None):
     from pydantic import ValidationError
 
-    from planner.catalog import load_cluster, load_model, pydantic_error
     from planner.cost.profiles import PROFILES
-    from planner.layout_keys import parse_pairs
-    from planner.problem import Problem
-    from planner.specs import TrainingSpec
+    from planner.inputs.catalog import load_cluster, load_model
+    from planner.inputs.files import pydantic_error
+    from planner.inputs.layout import parse_pairs
+    from planner.inputs.problem import Problem
+    from planner.inputs.specs import TrainingSpec
 
     if precision not in ("bf16", "fp8", "fp4"):
         raise PlanInputError(f"unknown precision '{precision}'", field="--precision", fix="use bf16, fp8 or fp4")
@@ -150,15 +151,15 @@ def main(
         missing = "--model" if model is None else "--cluster"
         raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
     _check_format(fmt, FORMATS_PLAN)
-    from planner import document
-    from planner.search import search
+    from planner.report import document
+    from planner.search.search import search
 
     problem = _problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
                        compress=compress)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:
-        from planner.diagnosis import explain_infeasible
+        from planner.search.diagnosis import explain_infeasible
 
         exc.diagnosis.update(explain_infeasible(problem))
         raise
@@ -168,13 +169,13 @@ def main(
     doc = document.build(result, options)
     doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
     if fmt == "table":
-        from planner.render import render
+        from planner.report.table import render
 
         render(result, _stdout())
     elif fmt in ("json", "yaml"):
         sys.stdout.write(document.dumps(doc, fmt))
     else:
-        from planner.launchers import render as render_launcher
+        from planner.report.launchers import render as render_launcher
 
         sys.stdout.write(render_launcher(doc, fmt, rank))
 
@@ -196,9 +197,9 @@ def explain(
                                             "pipeline stage with CP-SAT")] = False,
 ) -> None:
     """Price one layout in full: time and memory breakdown, schedule timeline, every rule it breaks."""
-    from planner import document
-    from planner.explain import explain as run_explain
-    from planner.layout_keys import parse_pairs
+    from planner.inputs.layout import parse_pairs
+    from planner.report import document
+    from planner.report.explain import explain as run_explain
 
     _check_format(fmt, ("table", "json", "yaml"))
     problem = _problem(model, cluster, seq_len, global_batch, precision, framework, None)
@@ -237,18 +238,18 @@ def explain(
 def _explain_extras(problem, given: dict[str, int], osdp: bool, partition: bool) -> dict:
     import dataclasses
 
-    from planner.explain import complete_layout
+    from planner.report.explain import complete_layout
 
     lay = complete_layout(problem, given)
     out: dict = {"text": []}
     if osdp:
-        from planner.osdp import plan_osdp, render_osdp
+        from planner.strategies.osdp import plan_osdp, render_osdp
 
         plan = plan_osdp(problem, lay)
         out["osdp"] = _jsonable(dataclasses.asdict(plan))
         out["text"].append(render_osdp(plan))
     if partition:
-        from planner.partition import partition_for, render_partition
+        from planner.strategies.partition import partition_for, render_partition
 
         part = partition_for(problem, lay)
         out["partition"] = _jsonable(dataclasses.asdict(part))
@@ -277,8 +278,8 @@ def models(fmt: Annotated[str, typer.Option("--format", "-f", help="table | json
     import json
 
     _check_format(fmt, ("table", "json"))
-    from planner.catalog import load_model, model_catalog
     from planner.cost.flops import active_params, total_params
+    from planner.inputs.catalog import load_model, model_catalog
 
     rows = []
     for name, doc in sorted(model_catalog().items()):
@@ -304,7 +305,7 @@ def clusters(fmt: Annotated[str, typer.Option("--format", "-f", help="table | js
     import json
 
     _check_format(fmt, ("table", "json"))
-    from planner.catalog import gpu_catalog
+    from planner.inputs.catalog import gpu_catalog
 
     cat = gpu_catalog()
     if fmt == "json":
@@ -327,13 +328,13 @@ def validate(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json")] = "table",
 ) -> None:
     """Score the cost model against measured, published training runs."""
-    from planner import document
-    from planner.validate import validate as run_validate
+    from planner.evidence.validate import validate as run_validate
+    from planner.report import document
 
     _check_format(fmt, ("table", "json", "yaml"))
     report = run_validate(cases)
     if fmt == "table":
-        from planner.render import render_validation
+        from planner.report.table import render_validation
 
         render_validation(report, _stdout())
     else:
@@ -357,8 +358,8 @@ def dsp(
     import dataclasses
     import json
 
-    from planner.catalog import load_cluster
-    from planner.dsp import MultiDimSequence, compare, parse_dims, render_dsp
+    from planner.inputs.catalog import load_cluster
+    from planner.strategies.dsp import MultiDimSequence, compare, parse_dims, render_dsp
 
     if fmt not in ("table", "json"):
         raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix="use table or json")

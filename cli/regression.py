@@ -36,7 +36,7 @@ def check(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """Re-plan the problem recorded in a baseline; exit 1 when the rank-1 layout or tokens/s/GPU moved."""
-    from planner.regression import check_document, check_ok_line, format_comparison, load_plan_document
+    from planner.report.compare import check_document, check_ok_line, format_comparison, load_plan_document
 
     _check_format(fmt)
     if not (math.isfinite(tolerance) and tolerance >= 0):
@@ -62,7 +62,7 @@ def diff(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """Two plan files side by side: inputs that differ, rank-by-rank layout changes, metric deltas."""
-    from planner.regression import diff_data, diff_documents, load_plan_document
+    from planner.report.compare import diff_data, diff_documents, load_plan_document
 
     _check_format(fmt)
     doc_a = load_plan_document(a)

@@ -7,9 +7,9 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from planner.catalog import load_cluster, load_model
-from planner.problem import KNOBS, Problem
-from planner.specs import ModelSpec, TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.problem import KNOBS, Problem
+from planner.inputs.specs import ModelSpec, TrainingSpec
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, tie: bool = True) -> ModelSpec:

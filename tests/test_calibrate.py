@@ -16,10 +16,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from planner.calibrate import detect_gpu_key, gemm_shapes, layer_gemm_shapes, run_calibration
-from planner.catalog import load_gpu, load_model
-from planner.cost.step import HBM_EFFICIENCY
-from planner.efficiency import (
+from planner.errors import PlanInputError
+from planner.evidence.calibrate import detect_gpu_key, gemm_shapes, layer_gemm_shapes, run_calibration
+from planner.inputs.catalog import load_gpu, load_model
+from planner.inputs.hardware import HBM_EFFICIENCY
+from planner.inputs.problem import KNOBS, Problem
+from planner.inputs.profile import (
     AttentionMeasurement,
     BandwidthMeasurement,
     GemmMeasurement,
@@ -30,10 +32,8 @@ from planner.efficiency import (
     profile_from_measurements,
     resolve_profile_path,
 )
-from planner.errors import PlanInputError
-from planner.problem import KNOBS, Problem
-from planner.search import price_layout
-from planner.specs import ClusterSpec, TrainingSpec
+from planner.inputs.specs import ClusterSpec, TrainingSpec
+from planner.search.search import price_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -341,8 +341,8 @@ def test_real_step_prediction_matches_its_model():
     """The planner prices what the script trains: same parameter count, and recompute trades memory for time."""
     import importlib.util
 
-    from planner.catalog import model_from_mapping
     from planner.cost.flops import total_params
+    from planner.inputs.catalog import model_from_mapping
 
     spec = importlib.util.spec_from_file_location("real_step", ROOT / "bench" / "real_step.py")
     assert spec and spec.loader
@@ -356,7 +356,7 @@ def test_real_step_prediction_matches_its_model():
 
 def test_cluster_yaml_profile_key_changes_the_prediction(tmp_path):
     """A cluster YAML's `profile:` (relative to the cluster file) feeds measured efficiencies to the planner."""
-    from planner.catalog import load_cluster
+    from planner.inputs.catalog import load_cluster
 
     (tmp_path / "h100.yaml").write_text("schema_version: 1\ngpu: h100\nmeasured_on: test\nmatmul_efficiency: 0.5\n"
                                         "attention_efficiency: 0.3\nhbm_tbps: 2.5\n")

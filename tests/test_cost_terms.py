@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from conftest import cols, gpt
 
-from planner.catalog import load_cluster, load_model
 from planner.cost import comm, memory, schedule
 from planner.cost.profiles import profile_for
 from planner.cost.step import evaluate
-from planner.problem import Problem
-from planner.specs import TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
 
 ONE = np.array([1])
 
@@ -187,9 +187,10 @@ def test_ulysses_exchanges_qkv_and_output_with_all_to_all():
                                           ("zb-h2", 1, True), ("seq1f1b", 1, False)])
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 16), (8, 32)])
 def test_schedule_closed_forms_match_simulation(name, v, split, p, m):
-    """planner.cost.schedule (used by the vectorised search) against planner.cost.pipeline_sim (order of operations)."""
-    from planner.cost.pipeline_sim import simulate_schedule
-    from planner.problem import SCHEDULES, SEQ1F1B_SEGMENTS
+    """planner.cost.schedule (used by the vectorised search) against planner.strategies.pipeline_sim (order of
+    operations)."""
+    from planner.inputs.problem import SCHEDULES, SEQ1F1B_SEGMENTS
+    from planner.strategies.pipeline_sim import simulate_schedule
 
     t_f, t_b, t_w = 1.0, 2.0, 1.0
     kwargs = {"t_b": t_b - t_w, "t_w": t_w} if split else {"t_b": t_b}
@@ -204,8 +205,8 @@ def test_schedule_closed_forms_match_simulation(name, v, split, p, m):
 
 
 def test_zb_v_reaches_zero_bubble_at_1f1b_memory():
-    from planner.cost.pipeline_sim import simulate_schedule
-    from planner.problem import SCHEDULES
+    from planner.inputs.problem import SCHEDULES
+    from planner.strategies.pipeline_sim import simulate_schedule
 
     sim = simulate_schedule("zb-v", 8, 16, t_f=1.0, t_b=1.0, t_w=1.0, v=2, w_share=0.0)
     code = np.array([SCHEDULES.index("zb-v")])
@@ -222,7 +223,7 @@ def test_hybrid_cp_is_ulysses_inside_the_domain_and_ring_across():
     hyb = evaluate(p, cols(cp=32, mbs=1, zero=1, cp_comm=2))
     ring = evaluate(p, cols(cp=32, mbs=1, zero=1, cp_comm=0))
     uly_rule_ok = cols(cp=32, mbs=1, zero=1, cp_comm=2)
-    from planner.rules import RULES_BY_NAME
+    from planner.search.rules import RULES_BY_NAME
 
     assert RULES_BY_NAME["hybrid_cp_spans_domains"].check(uly_rule_ok, p)[0]
     assert hyb["cp_comm_s"][0] != ring["cp_comm_s"][0]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from planner import document
-from planner.catalog import load_cluster, load_model
-from planner.layout_keys import parse_pairs
-from planner.problem import Problem
-from planner.search import search
-from planner.specs import TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.layout import parse_pairs
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
+from planner.report import document
+from planner.search.search import search
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ("0", "1", "4242", "random")

@@ -7,15 +7,9 @@ import random
 
 import pytest
 
-from planner.catalog import load_cluster
-from planner.dsp import (
-    MultiDimSequence,
-    compare,
-    dsp_schedule,
-    parse_dims,
-    render_dsp,
-)
 from planner.errors import PlanInputError
+from planner.inputs.catalog import load_cluster
+from planner.strategies.dsp import MultiDimSequence, compare, dsp_schedule, parse_dims, render_dsp
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 import pytest
 from conftest import gpt
 
-from planner.catalog import load_model, model_catalog
 from planner.cost import flops
+from planner.inputs.catalog import load_model, model_catalog
 
 # Narayanan et al. 2021, Table 1 shapes (layers, hidden, heads) and the paper's parameter counts (billions).
 TABLE1 = [(24, 2304, 24, 1.7), (30, 3072, 32, 3.6), (36, 4096, 32, 7.5), (40, 6144, 48, 18.4),

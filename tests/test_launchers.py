@@ -1,4 +1,4 @@
-"""Launcher renderers (planner.launchers): exact flag/key spelling, refusals, and that each output loads.
+"""Launcher renderers (planner.report.launchers): exact flag/key spelling, refusals, and that each output loads.
 
 Plan documents are written by hand here (docs/plan-schema.md shape) so the tests do not depend on the planner.
 Golden files: tests/golden/launchers/; regenerate with PLAN_UPDATE_GOLDEN=1 and read the diff before committing.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlanInputError
-from planner.launchers import FORMATS, render
+from planner.report.launchers import FORMATS, render
 
 tomllib = pytest.importorskip("tomllib")  # stdlib from Python 3.11; the project also supports 3.10
 

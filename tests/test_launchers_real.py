@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlanInputError
-from planner.launchers import render
+from planner.report.launchers import render
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,13 +4,13 @@ import itertools
 
 import pytest
 
-from planner.catalog import load_cluster, load_model
 from planner.cost import memory
 from planner.errors import PlanInputError
-from planner.osdp import full_layout, osdp_table, plan_osdp, price_choice, render_osdp
-from planner.problem import Problem
-from planner.search import price_layout
-from planner.specs import ModelSpec, TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.problem import Problem
+from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.search.search import price_layout
+from planner.strategies.osdp import full_layout, osdp_table, plan_osdp, price_choice, render_osdp
 
 LAYOUT = {"tp": 1, "dp": 8, "mbs": 1, "recompute": 0}
 

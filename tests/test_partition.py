@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-from planner.catalog import load_cluster, load_model
 from planner.cost import memory
 from planner.errors import NoFeasiblePlan
-from planner.osdp import full_layout
-from planner.partition import partition_for, partition_inputs, partition_layers, render_partition
-from planner.problem import Problem
-from planner.search import price_layout
-from planner.specs import TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
+from planner.search.search import price_layout
+from planner.strategies.osdp import full_layout
+from planner.strategies.partition import partition_for, partition_inputs, partition_layers, render_partition
 
 
 def test_even_split_without_edge_costs():

@@ -18,15 +18,15 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner.catalog import gpu_catalog, load_cluster, load_model
 from planner.cost.profiles import PROFILES, profile_for
 from planner.errors import NoFeasiblePlan
-from planner.explain import complete_layout
-from planner.problem import KNOBS, SCHEDULES, Problem
-from planner.rules import RULES
-from planner.search import price_layout, search
-from planner.space import divisors, domains
-from planner.specs import ModelSpec, TrainingSpec
+from planner.inputs.catalog import gpu_catalog, load_cluster, load_model
+from planner.inputs.problem import KNOBS, SCHEDULES, Problem
+from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.report.explain import complete_layout
+from planner.search.rules import RULES
+from planner.search.search import price_layout, search
+from planner.search.space import divisors, domains
 
 SCALE = int(os.environ.get("PLAN_HYPOTHESIS_EXAMPLES", "0"))
 
@@ -215,7 +215,8 @@ def test_pinning_a_knob_never_beats_leaving_it_free(problem, knob, index):
         # schedule_supported_by_framework), so it may reach layouts the free search may not: compare like with like.
         assume(SCHEDULES[value] in profile_for(problem.training.framework).schedules)
     if knob != "dp":
-        # The free search only walks each knob's domain (planner.space.domains); a pin outside it is priced anyway.
+        # The free search only walks each knob's domain (planner.search.space.domains); a pin outside it is
+        # priced anyway.
         # vpp (divisors of the layer count, <= 16) and mbs (<= 32) are narrower there than the rules allow, so a pin
         # can beat the free search (e.g. deepseek-v3, 61 layers: --fix vpp=15 beats the free search, which never
         # tries vpp > 1). That is reported to the search owners; here we compare like with like.

@@ -18,15 +18,9 @@ from conftest import run_plan_in_process
 
 from cli.main import app
 from cli.regression import register
-from planner import document
 from planner.errors import PlanInputError
-from planner.regression import (
-    compare,
-    diff_documents,
-    format_comparison,
-    problem_from_document,
-    replan,
-)
+from planner.report import document
+from planner.report.compare import compare, diff_documents, format_comparison, problem_from_document, replan
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("--model", "llama3-8b", "--cluster", "h100x16", "--top", "3")

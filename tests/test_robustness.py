@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from conftest import run_plan_in_process
 
-from planner.catalog import load_cluster, load_model, model_from_mapping
 from planner.errors import NoFeasiblePlan, PlanInputError
-from planner.problem import Problem
-from planner.search import search
-from planner.specs import ModelSpec, TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model, model_from_mapping
+from planner.inputs.problem import Problem
+from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.search.search import search
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD_MODEL = ("hidden_size: 1024\nnum_hidden_layers: 8\nnum_attention_heads: 16\nintermediate_size: 4096\n"

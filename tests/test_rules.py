@@ -3,14 +3,14 @@
 import pytest
 from conftest import cols
 
-from planner.catalog import load_cluster, load_model
 from planner.cost.profiles import PROFILES
-from planner.explain import explain
-from planner.layout_keys import parse_pairs
-from planner.problem import Problem
-from planner.rules import RULES, RULES_BY_NAME
-from planner.search import search
-from planner.specs import TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.layout import parse_pairs
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
+from planner.report.explain import explain
+from planner.search.rules import RULES, RULES_BY_NAME
+from planner.search.search import search
 
 
 def prob(model="llama3-70b", cluster="h100x64", seq=8192, gbs=64, framework="generic", fixed=None):

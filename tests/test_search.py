@@ -2,15 +2,15 @@
 
 import pytest
 
-from planner.catalog import load_cluster, load_model
-from planner.cpsat import count_solutions, diagnose
-from planner.diagnosis import explain_infeasible
 from planner.errors import NoFeasiblePlan
-from planner.layout_keys import parse_pairs
-from planner.problem import Problem
-from planner.search import search
-from planner.space import enumerate_layouts
-from planner.specs import TrainingSpec
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.layout import parse_pairs
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
+from planner.search.cpsat import count_solutions, diagnose
+from planner.search.diagnosis import explain_infeasible
+from planner.search.search import search
+from planner.search.space import enumerate_layouts
 
 
 @pytest.mark.parametrize("model,cluster,gbs", [("llama2-7b", "h100x16", 64), ("mixtral-8x7b", "a100x32", 128)])
@@ -50,7 +50,7 @@ def test_ranked_by_throughput():
 
 
 def test_time_limit_marks_not_proven(monkeypatch):
-    import planner.search as s
+    import planner.search.search as s
 
     monkeypatch.setattr(s, "CHUNK", 1000)
     p = Problem(load_model("llama3-70b"), load_cluster("h100x512"), TrainingSpec())

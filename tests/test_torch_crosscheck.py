@@ -18,7 +18,6 @@ import re
 
 import pytest
 
-from planner.catalog import load_model, model_catalog
 from planner.cost.flops import (
     active_params,
     attention_core_flops,
@@ -31,7 +30,8 @@ from planner.cost.flops import (
     token_flops,
     total_params,
 )
-from planner.specs import ModelSpec
+from planner.inputs.catalog import load_model, model_catalog
+from planner.inputs.specs import ModelSpec
 
 TOL = 0.01  # the brief: within 1 %; the formulas are exact, so every measured difference below is 0
 CATALOG = sorted(model_catalog())

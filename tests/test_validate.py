@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.validate import kendall_tau, load_cases, run_case, validate
+from planner.evidence.validate import kendall_tau, load_cases, run_case, validate
 
 DENSE_MEDIAN_TARGET = 0.10
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from planner.specs import ModelSpec
+from planner.inputs.specs import ModelSpec
 
 __all__ = [
     "Attention", "AttentionCore", "DecoderLayer", "MLAttention", "MLP", "MoE", "ReferenceModel", "RMSNorm",

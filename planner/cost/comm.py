@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import ClusterSpec
+from planner.inputs.specs import ClusterSpec
 
 # Achievable fraction of the per-direction link rate for large messages:
 NVLINK_EFFICIENCY = 0.80  # nccl-tests #212: ring busbw ~370 of 450 GB/s on 8xH100 ("~20% protocol overhead")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..specs import ModelSpec
+from planner.inputs.specs import ModelSpec
 
 
 # --- parameters -----------------------------------------------------------------------------------------------

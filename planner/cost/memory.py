@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..specs import ModelSpec
-from .profiles import FrameworkProfile
+from planner.cost.profiles import FrameworkProfile
+from planner.inputs.specs import ModelSpec
 
 GIB = 2.0**30
 # CUDA context and kernels take 1-2 GB ("Ultra-Scale Playbook", First Steps); each NCCL communicator adds ~0.5-0.7 GB

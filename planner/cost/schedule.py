@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..problem import SCHEDULES, SEQ1F1B_SEGMENTS
+from planner.inputs.problem import SCHEDULES, SEQ1F1B_SEGMENTS
 
 S_1F1B, S_INTERLEAVED, S_ZBH1, S_ZBH2, S_ZBV, S_SEQ1F1B = (
     SCHEDULES.index(s) for s in ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "seq1f1b"))
@@ -26,7 +26,7 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     Seq1F1B: segments of a sequence flow as micro-batches; with the paper's computation-wise partition (segment
     lengths chosen so each costs 1/k of the sequence despite causal attention) warm-up and cool-down shrink to
     (p-1)(t_f+t_b)/k (Sun et al. 2024, arXiv 2406.03488 §3.3). Equal-length segments would instead stall on the
-    heaviest last segment; planner.cost.pipeline_sim shows both.
+    heaviest last segment; planner.strategies.pipeline_sim shows both.
     """
     t_bi = t_b - t_w
     base = (p - 1) * (t_f + t_b)
@@ -49,7 +49,7 @@ def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m:
     1F1B: min(m, p) (Megatron schedules.py warm-up p - rank - 1, plus one); interleaved: times
     1 + (p-1)/(p v) (Korthikanti et al. 2022 §4.2.3; Megatron theoretical_memory_usage.py); ZB-H1 keeps 1F1B's peak;
     ZB-H2 holds up to 2p - 1 (Qi et al. 2024 §2.2); ZB-V keeps 1F1B's p; Seq1F1B holds p + k - 1 segments of 1/k
-    of a sequence, (p + k - 1)/k micro-batches (its warm-up, checked by planner.cost.pipeline_sim).
+    of a sequence, (p + k - 1)/k micro-batches (its warm-up, checked by planner.strategies.pipeline_sim).
     No pipeline: one micro-batch at a time.
     """
     base = np.minimum(m, p).astype(float)

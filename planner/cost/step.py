@@ -14,18 +14,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..problem import HSDP, SEQ1F1B_SEGMENTS, Problem
-from . import comm, compression, flops, memory, schedule
-from .profiles import profile_for
+from planner.cost import comm, compression, flops, memory, schedule
+from planner.cost.profiles import profile_for
+from planner.inputs.hardware import FP8_GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD_S, KERNELS_PER_LAYER_FWD
+from planner.inputs.problem import HSDP, SEQ1F1B_SEGMENTS, Problem
 
-# Each CUDA kernel launch and its tail cost a few microseconds that small GEMMs cannot hide (NVIDIA CUDA C++ Best
-# Practices Guide: launch overhead of a few us); a transformer layer runs ~24 kernels forward and ~2x that backward
-# (2 norms, 2 residual adds, RoPE, activation, 4-5 GEMMs, attention, casts; counted in Megatron-Core's layer).
-KERNEL_OVERHEAD_S = 4e-6
-KERNELS_PER_LAYER_FWD = 24
-HBM_EFFICIENCY = 0.85  # Calculon systems/*.json: HBM efficiency 0.9 for >=100 MB transfers, 0.75 at 10 MB
-# Fallback when a GPU lists no FP8 MAMF: H100's FP8/BF16 ratio, 70.9% vs 80.3% of peak (stas00/ml-engineering).
-FP8_GEMM_EFFICIENCY = 0.88
 # Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
 # waits for it. Factor on the routed-expert GEMM time, fitted on the MoE cases of validation/published_runs.yaml
 # (bench/fit_profiles.py --moe); it lands where Switch Transformer's capacity factors do (Fedus et al. 2021 §2.2:

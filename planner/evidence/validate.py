@@ -1,0 +1,219 @@
+"""`plan validate`: score the cost model against measured, published training runs.
+
+For each case every knob the source states is pinned and the rest is searched (a published run is a tuned run); the
+best plan's prediction is compared with the measurement. Nothing here is tuned per case.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from planner.errors import NoFeasiblePlan, PlanInputError
+from planner.inputs.catalog import data_dir, load_cluster, model_from_mapping
+from planner.inputs.files import read_structured_file
+from planner.inputs.layout import encode
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
+from planner.report.document import layout_dict, sig
+from planner.search.search import search
+
+DEFAULT_CASES = "published_runs.yaml"
+_LAYOUT_KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "vpp": "vpp",
+                "sequence_parallel": "sp", "recompute": "recompute", "zero": "zero", "schedule": "schedule"}
+
+
+def default_cases_path() -> Path:
+    return data_dir("validation") / DEFAULT_CASES
+
+
+def load_cases(path: str | None) -> list[dict[str, Any]]:
+    src = Path(path) if path else default_cases_path()
+    doc = read_structured_file(src)
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise PlanInputError("expected 'schema_version: 1' and a 'cases:' list", source=str(src),
+                             fix="see README, 'Validation case format'")
+    if doc.get("schema_version") != 1:
+        raise PlanInputError(f"unsupported schema_version {doc.get('schema_version')!r}", source=str(src),
+                             field="schema_version", fix="use schema_version: 1")
+    return doc["cases"]
+
+
+def case_problem(case: dict[str, Any], source: str) -> Problem:
+    where = f"{source}#{case.get('id', '?')}"
+    for key in ("model", "cluster", "training", "layout", "measured"):
+        if key not in case:
+            raise PlanInputError("missing", field=key, source=where, fix="see README, 'Validation case format'")
+    for key in ("model", "training", "layout", "measured"):
+        if not isinstance(case[key], dict):
+            raise PlanInputError(f"expected a mapping, got {type(case[key]).__name__}", field=key, source=where,
+                                 fix="see README, 'Validation case format'")
+    model = model_from_mapping(case["model"], where)
+    cluster = load_cluster(str(case["cluster"]))
+    tr = case["training"]
+    try:
+        training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"],
+                                precision=tr.get("precision", "bf16"), framework=str(tr.get("framework", "other")))
+    except (ValidationError, KeyError) as exc:
+        raise PlanInputError(f"bad training block ({exc.__class__.__name__})", field="training", source=where,
+                             fix="seq_len, global_batch, micro_batch, precision, framework") from None
+    fixed: dict[str, int] = {}
+    for src_key, knob in _LAYOUT_KEYS.items():
+        value = case["layout"].get(src_key)
+        if value is not None:
+            name, enc = encode(knob, str(value), f"layout.{src_key}")
+            fixed[name] = enc
+    if tr.get("micro_batch") is not None:
+        fixed["mbs"] = encode("mbs", str(tr["micro_batch"]), "training.micro_batch")[1]
+    return Problem(model, cluster, training, fixed=fixed)
+
+
+# Published peak memory comes from the framework's own report (Megatron's "max allocated", i.e.
+# torch.cuda.max_memory_allocated), so it is compared with the predicted peak of live tensors; `memory_peak_gib`
+# (device total, used for the fit check) adds allocator slack, the CUDA context and NCCL buffers.
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
+    measured = case.get("measured")
+    out: dict[str, Any] = {"id": case.get("id"), "tier": case.get("tier"), "source": short_source(case),
+                           "measured": measured if isinstance(measured, dict) else {}}
+    try:
+        problem = case_problem(case, source)
+    except PlanInputError as exc:
+        return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
+    note = None
+    try:
+        result = search(problem, top=1)
+    except NoFeasiblePlan:
+        try:
+            result = search(replace(problem, enforce_memory=False), top=1)
+            note = "predicted to exceed GPU memory; priced anyway"
+        except NoFeasiblePlan:
+            from planner.search.cpsat import diagnose
+
+            core = diagnose(problem)
+            names = ", ".join(r.name for r in core.core) or "memory"
+            return {**out, "layout": None, "predicted": None, "error": None,
+                    "reason": f"the stated layout breaks: {names}"}
+    plan = result.plans[0]
+    mt = plan.metrics
+    pred = {"tokens_per_s_per_gpu": sig(mt["tokens_per_s_per_gpu"]), "step_time_s": sig(mt["step_time_s"]),
+            "memory_gib": sig(mt["memory_allocated_gib"], 4), "mfu": sig(mt["mfu"], 4)}
+    meas = {k: v for k, v in out["measured"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and v > 0}  # unusable figures are skipped
+    err: dict[str, float] = {}
+    if meas.get("tokens_per_s_per_gpu"):
+        err["throughput"] = sig(_ape(pred["tokens_per_s_per_gpu"], meas["tokens_per_s_per_gpu"]), 4)
+    elif meas.get("step_time_s"):
+        err["throughput"] = sig(_ape(1 / pred["step_time_s"], 1 / meas["step_time_s"]), 4)
+    if meas.get("memory_gib"):
+        err["memory"] = sig(_ape(pred["memory_gib"], meas["memory_gib"]), 4)
+    res = {**out, "layout": layout_dict(plan.layout, mt, problem.model.num_hidden_layers,
+                                        problem.cluster.nvlink_domain), "predicted": pred, "error": err}
+    if note:
+        res["note"] = note
+    return res
+
+
+def short_source(case: dict[str, Any]) -> str:
+    src = str(case.get("source", "unknown"))
+    head = src.split(" -- ")[0].split(",")[0].strip().strip("'\"")
+    return head[:40]
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"cases": 0}
+    vals = sorted(values)
+    p90 = vals[min(len(vals) - 1, int(round(0.9 * (len(vals) - 1))))]
+    return {"cases": len(vals), "median_ape": sig(statistics.median(vals), 4), "p90_ape": sig(p90, 4),
+            "within_10pct": sig(sum(v <= 0.10 for v in vals) / len(vals), 4),
+            "within_20pct": sig(sum(v <= 0.20 for v in vals) / len(vals), 4)}
+
+
+def kendall_tau(xs: list[float], ys: list[float]) -> float:
+    """Kendall's tau-a over all pairs (ties count as neither concordant nor discordant)."""
+    n = len(xs)
+    conc = disc = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s = (xs[i] - xs[j]) * (ys[i] - ys[j])
+            conc += s > 0
+            disc += s < 0
+    pairs = n * (n - 1) / 2
+    return (conc - disc) / pairs if pairs else 0.0
+
+
+def _layout_signature(case: dict[str, Any]) -> tuple:
+    lay = case.get("layout", {})
+    return tuple(sorted((k, str(v)) for k, v in lay.items())) + (("mbs", str(case["training"].get("micro_batch"))),)
+
+
+def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs of one source, model, cluster, sequence length, batch and precision that differ in layout or schedule.
+
+    Repeats of the same stated layout (e.g. one recipe measured on several container releases) are averaged into one
+    entry, so a group ranks layouts, not software versions; groups need two or more distinct layouts.
+    """
+    groups: dict[tuple, dict[tuple, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for i, case in enumerate(cases):
+        if results[i]["predicted"] is None or "throughput" not in (results[i]["error"] or {}) or not isinstance(
+                results[i]["measured"].get("tokens_per_s_per_gpu"), int | float):
+            continue
+        tr = case.get("training", {})
+        key = (short_source(case), case.get("model", {}).get("name"), case.get("cluster"), tr.get("seq_len"),
+               tr.get("global_batch"), tr.get("precision"))
+        groups[key][_layout_signature(case)].append(i)
+    out = []
+    for key, layouts in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len(layouts) < 2:
+            continue
+        members = list(layouts.values())
+        meas = [statistics.mean(cases[i]["measured"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
+        pred = [statistics.mean(results[i]["predicted"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
+        out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]} {key[5]}",
+                    "cases": [cases[idx[0]]["id"] for idx in members], "kendall_tau": sig(kendall_tau(pred, meas), 3)})
+    return out
+
+
+def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, Any]:
+    by: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        if not r["error"]:
+            continue
+        for metric in ("throughput", "memory"):
+            if metric in r["error"]:
+                by[f"tier:{r['tier']}"][metric].append(r["error"][metric])
+                by[f"source:{r['source']}"][metric].append(r["error"][metric])
+                by["all"][metric].append(r["error"][metric])
+    table = {k: {m: _stats(v[m]) for m in ("throughput", "memory")} for k, v in sorted(by.items())}
+    worst = sorted((r for r in results if r["error"] and "throughput" in r["error"]),
+                   key=lambda r: -r["error"]["throughput"])[:10]
+    groups = ranking_groups(cases, results)
+    taus = [g["kendall_tau"] for g in groups]
+    return {
+        "cases": len(results),
+        "predicted": sum(r["predicted"] is not None for r in results),
+        "not_modelled": [{"id": r["id"], "reason": r["reason"]} for r in results if r["predicted"] is None],
+        "groups": table,
+        "worst": [{"id": r["id"], "tier": r["tier"], "throughput_ape": r["error"]["throughput"],
+                   "predicted": r["predicted"]["tokens_per_s_per_gpu"],
+                   "measured": r["measured"].get("tokens_per_s_per_gpu")} for r in worst],
+        "ranking": {"groups": groups, "mean_kendall_tau": sig(statistics.mean(taus), 3) if taus else None},
+    }
+
+
+def validate(path: str | None = None) -> dict[str, Any]:
+    cases = load_cases(path)
+    source = path or str(default_cases_path().name)
+    results = [run_case(c if isinstance(c, dict) else {}, source) for c in cases]
+    return {"schema_version": 1, "cases": results, "summary": summarize(cases, results)}

@@ -1,0 +1,231 @@
+"""The model and cluster catalogs, and loading user files (our YAML or a Hugging Face config.json).
+
+Every failure becomes a PlanInputError naming the file, the field and the fix. Files are parsed with safe loaders only.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from planner.errors import PlanInputError
+from planner.inputs.files import (
+    UnknownKeys,
+    check_keys,
+    did_you_mean,
+    exists,
+    pydantic_error,
+    read_structured_file,
+)
+from planner.inputs.profile import apply_profile, load_profile, resolve_profile_path
+from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
+
+_EXPERT_ALIASES = ("num_experts", "n_routed_experts")
+# Keys of a Hugging Face config.json that do not change the planner's arithmetic; accepted without a warning.
+_HF_IGNORED = {
+    "architectures", "model_type", "torch_dtype", "transformers_version", "bos_token_id", "eos_token_id",
+    "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta", "rope_scaling",
+    "initializer_range", "use_cache", "attention_bias", "attention_dropout", "mlp_bias", "pretraining_tp",
+    "sliding_window", "use_sliding_window", "max_window_layers", "router_aux_loss_coef", "output_router_logits",
+    "router_jitter_noise", "aliases", "_name_or_path", "auto_map", "quantization_config", "dtype",
+    "num_experts_per_token", "norm_topk_prob", "scoring_func", "topk_method", "routed_scaling_factor",
+    "n_group", "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
+    "rope_interleave", "decoder_sparse_step", "mlp_only_layers", "qkv_bias",
+}
+
+
+def data_dir(kind: str) -> Path:
+    """Where a catalog lives: inside the installed wheel, or at the repository root in a source checkout."""
+    installed = Path(__file__).resolve().parents[1] / "_catalog" / kind
+    if installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parents[2] / kind
+
+
+@lru_cache(maxsize=1)
+def model_catalog() -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for path in sorted(data_dir("models").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        out[doc["name"]] = doc
+    return out
+
+
+@lru_cache(maxsize=1)
+def model_aliases() -> dict[str, str]:
+    table: dict[str, str] = {}
+    for name, doc in model_catalog().items():
+        table[name] = name
+        for alias in doc.get("aliases", []):
+            table[alias] = name
+    return table
+
+
+def model_from_mapping(doc: Any, source: str) -> ModelSpec:
+    """Build a ModelSpec from HF-style keys; warns about unknown keys, folds expert-count aliases."""
+    if not isinstance(doc, dict):
+        raise PlanInputError(f"expected a mapping of config keys, got {type(doc).__name__}", source=source,
+                             fix="write 'hidden_size: 4096' style keys")
+    doc = dict(doc)
+    check_keys(doc, source, set(), name_unmatched=False)  # non-text keys would break sorting and lookups below
+    if "text_config" in doc and isinstance(doc["text_config"], dict) and "hidden_size" not in doc:
+        doc = {**doc["text_config"], "name": doc.get("name", source)}
+    for alias in _EXPERT_ALIASES:
+        if alias in doc and "num_local_experts" not in doc:
+            doc["num_local_experts"] = doc.pop(alias)
+    if "n_layer" in doc or "n_embd" in doc:
+        raise PlanInputError("GPT-2 style keys (n_layer/n_embd) are not supported", source=source,
+                             fix="use num_hidden_layers / hidden_size")
+    known = set(ModelSpec.model_fields)
+    # A Hugging Face config.json carries many keys the planner does not need: name only the likely typos there.
+    unknown = check_keys(doc, source, known, ignored=_HF_IGNORED | set(_EXPERT_ALIASES),
+                         name_unmatched="architectures" not in doc and "model_type" not in doc)
+    for key, value in doc.items():
+        if key in known and isinstance(value, float) and value.is_integer() and key != "published_params":
+            doc[key] = int(value)
+    shared = doc.pop("shared_expert_intermediate_size", None)
+    if shared and not doc.get("n_shared_experts") and doc.get("moe_intermediate_size"):
+        # Qwen2-MoE describes its shared expert by width; express it in units of one routed expert's width.
+        doc["n_shared_experts"] = max(1, round(shared / doc["moe_intermediate_size"]))
+    if "intermediate_size" not in doc and doc.get("moe_intermediate_size"):
+        doc["intermediate_size"] = doc["moe_intermediate_size"]
+    doc.setdefault("name", Path(source).stem if source not in ("<inline>",) else "custom")
+    try:
+        spec = ModelSpec.model_validate(doc)
+    except ValidationError as exc:
+        raise pydantic_error(exc, source, unknown=unknown) from None
+    unknown.warn()
+    return spec
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A catalog name or alias, or a path to our YAML / a Hugging Face config.json."""
+    aliases = model_aliases()
+    key = ref.strip().lower()
+    if not key:
+        raise PlanInputError("is empty", field="--model", fix="e.g. --model llama70b, or a config.json path")
+    if key in aliases:
+        name = aliases[key]
+        return model_from_mapping(model_catalog()[name], f"models/{name}.yaml")
+    path = Path(ref).expanduser()
+    if exists(path) or path.suffix.lower() in (".yaml", ".yml", ".json") or "/" in ref:
+        return model_from_mapping(read_structured_file(path), str(path))
+    raise PlanInputError(f"unknown model '{ref}'; {did_you_mean(key, list(aliases))}", field="--model",
+                         fix="run 'plan models' for the catalog, or pass a config.json path")
+
+
+# --- GPUs and clusters -----------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def gpu_catalog() -> dict[str, dict]:
+    return yaml.safe_load((data_dir("clusters") / "gpus.yaml").read_text())
+
+
+def load_gpu(ref: Any, source: str, pending: list[UnknownKeys] | None = None) -> GPUSpec:
+    """A catalog key, or an inline mapping (optionally on top of a catalog `key`). Unknown-key warnings go to
+    `pending` when given (the caller warns once the whole file has validated)."""
+    if isinstance(ref, dict):
+        unknown = check_keys(ref, source, set(GPUSpec.model_fields), where="gpu")
+        base: dict = {}
+        if isinstance(ref.get("key"), str) and ref["key"] in gpu_catalog():
+            base = dict(gpu_catalog()[ref["key"]])
+        try:
+            gpu = GPUSpec.model_validate({**base, **ref})
+        except ValidationError as exc:
+            raise pydantic_error(exc, source, prefix="gpu.", unknown=unknown) from None
+        if pending is None:
+            unknown.warn()
+        else:
+            pending.append(unknown)
+        return gpu
+    if not isinstance(ref, str):
+        raise PlanInputError("gpu must be a catalog key or a mapping", field="gpu", source=source,
+                             fix=f"use one of {', '.join(gpu_catalog())}")
+    key = ref.strip().lower()
+    if key not in gpu_catalog():
+        raise PlanInputError(f"unknown GPU '{ref}'; {did_you_mean(key, list(gpu_catalog()))}", field="gpu",
+                             source=source, fix="run 'plan clusters' for the GPU catalog")
+    return GPUSpec.model_validate({"key": key, **gpu_catalog()[key]})
+
+
+_CLUSTER_NAME = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9.\-]*?)x(?P<count>\d+)$")
+
+
+def cluster_from_gpu(gpu: GPUSpec, count: int, name: str) -> ClusterSpec:
+    per_node = gpu.nvlink_domain if gpu.nvlink_domain <= 8 else 4  # NVL72 trays hold 4 GPUs; HGX boards 8
+    return ClusterSpec(name=name, gpu=gpu, num_gpus=count, gpus_per_node=min(per_node, count),
+                       nvlink_domain=min(gpu.nvlink_domain, count), network_gbps=gpu.network_gbps)
+
+
+def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
+    if not isinstance(doc, dict):
+        raise PlanInputError(f"expected a mapping, got {type(doc).__name__}", source=source,
+                             fix="write 'gpu: h100' and 'nodes: 64' keys")
+    known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
+             "network_latency_us", "oversubscription", "profile"}
+    unknown = check_keys(doc, source, known, cutoff=0.6)
+    if "gpu" not in doc:
+        raise PlanInputError("missing", field="gpu", source=source,
+                             fix=unknown.fix_for_missing("gpu", "add 'gpu: h100' (or an inline GPU spec)"))
+    pending = [unknown]
+    gpu = load_gpu(doc["gpu"], source, pending)
+    if doc.get("profile") is not None:  # measured efficiencies from `plan calibrate` replace the catalog defaults
+        gpu = apply_profile(gpu, load_profile(resolve_profile_path(Path(source), doc["profile"])))
+    per_node = doc.get("gpus_per_node", 8 if gpu.nvlink_domain <= 8 else 4)
+    if "num_gpus" in doc:
+        count = doc["num_gpus"]
+    elif "nodes" in doc:
+        nodes = doc["nodes"]
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes <= 0:
+            raise PlanInputError(f"must be a positive integer (got {nodes!r})", field="nodes", source=source,
+                                 fix="set the number of nodes, e.g. 'nodes: 64'")
+        if not isinstance(per_node, int) or per_node <= 0:
+            raise PlanInputError(f"must be a positive integer (got {per_node!r})", field="gpus_per_node",
+                                 source=source, fix="e.g. 'gpus_per_node: 8'")
+        count = nodes * per_node
+    else:
+        raise PlanInputError("missing", field="nodes", source=source,
+                             fix=unknown.fix_for_missing("nodes", "add 'nodes: N' or 'num_gpus: N'"))
+    spec = {
+        "name": doc.get("name", Path(source).stem),
+        "gpu": gpu,
+        "num_gpus": count,
+        "gpus_per_node": per_node,
+        "nvlink_domain": doc.get("nvlink_domain", gpu.nvlink_domain),
+        "network_gbps": doc.get("network_gbps", gpu.network_gbps),
+        "network_latency_us": doc.get("network_latency_us", 5.0),
+        "oversubscription": doc.get("oversubscription", 1.0),
+    }
+    try:
+        cluster = ClusterSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise pydantic_error(exc, source, unknown=unknown) from None
+    for keys in pending:
+        keys.warn()
+    return cluster
+
+
+def load_cluster(ref: str) -> ClusterSpec:
+    """`{gpu}x{count}` for any count (h100x512, gb200x256, a100-40gx64), or a cluster YAML path."""
+    key = ref.strip().lower()
+    if not key:
+        raise PlanInputError("is empty", field="--cluster", fix="e.g. --cluster h100x512, or a cluster YAML path")
+    match = _CLUSTER_NAME.match(key)
+    if match and not exists(Path(ref)):
+        count = int(match["count"]) if len(match["count"]) <= 12 else MAX_SIZE + 1  # int() refuses 4,300+ digits
+        if count <= 0:
+            raise PlanInputError("the GPU count must be positive", field="--cluster", fix="e.g. h100x512")
+        if count > MAX_SIZE:
+            raise PlanInputError(f"{match['count'][:20]} GPUs is beyond any cluster this planner models "
+                                 f"(limit {MAX_SIZE:,})",
+                                 field="--cluster", fix="check the count")
+        return cluster_from_gpu(load_gpu(match["gpu"], "--cluster"), count, key)
+    path = Path(ref).expanduser()
+    if exists(path) or path.suffix.lower() in (".yaml", ".yml", ".json"):
+        return cluster_from_mapping(read_structured_file(path), str(path))
+    raise PlanInputError(f"'{ref}' is neither {{gpu}}x{{count}} nor a file", field="--cluster",
+                         fix=f"e.g. h100x512; GPUs: {', '.join(gpu_catalog())}")

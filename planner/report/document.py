@@ -1,0 +1,129 @@
+"""The stable, machine-readable plan document (docs/plan-schema.md): built, serialised, and read back."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import yaml
+
+from planner import __version__
+from planner.cost import flops
+from planner.errors import PlanInputError
+from planner.inputs.layout import decode
+from planner.inputs.problem import HSDP, Problem
+from planner.search.search import Plan, SearchResult
+
+SCHEMA_VERSION = 1
+
+
+def sig(x: float, digits: int = 6) -> float:
+    """Round to significant digits so documents are byte-stable across platforms."""
+    return float(f"{x:.{digits}g}")
+
+
+def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """First/last-stage layer counts for an uneven split (Megatron --decoder-first/last-pipeline-num-layers).
+
+    Middle stages get ceil(L/pp) layers, as the cost model assumes for the busiest stage; the rest is shared by the
+    first and last stages. None when the split is even or needs virtual stages (then only a pipeline layout fits).
+    """
+    if pp < 2 or layers % (pp * vpp) == 0 or vpp > 1:
+        return None
+    cap = -(-layers // pp)
+    for middle in (cap, layers // pp):
+        rest = layers - (pp - 2) * middle
+        first, last = rest // 2, rest - rest // 2
+        if 1 <= first <= cap and 1 <= last <= cap:
+            return first, last
+    return None
+
+
+def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
+                layers: int | None = None, nvlink_domain: int | None = None) -> dict[str, Any]:
+    out = {
+        "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
+        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(layout["zero"], 3),
+        "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
+        "schedule": decode("schedule", layout["schedule"]),
+        "cp_comm": decode("cp_comm", layout.get("cp_comm", 0)),
+    }
+    if metrics is not None:
+        out["num_microbatches"] = int(round(metrics["num_microbatches"]))
+    if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
+        data = layout["dp"] * layout["cp"]
+        out["fsdp_shard_group"] = math.gcd(data, max(nvlink_domain // layout["tp"], 1))
+    if layout.get("cp_comm", 0) == 2 and nvlink_domain:  # hybrid CP: all-to-all size inside the domain, ring across
+        inside = math.gcd(layout["cp"], max(nvlink_domain // layout["tp"], 1))
+        out["cp_hierarchy"] = [inside, layout["cp"] // inside]
+    if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
+        out["expert_tp"] = layout["tp"] if (layout["dp"] * layout["cp"]) % layout["ep"] == 0 else 1
+    if layers is not None:
+        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"])
+        if split:
+            out["first_stage_layers"], out["last_stage_layers"] = split
+    return out
+
+
+def metrics_dict(metrics: dict[str, float], capacity: float) -> dict[str, float]:
+    return {
+        "step_time_s": sig(metrics["step_time_s"]),
+        "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"]),
+        "mfu": sig(metrics["mfu"], 4),
+        "memory_peak_gib": sig(metrics["memory_peak_gib"], 4),
+        "memory_allocated_gib": sig(metrics["memory_allocated_gib"], 4),
+        "memory_capacity_gib": sig(capacity, 4),
+    }
+
+
+def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
+    time_keys = ("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "recompute_s", "tp_comm_s", "cp_comm_s",
+                 "ep_comm_s", "fsdp_comm_s", "pp_comm_s", "dp_comm_s")
+    mem = {k.removeprefix("mem_").removesuffix("_gib"): sig(metrics[k], 4) for k in metrics if k.startswith("mem_")}
+    return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
+
+
+def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
+    model = problem.model.model_dump(exclude_none=True)
+    cluster = problem.cluster.model_dump()
+    return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
+
+
+def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
+               nvlink_domain: int | None = None) -> dict[str, Any]:
+    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain),
+            "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+
+
+def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
+    p = result.problem
+    cap = p.cluster.gpu.memory_gib
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "planner_version": __version__,
+        "inputs": inputs_dict(p, options),
+        "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
+        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain)
+                  for i, plan in enumerate(result.plans)],
+        "search": {"candidates": result.candidates, "feasible": result.feasible,
+                   "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
+    }
+
+
+def dumps(doc: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)
+
+
+def load_document(path: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    from planner.inputs.files import read_structured_file
+
+    doc = read_structured_file(Path(path))
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "inputs" not in doc:
+        raise PlanInputError("not a plan document (schema_version 1 with 'inputs')", source=path,
+                             fix="write one with 'plan ... --format json > plan.json'")
+    return doc

@@ -1,0 +1,81 @@
+"""`plan explain`: one layout in full, the rules it breaks, and its prediction even when it does not fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.inputs.problem import SCHEDULES, SEQ1F1B_SEGMENTS, Problem
+from planner.report.document import breakdown_dict, layout_dict, metrics_dict
+from planner.search.rules import MEMORY_RULE, broken_rules
+from planner.search.search import price_layout
+
+
+def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
+    """Fill the knobs a user left out with the defaults documented in README (dp from the GPU count)."""
+    lay = dict(given)
+    lay.setdefault("tp", 1)
+    lay.setdefault("pp", 1)
+    lay.setdefault("cp", 1)
+    lay.setdefault("ep", 1)
+    lay.setdefault("vpp", 1)
+    lay.setdefault("mbs", 1)
+    lay.setdefault("zero", 1 if problem.num_gpus > lay["tp"] * lay["pp"] else 0)
+    lay.setdefault("recompute", 0)
+    lay.setdefault("sp", 1 if lay["tp"] > 1 else 0)
+    lay.setdefault("schedule", SCHEDULES.index("interleaved") if lay["vpp"] > 1 else 0)
+    lay.setdefault("cp_comm", 0)
+    if "dp" not in lay:
+        denom = lay["tp"] * lay["pp"] * lay["cp"]
+        lay["dp"] = max(problem.num_gpus // denom, 1)
+    return lay
+
+
+def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], width: int = 100) -> str:
+    """The schedule's order of operations, simulated with this layout's per-stage times
+    (planner.strategies.pipeline_sim).
+
+    Capped at 4 x pp micro-batches so the chart stays readable; the bubble does not grow past that point.
+    """
+    from planner.strategies.pipeline_sim import render_timeline, simulate_schedule
+
+    name = SCHEDULES[lay["schedule"]]
+    p, v = lay["pp"], lay["vpp"]
+    if p < 2:
+        return "no pipeline (pp = 1): nothing to schedule"
+    m = max(1, min(int(round(metrics["num_microbatches"])), 4 * p))
+    if name == "interleaved":
+        m = max(p, m - m % p)
+    t_f, t_b, t_w = metrics["stage_fwd_s"], metrics["stage_bwd_s"], metrics["stage_wgrad_s"]
+    split = name in ("zb-h1", "zb-h2", "zb-v")
+    kwargs = {"t_b": t_b - t_w, "t_w": t_w} if split else {"t_b": t_b}
+    k = SEQ1F1B_SEGMENTS if name == "seq1f1b" else 1
+    sim = simulate_schedule(name, p, m, t_f=t_f, v=v, k=k, t_comm=metrics["p2p_s"], **kwargs)
+    head = (f"{name} timeline, {p} stages x {m} micro-batches (simulated): bubble {sim.bubble * 1e3:.1f} ms, "
+            f"peak in-flight on stage 0 {sim.peak_inflight[0] / v:.2f} micro-batches")
+    return head + "\n" + render_timeline(sim, width=width)
+
+
+def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
+    lay = complete_layout(problem, given)
+    cols = {k: np.array([v], dtype=np.int64) for k, v in lay.items()}
+    broken = broken_rules(cols, problem)
+    metrics = price_layout(problem, lay)
+    cap = problem.cluster.gpu.memory_gib
+    if metrics["memory_peak_gib"] > cap:
+        broken.append(MEMORY_RULE)
+    return {
+        "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain),
+        "feasible": not broken,
+        "broken_rules": [{"rule": r.name, "message": r.message, "fix": r.fix, "source": r.source} for r in broken],
+        "metrics": metrics_dict(metrics, cap),
+        "breakdown": breakdown_dict(metrics),
+        "timeline": timeline(problem, lay, metrics),
+        "stages": {
+            "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3),
+                      "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6)},
+            "last": {"memory_gib": round(metrics["mem_last_stage_gib"], 3),
+                     "microbatch_fwd_bwd_s": round(metrics["last_stage_mb_s"], 6)},
+        },
+    }

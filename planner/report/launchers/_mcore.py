@@ -1,0 +1,66 @@
+"""Startup rules of Megatron-Core that both the Megatron-LM and the Megatron-Bridge (NeMo) renderers share.
+
+Both launchers run the same Megatron-Core code, so a plan that would trip one of its start-up asserts is refused
+here with the reason, instead of printing flags that die after the job has queued for an hour.
+Rule numbers refer to shared/reference/ecosystem.md section 1.3.
+"""
+
+from __future__ import annotations
+
+from planner.report.launchers._plan import PlanView, refuse, require_stage_split
+
+# Recompute as Megatron spells it: granularity, method, layers per recompute unit.
+# "full" with method uniform and one layer per unit checkpoints every layer input, which is what the cost model
+# prices as full recomputation; selective recomputes core attention only and forbids method/num-layers (rule 26).
+RECOMPUTE = {
+    "none": (None, None, None),
+    "selective": ("selective", None, None),
+    "full": ("full", "uniform", 1),
+}
+
+# Data-parallel sharding for ZeRO stages 2 and 3: Megatron has it only through Megatron-FSDP.
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+
+
+def check(view: PlanView, launcher: str) -> None:
+    """Refuse plans Megatron-Core would reject at start-up (or run differently from the plan)."""
+    lay, m = view.layout, view.model
+    if lay.schedule not in ("1f1b", "interleaved"):
+        refuse(view, launcher, "schedule",
+               f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, or interleaved "
+               "1F1B when there are virtual stages",
+               "re-plan with the schedule limited to 1f1b or interleaved")
+    if m.num_heads % lay.tp:
+        refuse(view, launcher, "tp", f"{m.num_heads} attention heads do not split over tp={lay.tp}",
+               "re-plan; tp must divide the head count")
+    # Rule 5: core_v0.15 still asserts num_query_groups % tp == 0 (relaxed only on later main).
+    if not m.is_mla and m.num_kv_heads % lay.tp:
+        refuse(view, launcher, "tp", f"{m.num_kv_heads} key/value heads do not split over tp={lay.tp} "
+               "(core_v0.15 requires num_query_groups % tp == 0)", "re-plan with tp dividing the KV-head count")
+    if lay.cp > 1 and view.seq_len % (2 * lay.cp):
+        refuse(view, launcher, "cp", f"seq_len {view.seq_len} is not a multiple of 2 x cp = {2 * lay.cp}",
+               "pick a sequence length divisible by 2 x cp, or re-plan")
+    if m.max_position_embeddings is not None and view.seq_len > m.max_position_embeddings:
+        refuse(view, launcher, "inputs.training.seq_len", f"seq_len {view.seq_len} exceeds max_position_embeddings "
+               f"{m.max_position_embeddings}", "train with a shorter sequence or a model with longer positions")
+    if m.is_moe and m.num_experts % lay.ep:
+        refuse(view, launcher, "ep", f"{m.num_experts} experts do not split over ep={lay.ep}",
+               "re-plan with ep dividing the expert count")
+    require_stage_split(view, launcher)  # rule 10: without first/last stage sizes, layers % pp == 0
+    if lay.vpp > 1:
+        _check_interleaving(view, launcher)
+
+
+def _check_interleaving(view: PlanView, launcher: str) -> None:
+    lay = view.layout
+    # Rule 14 with the default microbatch group size (= pp): M >= pp and M % pp == 0.
+    if lay.num_microbatches < lay.pp or lay.num_microbatches % lay.pp:
+        refuse(view, launcher, "num_microbatches",
+               f"interleaving needs the microbatch count ({lay.num_microbatches}) to be a multiple of pp={lay.pp}",
+               "re-plan with a global batch that gives a multiple of pp microbatches")
+    # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages.
+    for stage, layers in enumerate(view.stage_layers()):
+        if layers % lay.vpp:
+            refuse(view, launcher, "vpp",
+                   f"pipeline rank {stage} holds {layers} layers, not a multiple of vpp={lay.vpp}",
+                   "re-plan with vpp dividing the layers of every pipeline stage")

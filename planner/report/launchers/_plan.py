@@ -1,0 +1,290 @@
+"""Read one plan out of a plan document (docs/plan-schema.md) into a typed, checked view.
+
+Every launcher renders from a `PlanView`, so the document is validated once: a launcher never has to guess at a
+missing key or print a layout whose own numbers disagree (world size, batch arithmetic, schedule vs. vpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from planner import __version__
+from planner.errors import PlanInputError
+from planner.inputs.problem import SCHEDULES
+
+RECOMPUTE = ("none", "selective", "full")
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    name: str
+    hidden_size: int
+    ffn_hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    hidden_act: str
+    tied_embeddings: bool
+    max_position_embeddings: int | None  # None: the model file did not say (then the sequence length is used)
+    num_experts: int
+    experts_per_token: int
+    moe_ffn_hidden_size: int
+    shared_experts: int
+    first_dense_layers: int
+    # Multi-latent attention (DeepSeek); all zero for ordinary attention. Not in schema v1, read when present.
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    vpp: int
+    micro_batch: int
+    num_microbatches: int
+    zero: int
+    recompute: str
+    sequence_parallel: bool
+    schedule: str
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+    fsdp_shard_group: int | None = None  # HSDP: ZeRO-3 over this many data ranks, replicated across groups
+    cp_comm: str = "ring"  # "a2a" = DeepSpeed-Ulysses style all-to-all; "a2a+p2p" = hybrid
+    cp_hierarchy: tuple | None = None  # hybrid CP: (all-to-all size, ring size)
+    expert_tp: int | None = None  # expert tensor parallel size (1 with MoE parallel folding), None = tp
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def uneven(self) -> bool:
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+
+@dataclass(frozen=True)
+class PlanView:
+    planner_version: str
+    rank: int
+    num_plans: int
+    model: ModelShape
+    cluster_name: str
+    num_gpus: int
+    gpus_per_node: int
+    seq_len: int
+    global_batch: int
+    precision: str
+    layout: Layout
+
+    def field(self, key: str) -> str:
+        """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
+        return key if key.startswith("inputs.") else f"plans[{self.rank - 1}].layout.{key}"
+
+    def stage_layers(self) -> list[int]:
+        """Transformer layers held by each pipeline rank (all virtual stages of that rank together).
+
+        Only meaningful once `require_stage_split` has passed."""
+        lay, layers = self.layout, self.model.num_layers
+        if not lay.uneven:
+            return [layers // lay.pp] * lay.pp
+        first, last = lay.first_stage_layers, lay.last_stage_layers
+        middle_ranks = lay.pp - (first is not None) - (last is not None)
+        rest = layers - (first or 0) - (last or 0)
+        middle = [rest // middle_ranks] * middle_ranks if middle_ranks else []
+        return ([first] if first is not None else []) + middle + ([last] if last is not None else [])
+
+
+def header(view: PlanView, target: str) -> str:
+    """First comment line of every commented format: who made it, for what, aimed at which launcher release."""
+    return (
+        f"# plan {view.planner_version} | {view.model.name} on {view.cluster_name} ({view.num_gpus} GPUs)"
+        f" | plan rank {view.rank} of {view.num_plans} | target: {target}"
+    )
+
+
+def require_stage_split(view: PlanView, launcher: str) -> None:
+    """Refuse when the plan leaves the pipeline split open: the layers do not divide over pp and no stage sizes
+    are given, so any split a launcher picked could differ from the one the plan was costed with."""
+    lay, layers = view.layout, view.model.num_layers
+    if not lay.uneven and layers % lay.pp:
+        refuse(view, launcher, "pp",
+               f"{layers} layers do not split evenly over pp={lay.pp} and the plan gives no "
+               "first_stage_layers/last_stage_layers", "re-plan with pp dividing the layer count, or use --format env")
+
+
+def refuse(view: PlanView, launcher: str, key: str, message: str, fix: str) -> NoReturn:
+    """Stop rendering: the launcher has no way to run what the plan says, and a near miss would mislead."""
+    raise PlanInputError(f"{launcher} cannot express this plan: {message}", field=view.field(key), fix=fix)
+
+
+def _get(obj: Any, key: str, path: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise PlanInputError("missing key in plan document", field=f"{path}.{key}".lstrip("."),
+                             fix="pass a plan document produced by `plan --format json`")
+    return obj[key]
+
+
+def _int(obj: Any, key: str, path: str, *, minimum: int = 0, default: int | None = None) -> int:
+    if default is not None and (not isinstance(obj, dict) or obj.get(key) is None):
+        return default
+    value = _get(obj, key, path)
+    # bool is an int subclass; a true/false where a count belongs is a broken document, not 1/0.
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PlanInputError(f"expected an integer >= {minimum}, got {value!r}", field=f"{path}.{key}")
+    return value
+
+
+def _choice(obj: Any, key: str, path: str, choices: tuple[str, ...]) -> str:
+    value = _get(obj, key, path)
+    if value not in choices:
+        raise PlanInputError(f"unknown value {value!r}", field=f"{path}.{key}", fix=f"use one of {', '.join(choices)}")
+    return value
+
+
+def _model(raw: Any) -> ModelShape:
+    p = "inputs.model"
+    heads = _int(raw, "num_attention_heads", p, minimum=1)
+    hidden = _int(raw, "hidden_size", p, minimum=1)
+    # Schema v1 spells the expert count num_local_experts; DeepSeek's own config spells it n_routed_experts.
+    experts = _int(raw, "num_local_experts", p, default=0) or _int(raw, "n_routed_experts", p, default=0)
+    return ModelShape(
+        name=str(_get(raw, "name", p)),
+        hidden_size=hidden,
+        ffn_hidden_size=_int(raw, "intermediate_size", p, minimum=1),
+        num_layers=_int(raw, "num_hidden_layers", p, minimum=1),
+        num_heads=heads,
+        num_kv_heads=_int(raw, "num_key_value_heads", p, minimum=1, default=heads),
+        head_dim=_int(raw, "head_dim", p, minimum=1, default=hidden // heads),
+        vocab_size=_int(raw, "vocab_size", p, minimum=1),
+        hidden_act=str(_get(raw, "hidden_act", p)),
+        tied_embeddings=bool(_get(raw, "tie_word_embeddings", p)),
+        max_position_embeddings=(_int(raw, "max_position_embeddings", p, minimum=1)
+                                 if raw.get("max_position_embeddings") is not None else None),
+        num_experts=experts,
+        experts_per_token=_int(raw, "num_experts_per_tok", p, default=0),
+        moe_ffn_hidden_size=_int(raw, "moe_intermediate_size", p, default=0),
+        shared_experts=_int(raw, "n_shared_experts", p, default=0),
+        first_dense_layers=_int(raw, "first_k_dense_replace", p, default=0),
+        q_lora_rank=_int(raw, "q_lora_rank", p, default=0),
+        kv_lora_rank=_int(raw, "kv_lora_rank", p, default=0),
+        qk_nope_head_dim=_int(raw, "qk_nope_head_dim", p, default=0),
+        qk_rope_head_dim=_int(raw, "qk_rope_head_dim", p, default=0),
+        v_head_dim=_int(raw, "v_head_dim", p, default=0),
+    )
+
+
+def _layout(raw: Any, path: str) -> Layout:
+    if not isinstance(raw, dict):
+        raise PlanInputError("layout must be a JSON object", field=path)
+    first = _int(raw, "first_stage_layers", path, minimum=1) if raw.get("first_stage_layers") is not None else None
+    last = _int(raw, "last_stage_layers", path, minimum=1) if raw.get("last_stage_layers") is not None else None
+    sp = _get(raw, "sequence_parallel", path)
+    if not isinstance(sp, bool):
+        raise PlanInputError(f"expected true or false, got {sp!r}", field=f"{path}.sequence_parallel")
+    tp = _int(raw, "tp", path, minimum=1)
+    return Layout(
+        tp=tp,
+        pp=_int(raw, "pp", path, minimum=1),
+        dp=_int(raw, "dp", path, minimum=1),
+        cp=_int(raw, "cp", path, minimum=1),
+        ep=_int(raw, "ep", path, minimum=1),
+        vpp=_int(raw, "vpp", path, minimum=1),
+        micro_batch=_int(raw, "micro_batch", path, minimum=1),
+        num_microbatches=_int(raw, "num_microbatches", path, minimum=1),
+        zero=_int(raw, "zero", path),
+        recompute=_choice(raw, "recompute", path, RECOMPUTE),
+        # Sequence parallel only exists inside a TP group; Megatron itself drops it when tp == 1.
+        sequence_parallel=sp and tp > 1,
+        schedule=_choice(raw, "schedule", path, SCHEDULES),
+        first_stage_layers=first,
+        last_stage_layers=last,
+        cp_comm=_choice(raw, "cp_comm", path, ("ring", "a2a", "a2a+p2p")) if "cp_comm" in raw else "ring",
+        cp_hierarchy=tuple(raw["cp_hierarchy"]) if isinstance(raw.get("cp_hierarchy"), list) else None,
+        fsdp_shard_group=_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
+        expert_tp=_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
+    )
+
+
+def _inconsistent(path: str, message: str) -> NoReturn:
+    raise PlanInputError(f"plan is inconsistent: {message}", field=path,
+                         fix="regenerate the plan with `plan --format json`; do not edit layouts by hand")
+
+
+def _check(view: PlanView) -> None:
+    lay, m = view.layout, view.model
+    if lay.zero > 3:
+        raise PlanInputError(f"zero must be 0..3, got {lay.zero}", field=view.field("zero"))
+    if lay.micro_batch * lay.num_microbatches * lay.dp != view.global_batch:
+        _inconsistent(view.field("num_microbatches"),
+                      f"micro_batch {lay.micro_batch} x num_microbatches {lay.num_microbatches} x dp {lay.dp}"
+                      f" != global_batch {view.global_batch}")
+    if lay.pp == 1 and (lay.vpp != 1 or lay.schedule != "1f1b" or lay.uneven):
+        _inconsistent(view.field("pp"), "pp = 1 needs vpp = 1, schedule 1f1b and no uneven stages")
+    if lay.schedule == "interleaved" and lay.vpp < 2:
+        _inconsistent(view.field("vpp"), "schedule interleaved needs vpp >= 2")
+    if lay.schedule == "zb-v" and lay.vpp != 2:
+        _inconsistent(view.field("vpp"), "schedule zb-v needs vpp = 2 (two chunks per rank in a V)")
+    if lay.schedule == "1f1b" and lay.vpp != 1:
+        _inconsistent(view.field("vpp"), "schedule 1f1b needs vpp = 1")
+    if (lay.tp * lay.dp * lay.cp) % lay.ep:
+        _inconsistent(view.field("ep"), f"ep {lay.ep} must divide tp x dp x cp = {lay.tp * lay.dp * lay.cp}")
+    if lay.ep > 1 and not m.is_moe:
+        _inconsistent(view.field("ep"), f"ep {lay.ep} > 1 but {m.name} has no experts")
+    if lay.uneven:
+        middle = lay.pp - (lay.first_stage_layers is not None) - (lay.last_stage_layers is not None)
+        rest = m.num_layers - (lay.first_stage_layers or 0) - (lay.last_stage_layers or 0)
+        if rest < middle or (rest % middle if middle else rest):
+            _inconsistent(view.field("first_stage_layers"),
+                          f"the {rest} layers left for the {middle} middle stages do not split evenly")
+
+
+def load(doc: dict, rank: int) -> PlanView:
+    """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
+    if not isinstance(doc, dict):
+        raise PlanInputError("plan document must be a JSON object", fix="pass the output of `plan --format json`")
+    plans = _get(doc, "plans", "")
+    if not isinstance(plans, list) or not plans:
+        raise PlanInputError("plan document has no plans", field="plans", fix="re-run `plan` on a feasible problem")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= len(plans):
+        raise PlanInputError(f"no plan with rank {rank!r}; this document has ranks 1..{len(plans)}", field="rank",
+                             fix=f"pick a rank between 1 and {len(plans)}")
+    inputs = _get(doc, "inputs", "")
+    cluster, training = _get(inputs, "cluster", "inputs"), _get(inputs, "training", "inputs")
+    precision = _get(training, "precision", "inputs.training")
+    if precision not in PRECISIONS:
+        raise PlanInputError(f"unsupported precision {precision!r}", field="inputs.training.precision",
+                             fix=f"use one of {', '.join(PRECISIONS)}")
+    view = PlanView(
+        planner_version=str(doc.get("planner_version") or __version__),
+        rank=rank,
+        num_plans=len(plans),
+        model=_model(_get(inputs, "model", "inputs")),
+        cluster_name=str(_get(cluster, "name", "inputs.cluster")),
+        num_gpus=_int(cluster, "num_gpus", "inputs.cluster", minimum=1),
+        gpus_per_node=_int(cluster, "gpus_per_node", "inputs.cluster", minimum=1),
+        seq_len=_int(training, "seq_len", "inputs.training", minimum=1),
+        global_batch=_int(training, "global_batch", "inputs.training", minimum=1),
+        precision=precision,
+        layout=_layout(_get(plans[rank - 1], "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
+    )
+    _check(view)
+    return view

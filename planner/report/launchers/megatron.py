@@ -1,0 +1,182 @@
+"""Megatron-LM `pretrain_gpt.py` flags for one plan.
+
+Output: comment lines, then one flag (with its value, shell-quoted) per line, so that
+`eval "ARGS=($(cat FILE))"` builds a bash array; inside `( ... )` bash skips the `#` lines itself.
+Flag spellings follow Megatron-LM core_v0.15 and main of 2026-08 (ecosystem.md section 1).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.report.launchers import _mcore
+from planner.report.launchers._plan import PlanView, header, refuse
+
+TARGET = "Megatron-LM core_v0.15 / main 2026-08 (pretrain_gpt.py)"
+NAME = "Megatron-LM"
+
+# HF activation name -> Megatron flag; gelu is Megatron's default and needs none.
+ACTIVATION_FLAGS: dict[str, tuple[str, ...]] = {"silu": ("--swiglu",), "gelu": (), "relu2": ("--squared-relu",)}
+
+Flag = tuple[str, ...]
+
+
+def render(view: PlanView) -> str:
+    _mcore.check(view, NAME)
+    if view.layout.fsdp_shard_group is not None:
+        refuse(view, NAME, "fsdp_shard_group", "hybrid sharding (ZeRO-3 inside a node, replicated across nodes) has "
+               "no Megatron-FSDP flag in the targeted release", "re-plan with --fix zero=3, or use --format torchtitan")
+    if view.model.hidden_act not in ACTIVATION_FLAGS:
+        refuse(view, NAME, "inputs.model.hidden_act", f"no Megatron-LM flag for activation {view.model.hidden_act!r}",
+               "set the MLP activation flags by hand and use --format env for the layout")
+    flags = _parallel(view) + _batch(view) + _model(view) + _recompute(view) + _data_parallel(view) + _precision(view)
+    lines = [header(view, TARGET), _env_note(view),
+             "# flags cover layout, batch and model shape; add data, tokenizer, optimizer and norm/rope flags"]
+    lines += [" ".join(shlex.quote(part) for part in flag) for flag in flags]
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def _env_note(view: PlanView) -> str:
+    lay = view.layout
+    if lay.tp > 1 or lay.cp > 1:  # validate_args asserts it (arguments.py M31); this wins over FSDP's preference
+        return "# env: export CUDA_DEVICE_MAX_CONNECTIONS=1 (asserted with TP or CP > 1 on Hopper and older GPUs)"
+    if lay.zero >= 2:
+        # FSDP overlaps its collectives better with several CUDA connections (torch FSDP2 asserts != 1).
+        return "# env: leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP overlaps better with more connections)"
+    return ""
+
+
+def _parallel(view: PlanView) -> list[Flag]:
+    lay, m = view.layout, view.model
+    flags: list[Flag] = [
+        ("--tensor-model-parallel-size", str(lay.tp)),
+        ("--pipeline-model-parallel-size", str(lay.pp)),
+        ("--context-parallel-size", str(lay.cp)),
+    ]
+    if lay.cp > 1 and lay.cp_comm == "a2a":
+        flags.append(("--cp-comm-type", "a2a"))
+    if lay.cp > 1 and lay.cp_comm == "a2a+p2p" and lay.cp_hierarchy:
+        flags.append(("--cp-comm-type", "a2a+p2p"))
+        flags.append(("--hierarchical-context-parallel-sizes", *(str(x) for x in lay.cp_hierarchy)))
+    if lay.sequence_parallel:
+        flags.append(("--sequence-parallel",))
+    if lay.vpp > 1:
+        # The only per-rank VPP flag that also works with uneven first/last stages; there is no
+        # --virtual-pipeline-model-parallel-size flag in Megatron-LM.
+        flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.vpp)))
+    if lay.first_stage_layers is not None:
+        flags.append(("--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)))
+    if lay.last_stage_layers is not None:
+        flags.append(("--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)))
+    if m.is_moe:
+        # Expert TP = TP when experts spread over dp x cp (Megatron-Core's default grid); 1 with MoE parallel folding.
+        flags += [("--expert-model-parallel-size", str(lay.ep)),
+                  ("--expert-tensor-parallel-size", str(lay.expert_tp or lay.tp))]
+    return flags
+
+
+def _batch(view: PlanView) -> list[Flag]:
+    lay = view.layout
+    return [
+        ("--micro-batch-size", str(lay.micro_batch)),
+        ("--global-batch-size", str(view.global_batch)),
+        ("--seq-length", str(view.seq_len)),
+    ]
+
+
+def _model(view: PlanView) -> list[Flag]:
+    m = view.model
+    flags: list[Flag] = [
+        ("--num-layers", str(m.num_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--ffn-hidden-size", str(m.ffn_hidden_size)),
+        ("--num-attention-heads", str(m.num_heads)),
+        ("--max-position-embeddings", str(m.max_position_embeddings or view.seq_len)),
+    ]
+    if m.is_mla:
+        flags += [
+            ("--multi-latent-attention",),
+            ("--q-lora-rank", str(m.q_lora_rank)),
+            ("--kv-lora-rank", str(m.kv_lora_rank)),
+            ("--qk-head-dim", str(m.qk_nope_head_dim)),
+            ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
+            ("--v-head-dim", str(m.v_head_dim)),
+        ]
+    else:
+        flags.append(("--kv-channels", str(m.head_dim)))
+        if m.num_kv_heads != m.num_heads:
+            flags += [("--group-query-attention",), ("--num-query-groups", str(m.num_kv_heads))]
+    flags += [(flag,) for flag in ACTIVATION_FLAGS[m.hidden_act]]
+    if m.hidden_act in ("silu", "swiglu"):
+        # SwiGLU-family models (Llama, Mixtral, Qwen, DeepSeek) have no biases in their linear layers; Megatron-LM
+        # adds them unless told (and asserts "Bias in Moe is only supported when ETP==1" for MoE with expert TP > 1).
+        flags.append(("--disable-bias-linear",))
+    if not m.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights",))
+    if m.is_moe:
+        flags += _moe(view)
+    return flags
+
+
+def _moe(view: PlanView) -> list[Flag]:
+    m = view.model
+    flags: list[Flag] = [
+        ("--num-experts", str(m.num_experts)),
+        ("--moe-router-topk", str(m.experts_per_token)),
+        ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size or m.ffn_hidden_size)),
+        # All-to-all dispatch is what the planner's EP cost assumes; the default allgather moves far more data.
+        ("--moe-token-dispatcher-type", "alltoall"),
+    ]
+    if m.shared_experts:
+        flags.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * m.moe_ffn_hidden_size)))
+    if m.first_dense_layers:
+        dense, moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
+        flags.append(("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
+    if view.precision != "fp16":  # grouped GEMM asserts --bf16 (arguments.py)
+        flags.append(("--moe-grouped-gemm",))
+    return flags
+
+
+def _recompute(view: PlanView) -> list[Flag]:
+    granularity, method, num_layers = _mcore.RECOMPUTE[view.layout.recompute]
+    flags: list[Flag] = []
+    if granularity:
+        flags.append(("--recompute-granularity", granularity))
+    if method:
+        flags += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
+    return flags
+
+
+def _data_parallel(view: PlanView) -> list[Flag]:
+    zero = view.layout.zero
+    if zero == 0:
+        return [("--overlap-grad-reduce",)]
+    flags: list[Flag] = []
+    if zero >= 2:
+        # ZeRO-2/3 exist in Megatron only as Megatron-FSDP; these are its required companions per the
+        # Megatron-FSDP user guide (fsdp_dtensor checkpoints, no gradient-accumulation fusion).
+        flags += [
+            ("--use-megatron-fsdp",),
+            ("--data-parallel-sharding-strategy", _mcore.FSDP_STRATEGY[zero]),
+            ("--no-gradient-accumulation-fusion",),
+            ("--ckpt-format", "fsdp_dtensor"),
+        ]
+    flags += [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
+    return flags
+
+
+def _precision(view: PlanView) -> list[Flag]:
+    if view.precision == "fp16":
+        return [("--fp16",)]
+    flags: list[Flag] = [("--bf16",)]
+    if view.precision == "fp8":
+        # Same recipe as Megatron's llama3 fp8 example and Bridge's bf16_with_fp8_delayed_scaling_mixed.
+        flags += [
+            ("--fp8-format", "hybrid"),
+            ("--fp8-recipe", "delayed"),
+            ("--fp8-amax-history-len", "1024"),
+            ("--fp8-amax-compute-algo", "max"),
+        ]
+        if view.layout.zero >= 1:  # fp8 parameter all-gather needs a sharded optimizer or FSDP
+            flags.append(("--fp8-param-gather",))
+    return flags

@@ -1,0 +1,103 @@
+"""Megatron-Bridge (NeMo) recipe overrides for one plan, one Hydra-style `key=value` per line.
+
+Target: Megatron-Bridge of 2026-08, whose `scripts/training/run_recipe.py --recipe <name>` accepts trailing
+`section.field=value` overrides of its ConfigContainer (`model.*`, `train.*`, `ddp.*`, ...; ecosystem.md section 4).
+Every knob a recipe may have set differently is written out, so the recipe's own layout cannot leak through.
+"""
+
+from __future__ import annotations
+
+from planner.report.launchers import _mcore
+from planner.report.launchers._plan import PlanView, header, refuse
+
+TARGET = "Megatron-Bridge 2026-08 (run_recipe.py overrides)"
+NAME = "Megatron-Bridge"
+
+# Bridge mixed-precision presets (training/mixed_precision.py). The fp8 preset matches the Megatron-LM flags
+# emitted for fp8: hybrid format, delayed scaling, amax history 1024, max, fp8 parameter all-gather.
+PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
+
+Item = tuple[str, object]
+
+
+def render(view: PlanView) -> str:
+    _mcore.check(view, NAME)
+    if view.layout.fsdp_shard_group is not None:
+        refuse(view, NAME, "fsdp_shard_group", "hybrid sharding (ZeRO-3 inside a node, replicated across nodes) has "
+               "no Megatron-FSDP flag in the targeted release", "re-plan with --fix zero=3, or use --format torchtitan")
+    if view.precision == "fp8" and view.layout.zero == 0:
+        refuse(view, NAME, "zero", "Bridge's fp8 preset gathers fp8 parameters, which needs the distributed "
+               "optimizer or FSDP (zero >= 1)", "re-plan with zero >= 1, or use --format megatron")
+    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", PRECISION[view.precision])]
+    lines = [header(view, TARGET),
+             f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>"]
+    lines += [f"{key}={_value(value)}" for key, value in items]
+    return "\n".join(lines) + "\n"
+
+
+def _model(view: PlanView) -> list[Item]:
+    lay = view.layout
+    granularity, method, num_layers = _mcore.RECOMPUTE[lay.recompute]
+    items: list[Item] = [
+        ("model.tensor_model_parallel_size", lay.tp),
+        ("model.pipeline_model_parallel_size", lay.pp),
+        ("model.virtual_pipeline_model_parallel_size", lay.vpp if lay.vpp > 1 else None),
+        ("model.context_parallel_size", lay.cp),
+        ("model.expert_model_parallel_size", lay.ep),
+    ]
+    if lay.cp > 1 and lay.cp_comm == "a2a":
+        items.append(("model.cp_comm_type", "a2a"))
+    if lay.cp > 1 and lay.cp_comm == "a2a+p2p" and lay.cp_hierarchy:
+        items.append(("model.cp_comm_type", "a2a+p2p"))
+        items.append(("model.hierarchical_context_parallel_sizes", "[{},{}]".format(*lay.cp_hierarchy)))
+    if view.model.is_moe:
+        items.append(("model.expert_tensor_parallel_size", lay.expert_tp or lay.tp))
+    items += [
+        ("model.sequence_parallel", lay.sequence_parallel),
+        # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; the plan's
+        # stage split assumes neither, so both are switched off explicitly.
+        ("model.pipeline_model_parallel_layout", None),
+        ("model.account_for_embedding_in_pipeline_split", False),
+        ("model.account_for_loss_in_pipeline_split", False),
+        ("model.num_layers_in_first_pipeline_stage", lay.first_stage_layers),
+        ("model.num_layers_in_last_pipeline_stage", lay.last_stage_layers),
+        ("model.recompute_granularity", granularity),
+        ("model.recompute_method", method),
+        ("model.recompute_num_layers", num_layers),
+        # Bridge asserts model.seq_length == dataset.seq_length, so both are set.
+        ("model.seq_length", view.seq_len),
+        ("dataset.seq_length", view.seq_len),
+    ]
+    return items
+
+
+def _train(view: PlanView) -> list[Item]:
+    return [("train.micro_batch_size", view.layout.micro_batch), ("train.global_batch_size", view.global_batch)]
+
+
+def _data_parallel(view: PlanView) -> list[Item]:
+    zero = view.layout.zero
+    # Bridge switches the distributed optimizer on in both ddp and optimizer if either asks for it, so zero=0
+    # has to turn both off.
+    items: list[Item] = [
+        ("ddp.use_distributed_optimizer", zero >= 1),
+        ("optimizer.use_distributed_optimizer", zero >= 1),
+        ("ddp.overlap_grad_reduce", True),
+        ("ddp.overlap_param_gather", zero >= 1),  # Megatron asserts a sharded optimizer for this
+        ("dist.use_megatron_fsdp", zero >= 2),
+        ("ddp.use_megatron_fsdp", zero >= 2),
+    ]
+    if zero >= 2:
+        items += [
+            ("ddp.data_parallel_sharding_strategy", _mcore.FSDP_STRATEGY[zero]),
+            ("checkpoint.ckpt_format", "fsdp_dtensor"),  # the only format Megatron-FSDP saves and loads
+        ]
+    return items
+
+
+def _value(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,96 @@
+"""The layout rules as a CP-SAT model (OR-Tools), compiled from `planner.search.rules`.
+
+Each rule becomes a table constraint over the knobs it reads (the allowed tuples are the rule's own predicate
+evaluated on the product of those knobs' domains), guarded by one Boolean per rule. Solving under the assumption that
+every guard holds either finds a layout or returns an infeasible core: a set of rules that cannot hold together,
+which is what `plan` reports when nothing is feasible.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.inputs.problem import Problem
+from planner.search.rules import RULES, Rule
+from planner.search.space import divisors, domains
+
+MAX_TABLE_ROWS = 2_000_000
+
+
+@dataclass
+class CoreResult:
+    feasible: bool
+    core: list[Rule]
+    example: dict[str, int] | None
+
+
+def _domains(problem: Problem) -> dict[str, list[int]]:
+    dom = domains(problem)
+    dom["dp"] = [problem.fixed["dp"]] if "dp" in problem.fixed else divisors(problem.num_gpus)
+    return dom
+
+
+def build_model(problem: Problem, rules: tuple[Rule, ...] = RULES):
+    dom = _domains(problem)
+    model = cp_model.CpModel()
+    var = {k: model.new_int_var_from_domain(cp_model.Domain.from_values(v), k) for k, v in dom.items()}
+    guards: dict[str, cp_model.IntVar] = {}
+    for rule in rules:
+        knobs = list(rule.knobs)
+        size = int(np.prod([len(dom[k]) for k in knobs]))
+        if size > MAX_TABLE_ROWS:
+            continue
+        grid = np.array(list(itertools.product(*(dom[k] for k in knobs))), dtype=np.int64).reshape(-1, len(knobs))
+        cols = {k: grid[:, i] for i, k in enumerate(knobs)}
+        ok = rule.check(cols, problem)
+        guard = model.new_bool_var(f"rule:{rule.name}")
+        guards[rule.name] = guard
+        allowed = [tuple(int(x) for x in row) for row in grid[ok]]
+        if allowed:
+            model.add_allowed_assignments([var[k] for k in knobs], allowed).only_enforce_if(guard)
+        else:
+            model.add_bool_or([guard.Not()])
+    return model, var, guards
+
+
+def diagnose(problem: Problem, time_limit_s: float = 5.0) -> CoreResult:
+    """Feasible example, or a small set of rules that conflict (CP-SAT sufficient assumptions for infeasibility)."""
+    model, var, guards = build_model(problem)
+    model.add_assumptions(list(guards.values()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = 1
+    status = solver.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return CoreResult(True, [], {k: int(solver.value(v)) for k, v in var.items()})
+    core_idx = set(solver.sufficient_assumptions_for_infeasibility())
+    by_index = {g.index: name for name, g in guards.items()}
+    names = [by_index[i] for i in core_idx if i in by_index]
+    rules = [r for r in RULES if r.name in names]
+    return CoreResult(False, rules, None)
+
+
+def count_solutions(problem: Problem) -> int:
+    """Number of layouts satisfying every rule (used by tests to cross-check the numpy enumeration)."""
+    model, var, guards = build_model(problem)
+    for g in guards.values():
+        model.add_bool_and([g])
+
+    class _Count(cp_model.CpSolverSolutionCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def on_solution_callback(self) -> None:
+            self.n += 1
+
+    solver = cp_model.CpSolver()
+    solver.parameters.enumerate_all_solutions = True
+    solver.parameters.num_workers = 1
+    counter = _Count()
+    solver.solve(model, counter)
+    return counter.n

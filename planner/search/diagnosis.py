@@ -1,0 +1,107 @@
+"""When nothing is feasible: which constraints bind, and the smallest change that would help."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from planner.cost.step import evaluate
+from planner.errors import NoFeasiblePlan
+from planner.inputs.catalog import gpu_catalog, load_gpu
+from planner.inputs.problem import RECOMPUTE, Problem
+from planner.search.cpsat import diagnose
+from planner.search.search import search
+from planner.search.space import enumerate_layouts
+
+
+def _fits(problem: Problem) -> bool:
+    try:
+        search(problem, top=1)
+    except NoFeasiblePlan:
+        return False
+    return True
+
+
+def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
+    """The global batch closest to the asked one for which some layout satisfies every rule (CP-SAT check)."""
+    gbs = problem.training.global_batch
+    for delta in range(1, limit * 8):
+        for cand in (gbs - delta, gbs + delta):
+            if cand <= 0:
+                continue
+            trial = replace(problem, training=problem.training.model_copy(update={"global_batch": cand}))
+            if diagnose(trial, time_limit_s=1.0).feasible:
+                return cand
+            limit -= 1
+            if limit <= 0:
+                return None
+    return None
+
+
+def explain_infeasible(problem: Problem) -> dict:
+    core = diagnose(problem)
+    if not core.feasible:
+        suggestions = [r.fix for r in core.core]
+        if any(r.name in ("global_batch_divisible", "interleaved_microbatches") for r in core.core):
+            batch = _nearest_feasible_batch(problem)
+            if batch:
+                suggestions.append(f"--global-batch {batch} (the nearest batch every rule accepts)")
+        return {
+            "binding": [r.name for r in core.core],
+            "reasons": [f"{r.name}: {r.message} (fix: {r.fix})" for r in core.core],
+            "suggestions": suggestions,
+        }
+    # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
+    enum = enumerate_layouts(problem)
+    n = len(enum.cols["tp"])
+    best = float("nan")
+    for lo in range(0, n, 200_000):
+        part = {k: v[lo:lo + 200_000] for k, v in enum.cols.items()}
+        low = float(np.min(evaluate(problem, part)["memory_peak_gib"]))
+        best = low if best != best else min(best, low)
+    cap = problem.cluster.gpu.memory_gib
+    out = {
+        "binding": ["memory_fits"],
+        "reasons": [f"memory_fits: the leanest layout needs {best:.1f} GiB per GPU; the GPU has {cap:.0f} GiB"],
+        "suggestions": [],
+    }
+    tried: list[tuple[str, Problem]] = []
+    fixed = dict(problem.fixed)
+    if fixed.get("recompute", RECOMPUTE.index("full")) != RECOMPUTE.index("full"):
+        tried.append(("recompute=full (unpin recompute)", replace(problem, fixed={**fixed, "recompute": 2})))
+    for key in ("zero", "mbs", "tp", "pp", "cp"):
+        if key in fixed:
+            rest = {k: v for k, v in fixed.items() if k != key}
+            tried.append((f"leave {key} free (drop --fix {key})", replace(problem, fixed=rest)))
+    if problem.training.precision == "bf16":
+        tried.append(("--precision fp8", replace(problem, training=problem.training.model_copy(
+            update={"precision": "fp8"}))))
+    for factor in (2, 4, 8):
+        cl = problem.cluster.model_copy(update={"num_gpus": problem.num_gpus * factor,
+                                                "name": f"{problem.cluster.gpu.key}x{problem.num_gpus * factor}"})
+        tried.append((f"{factor}x the GPUs ({cl.num_gpus})", replace(problem, cluster=cl)))
+    if problem.training.seq_len >= 2048:
+        half = problem.training.model_copy(update={"seq_len": problem.training.seq_len // 2})
+        tried.append((f"--seq-len {half.seq_len}", replace(problem, training=half)))
+    bigger = sorted(((g["memory_gib"], key) for key, g in gpu_catalog().items()
+                     if g["memory_gib"] > problem.cluster.gpu.memory_gib), key=lambda x: (x[0], x[1]))
+    for mem, key in bigger:
+        gpu = load_gpu(key, "diagnosis")
+        cl = problem.cluster.model_copy(update={"gpu": gpu, "name": f"{key}x{problem.num_gpus}"})
+        if _fits(replace(problem, cluster=cl)):
+            tried.append((f"GPUs with more memory: {key} ({mem:g} GiB) x {problem.num_gpus}", None))
+            break
+    seen_gpu_fix = False
+    for label, candidate in tried:
+        if candidate is None:  # already checked
+            out["suggestions"].append(label)
+            continue
+        if "the GPUs" in label and seen_gpu_fix:
+            continue
+        if _fits(candidate):
+            out["suggestions"].append(label)
+            seen_gpu_fix = seen_gpu_fix or "the GPUs" in label
+    if not out["suggestions"]:
+        out["suggestions"].append("a GPU with more memory, or a smaller model")
+    return out

@@ -1,0 +1,176 @@
+"""Every layout rule, defined once.
+
+A rule names the knobs it reads and a vectorised predicate over candidate columns (numpy arrays) that is True where
+the layout is allowed. The search filters with these predicates (counting what each one prunes), `explain` lists the
+ones a layout breaks, and `planner.search.cpsat`
+compiles the same predicates into CP-SAT table constraints to find which
+rules conflict when nothing is feasible. Sources are in ../shared/reference/ecosystem.md §1.3 (Megatron-LM asserts,
+numbered M1..M32 there) and §2.2 (torchtitan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.comm import domain_group
+from planner.cost.profiles import profile_for
+from planner.inputs.problem import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS, Problem
+
+Cols = Mapping[str, np.ndarray]
+INTERLEAVED = SCHEDULES.index("interleaved")
+ZB_V = SCHEDULES.index("zb-v")
+SEQ1F1B = SCHEDULES.index("seq1f1b")
+ONE_F_ONE_B = SCHEDULES.index("1f1b")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    knobs: tuple[str, ...]
+    allowed: Callable[[Cols, Problem], np.ndarray]
+    message: str  # what breaks, phrased for a person
+    fix: str  # what would help
+    source: str
+
+    def check(self, cols: Cols, problem: Problem) -> np.ndarray:
+        return np.asarray(self.allowed(cols, problem), dtype=bool)
+
+
+def _divides(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+    """a divides b (elementwise), safe for a == 0."""
+    a = np.asarray(a)
+    return (a > 0) & (np.asarray(b) % np.maximum(a, 1) == 0)
+
+
+def _domain_peers(c: Cols, p: Problem) -> np.ndarray:
+    """Data-parallel ranks (strided by tp) that tile one NVLink domain (comm.domain_group)."""
+    return domain_group(p.cluster.nvlink_domain, c["tp"], c["dp"] * c["cp"])
+
+
+def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
+    """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
+    inside = domain_group(p.cluster.nvlink_domain, c["tp"], c["cp"])
+    return np.where(c["cp_comm"] == 2, inside, np.where(c["cp_comm"] == 1, c["cp"], 1))
+
+
+def _microbatches(c: Cols, p: Problem) -> np.ndarray:
+    per_step = c["mbs"] * c["dp"]
+    return np.where(per_step > 0, p.training.global_batch // np.maximum(per_step, 1), 0)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("world_size", ("tp", "pp", "cp", "dp"),
+         lambda c, p: c["tp"] * c["pp"] * c["cp"] * c["dp"] == p.num_gpus,
+         "tp x pp x cp x dp must equal the number of GPUs", "pick sizes whose product is the GPU count",
+         "Megatron M1 (world % (tp*pp*cp) == 0, dp derived)"),
+    Rule("heads_divisible_by_tp", ("tp",),
+         lambda c, p: _divides(c["tp"], p.model.num_attention_heads),
+         "attention heads must divide evenly across tensor-parallel ranks", "use a tp that divides the head count",
+         "Megatron M4"),
+    Rule("kv_heads_divisible_by_tp", ("tp",),
+         lambda c, p: p.model.is_mla | _divides(c["tp"], p.model.kv_heads),
+         "key/value heads (query groups) must divide evenly across tensor-parallel ranks",
+         "use tp <= num_key_value_heads and dividing it", "Megatron M5 (core_v0.15: num_query_groups % tp == 0)"),
+    Rule("tp_within_nvlink_domain", ("tp",),
+         lambda c, p: p.allow_tp_across_nodes | _divides(c["tp"], p.cluster.nvlink_domain),
+         "tensor parallelism must stay inside one NVLink domain", "lower tp, or pass --allow-tp-across-nodes",
+         "Megatron rank order tp-cp-ep-dp-pp puts TP innermost; Narayanan et al. 2021 takeaway 1"),
+    Rule("layers_fill_stages", ("pp", "vpp"),
+         lambda c, p: c["pp"] * c["vpp"] <= p.model.num_hidden_layers + 2 * (c["pp"] > 1),
+         "every pipeline model chunk needs a layer (pp x vpp <= layers, +2 when embedding and loss count as layers)",
+         "lower pp or vpp",
+         "Megatron M10-M16: even splits, or uneven ones (first/last-stage counts, --pipeline-model-parallel-layout)"),
+    Rule("sequence_divisible_by_2cp", ("cp",),
+         lambda c, p: (c["cp"] == 1) | _divides(2 * c["cp"], p.training.seq_len),
+         "with context parallelism the sequence must split into 2 x cp chunks", "use a cp with seq_len % (2*cp) == 0",
+         "Megatron M7 (load-balanced causal split)"),
+    Rule("global_batch_divisible", ("mbs", "dp"),
+         lambda c, p: _divides(c["mbs"] * c["dp"], p.training.global_batch),
+         "global batch must be a multiple of micro-batch x data-parallel size",
+         "change --global-batch, the micro-batch or dp", "Megatron M9"),
+    Rule("vpp_needs_pipeline", ("pp", "vpp"),
+         lambda c, p: (c["vpp"] == 1) | (c["pp"] > 1),
+         "virtual pipeline stages need pipeline parallelism (pp > 1)", "set vpp=1 or pp > 1", "Megatron M13"),
+    Rule("schedule_matches_vpp", ("vpp", "schedule"),
+         lambda c, p: np.where(c["schedule"] == INTERLEAVED, c["vpp"] > 1,
+                               np.where(c["schedule"] == ZB_V, c["vpp"] == 2, c["vpp"] == 1)),
+         "interleaved needs vpp > 1, zb-v exactly 2 chunks per rank (its V shape), every other schedule vpp = 1",
+         "match vpp to the schedule",
+         "Megatron schedules.py (VPP selects interleaved 1F1B); torchtitan: V schedules need 2 stages per rank"),
+    Rule("seq1f1b_segments_divide", ("cp", "schedule"),
+         lambda c, p: (c["schedule"] != SEQ1F1B) | _divides(SEQ1F1B_SEGMENTS * 2 * c["cp"], p.training.seq_len),
+         f"Seq1F1B splits each sequence into {SEQ1F1B_SEGMENTS} segments (each split again by 2 x cp)",
+         f"use a sequence length divisible by {2 * SEQ1F1B_SEGMENTS} x cp", "Sun et al. 2024 (Seq1F1B)"),
+    Rule("schedule_needs_pipeline", ("pp", "schedule"),
+         lambda c, p: (c["pp"] > 1) | (c["schedule"] == ONE_F_ONE_B),
+         "pipeline schedules other than 1f1b need pp > 1", "use schedule=1f1b when pp = 1",
+         "a schedule orders pipeline stages; with one stage there is none"),
+    Rule("interleaved_microbatches", ("pp", "vpp", "mbs", "dp"),
+         lambda c, p: (c["vpp"] == 1) | ((_microbatches(c, p) >= c["pp"]) & _divides(c["pp"], _microbatches(c, p))),
+         "the interleaved schedule needs a multiple of pp micro-batches",
+         "raise --global-batch or lower the micro-batch so that micro-batches are a multiple of pp",
+         "Megatron M14 (schedules.py microbatch group = pp)"),
+    Rule("sequence_parallel_needs_tp", ("tp", "sp"),
+         lambda c, p: (c["sp"] == 0) | (c["tp"] > 1),
+         "sequence parallelism needs tensor parallelism (tp > 1)", "set sp=false or tp > 1", "Megatron M17"),
+    Rule("expert_parallel_needs_moe", ("ep",),
+         lambda c, p: (c["ep"] == 1) | p.model.is_moe,
+         "expert parallelism needs a mixture-of-experts model", "set ep=1", "Megatron M21"),
+    Rule("experts_divisible_by_ep", ("ep",),
+         lambda c, p: (c["ep"] == 1) | _divides(c["ep"], max(p.model.num_local_experts, 1)),
+         "experts must divide evenly across expert-parallel ranks", "use an ep that divides the expert count",
+         "Megatron M21"),
+    Rule("ep_divides_data_ranks", ("ep", "dp", "cp", "tp"),
+         lambda c, p: _divides(c["ep"], c["dp"] * c["cp"] * c["tp"]),
+         "expert-parallel groups are carved out of the tp x dp x cp ranks of a stage, so ep must divide them",
+         "lower ep or raise dp", "Megatron M2 (world % (etp*ep*pp) == 0; etp = tp, or 1 with MoE parallel folding)"),
+    Rule("ep_with_tp_needs_sp", ("ep", "tp", "sp"),
+         lambda c, p: (c["ep"] == 1) | (c["tp"] == 1) | (c["sp"] == 1),
+         "expert parallelism together with tensor parallelism needs sequence parallelism", "set sp=true",
+         "Megatron M19"),
+    Rule("sharding_needs_replicas", ("zero", "dp", "cp"),
+         lambda c, p: (c["zero"] == 0) | (c["dp"] * c["cp"] > 1),
+         "ZeRO/FSDP sharding needs more than one data-parallel rank", "set zero=0 when dp x cp = 1",
+         "ZeRO partitions states over data-parallel ranks (Rajbhandari et al. 2020)"),
+    Rule("hsdp_spans_domains", ("zero", "tp", "dp", "cp"),
+         lambda c, p: (c["zero"] != HSDP) | (_domain_peers(c, p) < c["dp"] * c["cp"]),
+         "HSDP (zero=4) shards inside an NVLink domain and replicates across domains, so its data ranks must span "
+         "more than one domain (otherwise it is zero=3)", "use zero=3",
+         "PyTorch FSDP HYBRID_SHARD / FSDP2 2-D device mesh (torchtitan docs/fsdp.md)"),
+    Rule("schedule_supported_by_framework", ("schedule",),
+         lambda c, p: np.isin(c["schedule"], [SCHEDULES.index(x) for x in profile_for(p.training.framework).schedules])
+         | ("schedule" in p.fixed),
+         "the chosen training framework does not ship this pipeline schedule",
+         "use --framework generic to search every schedule, or pin --fix schedule=...",
+         "Megatron-LM ships 1F1B and interleaved 1F1B only (schedules.py); zero-bubble lives in the sail-sg fork"),
+    Rule("cp_comm_needs_cp", ("cp", "cp_comm"),
+         lambda c, p: (c["cp_comm"] == 0) | (c["cp"] > 1),
+         "an all-to-all (Ulysses) context-parallel exchange needs cp > 1", "set cp_comm=ring or cp > 1",
+         "a communication pattern for a dimension of size 1 is the same layout"),
+    Rule("hybrid_cp_spans_domains", ("tp", "cp", "cp_comm"),
+         lambda c, p: (c["cp_comm"] != 2) | ((_cp_a2a(c, p) > 1) & (_cp_a2a(c, p) < c["cp"])),
+         "hybrid context parallelism needs CP ranks both inside one NVLink domain and across domains",
+         "use cp_comm=ring or cp_comm=a2a",
+         "Megatron --cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes (arguments.py M583)"),
+    Rule("ulysses_heads_divisible", ("tp", "cp", "cp_comm"),
+         lambda c, p: (c["cp_comm"] == 0) | (_divides(c["tp"] * _cp_a2a(c, p), p.model.num_attention_heads)
+                                             & (p.model.is_mla | _divides(c["tp"] * _cp_a2a(c, p), p.model.kv_heads))),
+         "all-to-all context parallelism shards heads, so query and key/value heads must divide by tp x cp",
+         "use ring context parallelism (cp_comm=ring) or a smaller cp",
+         "DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-parallel degree must divide the head count"),
+)
+
+MEMORY_RULE = Rule(
+    "memory_fits", ("*",), lambda c, p: np.ones(len(c["tp"]), dtype=bool),
+    "predicted peak memory per GPU exceeds the GPU's capacity",
+    "more GPUs, recompute, a higher ZeRO stage, a smaller micro-batch, or fp8", "cost model (planner.cost.memory)")
+
+RULES_BY_NAME = {r.name: r for r in RULES} | {MEMORY_RULE.name: MEMORY_RULE}
+
+
+def broken_rules(cols: Cols, problem: Problem) -> list[Rule]:
+    """Rules a single layout (columns of length 1) breaks."""
+    return [rule for rule in RULES if not bool(rule.check(cols, problem)[0])]

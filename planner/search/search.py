@@ -1,0 +1,104 @@
+"""Search: enumerate every layout the rules allow, price them all with the cost model, keep the best.
+
+The enumeration is exhaustive, so the top plan is proven best under the cost model unless `time_limit_s` stopped the
+pricing early (then `proven_best` is False and the report says so).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.cost.step import evaluate, state_memory_floor_gib
+from planner.errors import NoFeasiblePlan
+from planner.inputs.problem import KNOBS, Problem
+from planner.search.rules import MEMORY_RULE
+from planner.search.space import enumerate_layouts
+
+CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
+# Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
+_SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
+
+
+@dataclass
+class Plan:
+    layout: dict[str, int]
+    metrics: dict[str, float]
+
+
+@dataclass
+class SearchResult:
+    problem: Problem
+    plans: list[Plan]
+    candidates: int
+    feasible: int
+    pruned: dict[str, int]
+    seconds: float
+    proven_best: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def capacity_gib(problem: Problem) -> float:
+    return problem.cluster.gpu.memory_gib
+
+
+def _rank_order(cols: dict[str, np.ndarray], tput: np.ndarray) -> np.ndarray:
+    # Quantise throughput so that numerically equal plans tie, then break ties by simplicity, deterministically.
+    key_tput = -np.round(tput / np.maximum(tput.max(), 1e-30) * 2000.0)
+    keys = [cols[k] for k in reversed(_SIMPLICITY)] + [key_tput]
+    return np.lexsort(keys)
+
+
+def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) -> SearchResult:
+    start = time.perf_counter()
+    enum = enumerate_layouts(problem)
+    cols = enum.cols
+    n = len(cols["tp"])
+    pruned = dict(enum.pruned)
+    pruned[MEMORY_RULE.name] = 0
+    kept_cols: list[dict[str, np.ndarray]] = []
+    kept_metrics: list[dict[str, np.ndarray]] = []
+    proven = True
+    cap = capacity_gib(problem)
+    for lo in range(0, n, CHUNK):
+        if time_limit_s is not None and lo and time.perf_counter() - start > time_limit_s:
+            proven = False
+            break
+        part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
+        if problem.enforce_memory:  # model states alone already exceed the GPU: skip the full pricing
+            floor_ok = state_memory_floor_gib(problem, part) <= cap
+            pruned[MEMORY_RULE.name] += int((~floor_ok).sum())
+            part = {k: v[floor_ok] for k, v in part.items()}
+        met = evaluate(problem, part)
+        ok = np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
+        if problem.enforce_memory:
+            fits = met["memory_peak_gib"] <= cap
+            pruned[MEMORY_RULE.name] += int((ok & ~fits).sum())
+            ok &= fits
+        kept_cols.append({k: v[ok] for k, v in part.items()})
+        kept_metrics.append({k: v[ok] for k, v in met.items()})
+    all_cols = {k: np.concatenate([c[k] for c in kept_cols]) if kept_cols else np.array([], int) for k in KNOBS}
+    all_met = {k: np.concatenate([m[k] for m in kept_metrics]) for k in kept_metrics[0]} if kept_metrics else {}
+    feasible = len(all_cols["tp"])
+    if feasible == 0:
+        raise NoFeasiblePlan("no layout satisfies every rule", {"pruned": pruned, "candidates": enum.candidates})
+    tput = all_met["tokens_per_s_per_gpu"]
+    if feasible > 20 * top:  # only rows near the top can tie: rank those, not a million
+        kth = np.partition(tput, feasible - top)[feasible - top]
+        near = np.flatnonzero(tput >= kth - 2 * tput.max() / 2000.0)  # two quantisation buckets of margin
+        sub_cols = {k: v[near] for k, v in all_cols.items()}
+        order = near[_rank_order(sub_cols, tput[near])[:top]]
+    else:
+        order = _rank_order(all_cols, tput)[:top]
+    plans = [Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
+             for i in order]
+    return SearchResult(problem, plans, enum.candidates, feasible, pruned, time.perf_counter() - start, proven)
+
+
+def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:
+    """The cost model for one fully specified layout (no rule checks)."""
+    cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
+    return {k: float(v[0]) for k, v in evaluate(problem, cols).items()}
+
