@@ -204,7 +204,8 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
 def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict[str, float]:
     from planner.cost.memory import CONTEXT_BYTES
     from planner.inputs.catalog import load_cluster, model_from_mapping
-    from planner.inputs.problem import KNOBS, Problem
+    from planner.inputs.layout import KNOBS
+    from planner.inputs.problem import Problem
     from planner.inputs.profile import apply_profile
     from planner.inputs.specs import TrainingSpec
     from planner.search.search import price_layout

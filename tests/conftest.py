@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.problem import KNOBS, Problem
+from planner.inputs.layout import KNOBS
+from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 
 

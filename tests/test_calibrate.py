@@ -20,7 +20,8 @@ from planner.errors import PlanInputError
 from planner.evidence.calibrate import detect_gpu_key, gemm_shapes, layer_gemm_shapes, run_calibration
 from planner.inputs.catalog import load_gpu, load_model
 from planner.inputs.hardware import HBM_EFFICIENCY
-from planner.inputs.problem import KNOBS, Problem
+from planner.inputs.layout import KNOBS
+from planner.inputs.problem import Problem
 from planner.inputs.profile import (
     AttentionMeasurement,
     BandwidthMeasurement,

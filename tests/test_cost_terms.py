@@ -189,7 +189,7 @@ def test_ulysses_exchanges_qkv_and_output_with_all_to_all():
 def test_schedule_closed_forms_match_simulation(name, v, split, p, m):
     """planner.cost.schedule (used by the vectorised search) against planner.strategies.pipeline_sim (order of
     operations)."""
-    from planner.inputs.problem import SCHEDULES, SEQ1F1B_SEGMENTS
+    from planner.inputs.layout import SCHEDULES, SEQ1F1B_SEGMENTS
     from planner.strategies.pipeline_sim import simulate_schedule
 
     t_f, t_b, t_w = 1.0, 2.0, 1.0
@@ -205,7 +205,7 @@ def test_schedule_closed_forms_match_simulation(name, v, split, p, m):
 
 
 def test_zb_v_reaches_zero_bubble_at_1f1b_memory():
-    from planner.inputs.problem import SCHEDULES
+    from planner.inputs.layout import SCHEDULES
     from planner.strategies.pipeline_sim import simulate_schedule
 
     sim = simulate_schedule("zb-v", 8, 16, t_f=1.0, t_b=1.0, t_w=1.0, v=2, w_share=0.0)

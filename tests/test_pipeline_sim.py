@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from planner.cost import schedule as closed
-from planner.inputs.problem import SCHEDULES
+from planner.inputs.layout import SCHEDULES
 from planner.strategies.pipeline_sim import Op, render_timeline, segment_factor, simulate_orders, simulate_schedule
 
 PUBLISHED = Path("/work/shared/validation/published_runs.yaml")

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from planner.cost.profiles import PROFILES, profile_for
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_cluster, load_model
-from planner.inputs.problem import KNOBS, SCHEDULES, Problem
+from planner.inputs.layout import KNOBS, SCHEDULES
+from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.report.explain import complete_layout
 from planner.search.rules import RULES

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.inputs.problem import SCHEDULES, SEQ1F1B_SEGMENTS
+from planner.inputs.layout import SCHEDULES, SEQ1F1B_SEGMENTS
 
 S_1F1B, S_INTERLEAVED, S_ZBH1, S_ZBH2, S_ZBV, S_SEQ1F1B = (
     SCHEDULES.index(s) for s in ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "seq1f1b"))

@@ -17,7 +17,8 @@ import numpy as np
 from planner.cost import comm, compression, flops, memory, schedule
 from planner.cost.profiles import profile_for
 from planner.inputs.hardware import FP8_GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD_S, KERNELS_PER_LAYER_FWD
-from planner.inputs.problem import HSDP, SEQ1F1B_SEGMENTS, Problem
+from planner.inputs.layout import HSDP, SEQ1F1B_SEGMENTS
+from planner.inputs.problem import Problem
 
 # Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
 # waits for it. Factor on the routed-expert GEMM time, fitted on the MoE cases of validation/published_runs.yaml

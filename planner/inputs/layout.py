@@ -1,11 +1,121 @@
-"""Parsing `--fix KEY=VALUE` and `--layout "tp=8,pp=4"` into encoded knob values (one set of keys for both)."""
+"""The typed layout: one enum per categorical knob, one table of every knob's allowed values, and the parsing of
+`--fix KEY=VALUE` / `--layout "tp=8,pp=4"` into encoded values (one set of keys for both).
+
+Knob columns travel through the search as integer numpy arrays (one entry per candidate); the enums below are
+IntEnums, so `cols["recompute"] == Recompute.FULL` compares a whole column and a plan document stores the label.
+Rules, cost terms, documents, launchers and `plan check` all read these definitions; nothing else defines a code.
+"""
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
+from enum import IntEnum
 
 from planner.errors import PlanInputError
-from planner.inputs.problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES
+
+
+class _Labelled(IntEnum):
+    """An IntEnum whose members carry the label users type and documents store."""
+
+    label: str
+
+    def __new__(cls, value: int, label: str) -> _Labelled:
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        return member
+
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        return tuple(m.label for m in cls)
+
+    @classmethod
+    def from_label(cls, label: str) -> _Labelled:
+        for m in cls:
+            if m.label == label:
+                return m
+        raise ValueError(label)
+
+
+class Recompute(_Labelled):
+    """Activation recomputation (Korthikanti et al. 2022): none, selective (attention core / memory-bound modules),
+    or full (each layer's forward again in the backward)."""
+
+    NONE = 0, "none"
+    SELECTIVE = 1, "selective"
+    FULL = 2, "full"
+
+
+class Schedule(_Labelled):
+    """Pipeline schedules: 1F1B and interleaved 1F1B (Narayanan et al. 2021), zero-bubble ZB-H1/ZB-H2/ZB-V
+    (Qi et al. 2024), Seq1F1B (Sun et al. 2024)."""
+
+    ONE_F_ONE_B = 0, "1f1b"
+    INTERLEAVED = 1, "interleaved"
+    ZB_H1 = 2, "zb-h1"
+    ZB_H2 = 3, "zb-h2"
+    ZB_V = 4, "zb-v"
+    SEQ1F1B = 5, "seq1f1b"
+
+
+class CpComm(_Labelled):
+    """Context-parallel exchange, as Megatron's --cp-comm-type names it: p2p ring attention, a2a (DeepSpeed-Ulysses),
+    a2a+p2p (Ulysses inside the NVLink domain, ring across domains)."""
+
+    RING = 0, "ring"
+    A2A = 1, "a2a"
+    HYBRID = 2, "a2a+p2p"
+
+
+class Zero(_Labelled):
+    """What data-parallel ranks shard (Rajbhandari et al. 2020): stage k shards the first k of optimizer states,
+    gradients, parameters. HSDP is ZeRO-3 inside the NVLink domain, replicated across domains."""
+
+    NONE = 0, "0"
+    OPTIMIZER = 1, "1"
+    GRADIENTS = 2, "2"
+    PARAMETERS = 3, "3"
+    HSDP = 4, "hsdp"
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One layout knob: its key, what it means, and (for categorical knobs) its enum."""
+
+    name: str
+    meaning: str
+    choices: type[_Labelled] | None = None  # None: a positive size (or a flag, for sp)
+
+    def allowed(self) -> tuple[int, ...] | None:
+        """Every allowed encoded value of a categorical knob; None for sizes."""
+        return tuple(int(m) for m in self.choices) if self.choices else None
+
+
+# The one table of knobs, in the order of documents and `--fix` help.
+KNOB_TABLE: tuple[Knob, ...] = (
+    Knob("tp", "tensor-parallel size"),
+    Knob("pp", "pipeline-parallel size"),
+    Knob("dp", "data-parallel size"),
+    Knob("cp", "context-parallel size"),
+    Knob("ep", "expert-parallel size"),
+    Knob("vpp", "model chunks per pipeline rank (virtual pipeline stages)"),
+    Knob("mbs", "micro-batch size, sequences"),
+    Knob("zero", "ZeRO / FSDP sharding stage", Zero),
+    Knob("recompute", "activation recomputation", Recompute),
+    Knob("sp", "sequence parallelism (0/1)"),
+    Knob("schedule", "pipeline schedule", Schedule),
+    Knob("cp_comm", "context-parallel exchange", CpComm),
+)
+KNOBS: tuple[str, ...] = tuple(k.name for k in KNOB_TABLE)
+KNOB_BY_NAME = {k.name: k for k in KNOB_TABLE}
+# Label tuples indexed by code, for code that formats or parses labels.
+RECOMPUTE = Recompute.labels()
+SCHEDULES = Schedule.labels()
+CP_COMM = CpComm.labels()
+ZERO_STAGES = tuple(int(z) for z in Zero)
+HSDP = Zero.HSDP
+SEQ1F1B_SEGMENTS = 4  # Seq1F1B splits each sequence into this many segments (Sun et al. 2024 evaluate 2-8)
 
 _ALIASES = {"micro_batch": "mbs", "micro-batch": "mbs", "sequence_parallel": "sp", "virtual_pipeline": "vpp",
             "recomp": "recompute", "fsdp": "zero"}

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import NoFeasiblePlan, PlanInputError
-from planner.inputs.problem import KNOBS, Problem
+from planner.inputs.layout import KNOBS
+from planner.inputs.problem import Problem
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, TrainingSpec
 from planner.report import document
 

@@ -11,8 +11,8 @@ import yaml
 from planner import __version__
 from planner.cost import flops
 from planner.errors import PlanInputError
-from planner.inputs.layout import decode
-from planner.inputs.problem import HSDP, Problem
+from planner.inputs.layout import HSDP, decode
+from planner.inputs.problem import Problem
 from planner.search.search import Plan, SearchResult
 
 SCHEMA_VERSION = 1

@@ -6,7 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.inputs.problem import SCHEDULES, SEQ1F1B_SEGMENTS, Problem
+from planner.inputs.layout import SCHEDULES, SEQ1F1B_SEGMENTS
+from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
 from planner.search.search import price_layout

@@ -9,7 +9,8 @@ import numpy as np
 from planner.cost.step import evaluate
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_gpu
-from planner.inputs.problem import RECOMPUTE, Problem
+from planner.inputs.layout import RECOMPUTE
+from planner.inputs.problem import Problem
 from planner.search.cpsat import diagnose
 from planner.search.search import search
 from planner.search.space import enumerate_layouts

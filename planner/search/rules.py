@@ -17,7 +17,8 @@ import numpy as np
 
 from planner.cost.comm import domain_group
 from planner.cost.profiles import profile_for
-from planner.inputs.problem import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS, Problem
+from planner.inputs.layout import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS
+from planner.inputs.problem import Problem
 
 Cols = Mapping[str, np.ndarray]
 INTERLEAVED = SCHEDULES.index("interleaved")

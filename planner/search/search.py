@@ -13,7 +13,8 @@ import numpy as np
 
 from planner.cost.step import evaluate, state_memory_floor_gib
 from planner.errors import NoFeasiblePlan
-from planner.inputs.problem import KNOBS, Problem
+from planner.inputs.layout import KNOBS
+from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE
 from planner.search.space import enumerate_layouts
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.inputs.problem import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, ZERO_STAGES, Problem
+from planner.inputs.layout import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, ZERO_STAGES
+from planner.inputs.problem import Problem
 from planner.search.rules import RULES
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)

@@ -47,7 +47,8 @@ from planner.cost import comm, flops, memory
 from planner.cost.profiles import profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY, KERNEL_OVERHEAD_S
-from planner.inputs.problem import KNOBS, RECOMPUTE, Problem
+from planner.inputs.layout import KNOBS, RECOMPUTE
+from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 
 US = 1e-6  # CP-SAT time unit (s)

@@ -36,7 +36,8 @@ from ortools.sat.python import cp_model
 from planner.cost import comm, flops, memory
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
-from planner.inputs.problem import SCHEDULES, Problem
+from planner.inputs.layout import SCHEDULES
+from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 from planner.strategies.osdp import full_layout, layer_costs
 

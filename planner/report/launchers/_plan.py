@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from planner import __version__
 from planner.errors import PlanInputError
-from planner.inputs.problem import SCHEDULES
+from planner.inputs.layout import SCHEDULES
 
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp16", "fp8")
