@@ -9,7 +9,7 @@ import numpy as np
 from planner.cost.step import evaluate
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_gpu
-from planner.inputs.layout import RECOMPUTE
+from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 from planner.search.cpsat import diagnose
 from planner.search.search import search
@@ -69,7 +69,7 @@ def explain_infeasible(problem: Problem) -> dict:
     }
     tried: list[tuple[str, Problem]] = []
     fixed = dict(problem.fixed)
-    if fixed.get("recompute", RECOMPUTE.index("full")) != RECOMPUTE.index("full"):
+    if fixed.get("recompute", Recompute.FULL) != Recompute.FULL:
         tried.append(("recompute=full (unpin recompute)", replace(problem, fixed={**fixed, "recompute": 2})))
     for key in ("zero", "mbs", "tp", "pp", "cp"):
         if key in fixed:

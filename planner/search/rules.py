@@ -17,14 +17,10 @@ import numpy as np
 
 from planner.cost.comm import domain_group
 from planner.cost.profiles import profile_for
-from planner.inputs.layout import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Schedule, Zero
 from planner.inputs.problem import Problem
 
 Cols = Mapping[str, np.ndarray]
-INTERLEAVED = SCHEDULES.index("interleaved")
-ZB_V = SCHEDULES.index("zb-v")
-SEQ1F1B = SCHEDULES.index("seq1f1b")
-ONE_F_ONE_B = SCHEDULES.index("1f1b")
 
 
 @dataclass(frozen=True)
@@ -54,7 +50,11 @@ def _domain_peers(c: Cols, p: Problem) -> np.ndarray:
 def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
     """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
     inside = domain_group(p.cluster.nvlink_domain, c["tp"], c["cp"])
-    return np.where(c["cp_comm"] == 2, inside, np.where(c["cp_comm"] == 1, c["cp"], 1))
+    return np.where(c["cp_comm"] == CpComm.HYBRID, inside, np.where(c["cp_comm"] == CpComm.A2A, c["cp"], 1))
+
+
+def _framework_schedules(p: Problem) -> list[int]:
+    return [int(Schedule.from_label(x)) for x in profile_for(p.training.framework).schedules]
 
 
 def _microbatches(c: Cols, p: Problem) -> np.ndarray:
@@ -96,17 +96,18 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["vpp"] == 1) | (c["pp"] > 1),
          "virtual pipeline stages need pipeline parallelism (pp > 1)", "set vpp=1 or pp > 1", "Megatron M13"),
     Rule("schedule_matches_vpp", ("vpp", "schedule"),
-         lambda c, p: np.where(c["schedule"] == INTERLEAVED, c["vpp"] > 1,
-                               np.where(c["schedule"] == ZB_V, c["vpp"] == 2, c["vpp"] == 1)),
+         lambda c, p: np.where(c["schedule"] == Schedule.INTERLEAVED, c["vpp"] > 1,
+                               np.where(c["schedule"] == Schedule.ZB_V, c["vpp"] == 2, c["vpp"] == 1)),
          "interleaved needs vpp > 1, zb-v exactly 2 chunks per rank (its V shape), every other schedule vpp = 1",
          "match vpp to the schedule",
          "Megatron schedules.py (VPP selects interleaved 1F1B); torchtitan: V schedules need 2 stages per rank"),
     Rule("seq1f1b_segments_divide", ("cp", "schedule"),
-         lambda c, p: (c["schedule"] != SEQ1F1B) | _divides(SEQ1F1B_SEGMENTS * 2 * c["cp"], p.training.seq_len),
+         lambda c, p: (c["schedule"] != Schedule.SEQ1F1B)
+         | _divides(SEQ1F1B_SEGMENTS * 2 * c["cp"], p.training.seq_len),
          f"Seq1F1B splits each sequence into {SEQ1F1B_SEGMENTS} segments (each split again by 2 x cp)",
          f"use a sequence length divisible by {2 * SEQ1F1B_SEGMENTS} x cp", "Sun et al. 2024 (Seq1F1B)"),
     Rule("schedule_needs_pipeline", ("pp", "schedule"),
-         lambda c, p: (c["pp"] > 1) | (c["schedule"] == ONE_F_ONE_B),
+         lambda c, p: (c["pp"] > 1) | (c["schedule"] == Schedule.ONE_F_ONE_B),
          "pipeline schedules other than 1f1b need pp > 1", "use schedule=1f1b when pp = 1",
          "a schedule orders pipeline stages; with one stage there is none"),
     Rule("interleaved_microbatches", ("pp", "vpp", "mbs", "dp"),
@@ -133,31 +134,31 @@ RULES: tuple[Rule, ...] = (
          "expert parallelism together with tensor parallelism needs sequence parallelism", "set sp=true",
          "Megatron M19"),
     Rule("sharding_needs_replicas", ("zero", "dp", "cp"),
-         lambda c, p: (c["zero"] == 0) | (c["dp"] * c["cp"] > 1),
+         lambda c, p: (c["zero"] == Zero.NONE) | (c["dp"] * c["cp"] > 1),
          "ZeRO/FSDP sharding needs more than one data-parallel rank", "set zero=0 when dp x cp = 1",
          "ZeRO partitions states over data-parallel ranks (Rajbhandari et al. 2020)"),
     Rule("hsdp_spans_domains", ("zero", "tp", "dp", "cp"),
-         lambda c, p: (c["zero"] != HSDP) | (_domain_peers(c, p) < c["dp"] * c["cp"]),
+         lambda c, p: (c["zero"] != Zero.HSDP) | (_domain_peers(c, p) < c["dp"] * c["cp"]),
          "HSDP (zero=4) shards inside an NVLink domain and replicates across domains, so its data ranks must span "
          "more than one domain (otherwise it is zero=3)", "use zero=3",
          "PyTorch FSDP HYBRID_SHARD / FSDP2 2-D device mesh (torchtitan docs/fsdp.md)"),
     Rule("schedule_supported_by_framework", ("schedule",),
-         lambda c, p: np.isin(c["schedule"], [SCHEDULES.index(x) for x in profile_for(p.training.framework).schedules])
+         lambda c, p: np.isin(c["schedule"], _framework_schedules(p))
          | ("schedule" in p.fixed),
          "the chosen training framework does not ship this pipeline schedule",
          "use --framework generic to search every schedule, or pin --fix schedule=...",
          "Megatron-LM ships 1F1B and interleaved 1F1B only (schedules.py); zero-bubble lives in the sail-sg fork"),
     Rule("cp_comm_needs_cp", ("cp", "cp_comm"),
-         lambda c, p: (c["cp_comm"] == 0) | (c["cp"] > 1),
+         lambda c, p: (c["cp_comm"] == CpComm.RING) | (c["cp"] > 1),
          "an all-to-all (Ulysses) context-parallel exchange needs cp > 1", "set cp_comm=ring or cp > 1",
          "a communication pattern for a dimension of size 1 is the same layout"),
     Rule("hybrid_cp_spans_domains", ("tp", "cp", "cp_comm"),
-         lambda c, p: (c["cp_comm"] != 2) | ((_cp_a2a(c, p) > 1) & (_cp_a2a(c, p) < c["cp"])),
+         lambda c, p: (c["cp_comm"] != CpComm.HYBRID) | ((_cp_a2a(c, p) > 1) & (_cp_a2a(c, p) < c["cp"])),
          "hybrid context parallelism needs CP ranks both inside one NVLink domain and across domains",
          "use cp_comm=ring or cp_comm=a2a",
          "Megatron --cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes (arguments.py M583)"),
     Rule("ulysses_heads_divisible", ("tp", "cp", "cp_comm"),
-         lambda c, p: (c["cp_comm"] == 0) | (_divides(c["tp"] * _cp_a2a(c, p), p.model.num_attention_heads)
+         lambda c, p: (c["cp_comm"] == CpComm.RING) | (_divides(c["tp"] * _cp_a2a(c, p), p.model.num_attention_heads)
                                              & (p.model.is_mla | _divides(c["tp"] * _cp_a2a(c, p), p.model.kv_heads))),
          "all-to-all context parallelism shards heads, so query and key/value heads must divide by tp x cp",
          "use ring context parallelism (cp_comm=ring) or a smaller cp",

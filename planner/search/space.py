@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.inputs.layout import CP_COMM, KNOBS, RECOMPUTE, SCHEDULES, ZERO_STAGES
+from planner.inputs.layout import KNOB_BY_NAME, KNOBS
 from planner.inputs.problem import Problem
 from planner.search.rules import RULES
 
@@ -29,6 +29,12 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+def _choices(knob: str) -> list[int]:
+    allowed = KNOB_BY_NAME[knob].allowed()
+    assert allowed is not None, knob
+    return list(allowed)
+
+
 def domains(problem: Problem) -> dict[str, list[int]]:
     """Candidate values per knob; a pinned knob gets exactly its value (so a bad pin is reported by the rules)."""
     m, n = problem.model, problem.num_gpus
@@ -42,11 +48,11 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         # chunks per rank: divisors of the layers, or of layers + 2 when embedding and loss count as layers
         "vpp": sorted({d for n in (m.num_hidden_layers, m.num_hidden_layers + 2) for d in divisors(n) if d <= 16}),
         "mbs": [d for d in divisors(problem.training.global_batch) if d <= MAX_MICRO_BATCH],
-        "zero": list(ZERO_STAGES),
-        "recompute": list(range(len(RECOMPUTE))),
+        "zero": _choices("zero"),
+        "recompute": _choices("recompute"),
         "sp": [0, 1],
-        "schedule": list(range(len(SCHEDULES))),
-        "cp_comm": list(range(len(CP_COMM))),
+        "schedule": _choices("schedule"),
+        "cp_comm": _choices("cp_comm"),
     }
     for knob, value in problem.fixed.items():
         if knob != "dp":

@@ -36,7 +36,7 @@ from ortools.sat.python import cp_model
 from planner.cost import comm, flops, memory
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
-from planner.inputs.layout import SCHEDULES
+from planner.inputs.layout import Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 from planner.strategies.osdp import full_layout, layer_costs
@@ -230,7 +230,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     """
     m, cl = problem.model, problem.cluster
     lay = full_layout(layout)
-    if lay["vpp"] > 1 or SCHEDULES[lay["schedule"]] not in ("1f1b", "zb-h1"):
+    if lay["vpp"] > 1 or lay["schedule"] not in (Schedule.ONE_F_ONE_B, Schedule.ZB_H1):
         raise PlanInputError("the partition models 1F1B (or ZB-H1) without virtual stages", field="--layout",
                              fix="set vpp=1 and schedule=1f1b")
     pp = lay["pp"]
@@ -250,7 +250,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
         return (priced["mem_reserve_gib"] - frag * priced["memory_allocated_gib"]) * gib
 
     fixed = reserve(price_layout(problem, full_layout(lay, zero=min(lay["zero"], 2))))
-    z3_buffer = reserve(price_layout(problem, lay)) - fixed if lay["zero"] == 3 else 0.0
+    z3_buffer = reserve(price_layout(problem, lay)) - fixed if lay["zero"] == Zero.PARAMETERS else 0.0
     cap = (cl.gpu.memory_gib if capacity_gib is None else capacity_gib) * gib
     micro = int(cost.micro_batches)
     return PartitionInputs(

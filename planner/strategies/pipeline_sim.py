@@ -54,8 +54,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-SIM_SCHEDULES = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "seq1f1b")
-SPLIT_SCHEDULES = frozenset({"zb-h1", "zb-h2", "zb-v"})
+from planner.inputs.layout import Schedule
+
+SIM_SCHEDULES = Schedule.labels()
+SPLIT_SCHEDULES = frozenset({Schedule.ZB_H1.label, Schedule.ZB_H2.label, Schedule.ZB_V.label})
 W_SHARE_FUSED_ATTENTION = 32 / 34  # M_W / M_B without the s^2 attention-score term (ZB paper memory model)
 
 
@@ -519,8 +521,8 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
         v = 1
     if schedule != "seq1f1b":
         k = 1
-    spec = _Spec(p=p, v=v, k=k, split=schedule in SPLIT_SCHEDULES, v_shape=schedule == "zb-v", t_f=t_f, t_b=t_b,
-                 t_w=t_w, t_comm=t_comm, attn_frac=attn_frac, w_share=w_share, p2p_blocking=p2p_blocking)
+    spec = _Spec(p=p, v=v, k=k, split=schedule in SPLIT_SCHEDULES, v_shape=schedule == Schedule.ZB_V.label, t_f=t_f,
+                 t_b=t_b, t_w=t_w, t_comm=t_comm, attn_frac=attn_frac, w_share=w_share, p2p_blocking=p2p_blocking)
     builders: dict[str, Callable[[], list[list[Op]]]] = {
         "1f1b": lambda: orders_1f1b(p, m),
         "interleaved": lambda: orders_interleaved(p, m, v),
