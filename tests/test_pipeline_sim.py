@@ -14,7 +14,10 @@ import yaml
 
 from planner.cost import schedule as closed
 from planner.inputs.layout import SCHEDULES
-from planner.strategies.pipeline_sim import Op, render_timeline, segment_factor, simulate_orders, simulate_schedule
+from planner.report.timeline import render_timeline
+from planner.strategies.pipeline_ops import segment_factor
+from planner.strategies.pipeline_orders import Op
+from planner.strategies.pipeline_sim import simulate_orders, simulate_schedule
 
 PUBLISHED = Path("/work/shared/validation/published_runs.yaml")
 

@@ -39,7 +39,8 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
 
     Capped at 4 x pp micro-batches so the chart stays readable; the bubble does not grow past that point.
     """
-    from planner.strategies.pipeline_sim import render_timeline, simulate_schedule
+    from planner.report.timeline import render_timeline
+    from planner.strategies.pipeline_sim import simulate_schedule
 
     name = SCHEDULES[lay["schedule"]]
     p, v = lay["pp"], lay["vpp"]

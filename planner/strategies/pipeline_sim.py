@@ -49,25 +49,30 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import NamedTuple
 
-import numpy as np
-
 from planner.inputs.layout import Schedule
+from planner.strategies.pipeline_ops import (
+    W_SHARE_FUSED_ATTENTION,
+    Key,
+    Spec,
+    op_deps,
+    op_duration,
+    op_mem_delta,
+    op_sends,
+)
+from planner.strategies.pipeline_orders import (
+    Op,
+    orders_1f1b,
+    orders_interleaved,
+    orders_seq1f1b,
+    orders_zb_h1,
+    orders_zb_h2,
+    orders_zb_v,
+)
 
 SIM_SCHEDULES = Schedule.labels()
 SPLIT_SCHEDULES = frozenset({Schedule.ZB_H1.label, Schedule.ZB_H2.label, Schedule.ZB_V.label})
-W_SHARE_FUSED_ATTENTION = 32 / 34  # M_W / M_B without the s^2 attention-score term (ZB paper memory model)
-
-
-class Op(NamedTuple):
-    """One scheduled operation on a rank. `seg` is the sequence segment (Seq1F1B), 0 otherwise."""
-
-    kind: str  # "F" | "B" | "W"
-    mb: int
-    chunk: int = 0
-    seg: int = 0
 
 
 class Slot(NamedTuple):
@@ -109,135 +114,7 @@ class PipelineSimResult:
 # ---------------------------------------------------------------------------------------------------------------
 # Problem description: placement of virtual stages, durations, dependencies
 # ---------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Spec:
-    p: int
-    v: int
-    k: int
-    split: bool
-    v_shape: bool
-    t_f: float
-    t_b: float
-    t_w: float
-    t_comm: float
-    attn_frac: float
-    w_share: float
-    p2p_blocking: bool
-
-    @cached_property
-    def vstages(self) -> tuple[tuple[int, ...], ...]:
-        """vstages[rank][chunk]: looping placement c*p + s (Narayanan et al. 2021 §2.2.2), or the V shape (ZB paper,
-        ZB-V): chunk 0 runs down the ranks, chunk 1 back up, so rank 0 holds the first and the last layers."""
-        if self.v_shape:
-            return tuple((s, 2 * self.p - 1 - s) for s in range(self.p))
-        return tuple(tuple(c * self.p + s for c in range(self.v)) for s in range(self.p))
-
-    @cached_property
-    def owners(self) -> tuple[tuple[int, int], ...]:
-        """owners[virtual stage] = (rank, chunk)."""
-        out = {vs: (s, c) for s, row in enumerate(self.vstages) for c, vs in enumerate(row)}
-        return tuple(out[vs] for vs in range(self.n_virtual))
-
-    def vstage(self, stage: int, chunk: int) -> int:
-        return self.vstages[stage][chunk]
-
-    def owner(self, vs: int) -> tuple[int, int]:
-        return self.owners[vs]
-
-    @property
-    def n_virtual(self) -> int:
-        return self.p * self.v
-
-
-def segment_factor(seg: int, k: int, attn_frac: float) -> float:
-    """Share of a whole sequence's compute spent on segment `seg` (0-based) of k equal-length segments.
-
-    Explicit approximation for Seq1F1B (Sun et al. 2024, arXiv 2406.03488): token-linear work (GEMMs, norms) splits
-    evenly, 1/k per segment; causal attention of segment j (1-based) attends to j-1 full earlier blocks plus half its
-    own diagonal block, so its share of the attention work is (2j-1)/k^2 (sums to 1 over j). `attn_frac` is the share
-    of causal attention in the layer's compute (see `causal_attention_share`). Applied to F and to the input-grad B;
-    the weight-grad part (no attention weights) always splits 1/k. Seq1F1B's own computation-wise partition (unequal
-    segment lengths) would flatten this imbalance; we model the simpler equal-token split.
-    """
-    j = seg + 1
-    return (1.0 - attn_frac) / k + attn_frac * (2 * j - 1) / k**2
-
-
-def causal_attention_share(seq_len: int, hidden: int, ffn_hidden: int) -> float:
-    """Causal attention core FLOPs over all layer FLOPs, per token, MHA: 2sh / (8h^2 + 4hF + 2sh) (cost_model.md §1.2,
-    Megatron's causal halving)."""
-    s, h, f = seq_len, hidden, ffn_hidden
-    return 2 * s * h / (8 * h * h + 4 * h * f + 2 * s * h)
-
-
-def zb_w_share(hidden: int, seq_len: int, heads: int, fused_attention: bool = True) -> float:
-    """M_W / M_B of the zero-bubble memory model: 32h / (34h + 5as), or 32/34 when attention scores are not stored."""
-    if fused_attention:
-        return W_SHARE_FUSED_ATTENTION
-    return 32 * hidden / (34 * hidden + 5 * heads * seq_len)
-
-
-def _duration(spec: _Spec, op: Op) -> float:
-    fac = segment_factor(op.seg, spec.k, spec.attn_frac)
-    if op.kind == "F":
-        t = spec.t_f * fac
-    elif op.kind == "B":
-        t = spec.t_b * fac + (0.0 if spec.split else spec.t_w / spec.k)
-    else:
-        t = spec.t_w / spec.k
-    return t / spec.v
-
-
-_Key = tuple[int, tuple[str, int, int, int]]  # (rank, op); Op is such a tuple, and hashes like one
-
-
-def _deps(spec: _Spec, stage: int, op: Op) -> list[tuple[_Key, float]]:
-    """(dependency, extra delay) pairs for `op` on `stage`. Keys use plain tuples (equal to, and hashing like, Op)."""
-    kind, mb, chunk, seg = op
-    vs = spec.vstage(stage, chunk)
-    out: list[tuple[_Key, float]] = []
-    if kind == "F":
-        if vs > 0:
-            s2, c2 = spec.owner(vs - 1)
-            out.append(((s2, ("F", mb, c2, seg)), spec.t_comm if s2 != stage else 0.0))
-        if seg > 0:  # Seq1F1B: attention of segment j reads the keys/values of segments < j
-            out.append(((stage, ("F", mb, chunk, seg - 1)), 0.0))
-    elif kind == "B":
-        if vs < spec.n_virtual - 1:
-            s2, c2 = spec.owner(vs + 1)
-            out.append(((s2, ("B", mb, c2, seg)), spec.t_comm if s2 != stage else 0.0))
-        else:
-            out.append(((stage, ("F", mb, chunk, seg)), 0.0))
-        if seg < spec.k - 1:  # Seq1F1B: dK/dV of segment j collect gradients from the later segments
-            out.append(((stage, ("B", mb, chunk, seg + 1)), 0.0))
-    else:
-        out.append(((stage, ("B", mb, chunk, seg)), 0.0))
-    return out
-
-
-def _sends(spec: _Spec, stage: int, op: Op) -> bool:
-    """Whether the op's output crosses to another rank (used by the blocking-p2p option)."""
-    vs = spec.vstage(stage, op.chunk)
-    if op.kind == "F" and vs < spec.n_virtual - 1:
-        return spec.owner(vs + 1)[0] != stage
-    if op.kind == "B" and vs > 0:
-        return spec.owner(vs - 1)[0] != stage
-    return False
-
-
-def _mem_delta(spec: _Spec, op: Op) -> float:
-    a = 1.0 / spec.k
-    if op.kind == "F":
-        return a
-    if op.kind == "B":
-        return -a * (1.0 - spec.w_share) if spec.split else -a
-    return -a * spec.w_share
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The list scheduler
-# ---------------------------------------------------------------------------------------------------------------
-def _run_orders(spec: _Spec, orders: Sequence[Sequence[Op]]) -> list[list[tuple[float, float]]]:
+def _run_orders(spec: Spec, orders: Sequence[Sequence[Op]]) -> list[list[tuple[float, float]]]:
     """Play fixed per-rank orders: each op starts at max(rank free, dependencies done + delay).
 
     Returns (start, end) per op, aligned with `orders`. Raises on deadlock.
@@ -249,9 +126,9 @@ def _run_orders(spec: _Spec, orders: Sequence[Sequence[Op]]) -> list[list[tuple[
     def template(s: int, op: Op) -> tuple[list[tuple[int, str, int, int, float]], float, float]:
         got = templates.get((s, op[0], op[2], op[3]))
         if got is None:
-            deps = [(s2, k2, c2, g2, delay) for (s2, (k2, _, c2, g2)), delay in _deps(spec, s, op)]
-            hold = spec.t_comm if spec.p2p_blocking and _sends(spec, s, op) else 0.0
-            got = templates[(s, op[0], op[2], op[3])] = (deps, _duration(spec, op), hold)
+            deps = [(s2, k2, c2, g2, delay) for (s2, (k2, _, c2, g2)), delay in op_deps(spec, s, op)]
+            hold = spec.t_comm if spec.p2p_blocking and op_sends(spec, s, op) else 0.0
+            got = templates[(s, op[0], op[2], op[3])] = (deps, op_duration(spec, op), hold)
         return got
 
     plan = []
@@ -264,7 +141,7 @@ def _run_orders(spec: _Spec, orders: Sequence[Sequence[Op]]) -> list[list[tuple[
         plan.append(row)
     slots: list[list[tuple[float, float]]] = [[] for _ in orders]
     free = [0.0] * spec.p
-    end: dict[_Key, float] = {}
+    end: dict[Key, float] = {}
     total = sum(len(o) for o in orders)
     while len(end) < total:
         progressed = False
@@ -296,180 +173,8 @@ def _run_orders(spec: _Spec, orders: Sequence[Sequence[Op]]) -> list[list[tuple[
     return slots
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Operation orders
-# ---------------------------------------------------------------------------------------------------------------
-def _one_f_one_b(fwd: Sequence[Op], bwd: Sequence[Op], warmup: int) -> list[Op]:
-    """`warmup` forwards, then steady F/B pairs, then the remaining backwards (PipeDream-Flush shape)."""
-    warmup = min(warmup, len(fwd))
-    order = list(fwd[:warmup])
-    for i in range(len(fwd) - warmup):
-        order += [fwd[warmup + i], bwd[i]]
-    return order + list(bwd[len(fwd) - warmup:])
-
-
-def orders_1f1b(p: int, m: int) -> list[list[Op]]:
-    """PipeDream-Flush / Megatron non-interleaved: rank s runs p-s-1 warm-up forwards (Megatron schedules.py), then
-    1F1B, then the cool-down backwards (Narayanan et al. 2021 §2.2.1)."""
-    fwd = [Op("F", i) for i in range(m)]
-    bwd = [Op("B", i) for i in range(m)]
-    return [_one_f_one_b(fwd, bwd, p - s - 1) for s in range(p)]
-
-
-def orders_interleaved(p: int, m: int, v: int) -> list[list[Op]]:
-    """Megatron interleaved 1F1B (Narayanan et al. 2021 §2.2.2): micro-batches advance in groups of p through the v
-    chunks; the k-th forward is micro-batch (k // pv)*p + k % p on chunk (k // p) % v, backwards walk the chunks in
-    reverse; rank s warms up with 2(p-s-1) + (v-1)p chunk-forwards (Megatron schedules.py). Requires m % p == 0."""
-    if m % p:
-        raise ValueError(f"interleaved 1F1B needs m % p == 0 (m={m}, p={p})")
-
-    def unit(kind: str, k: int) -> Op:
-        c = (k // p) % v
-        return Op(kind, (k // (p * v)) * p + k % p, c if kind == "F" else v - 1 - c)
-
-    fwd = [unit("F", k) for k in range(m * v)]
-    bwd = [unit("B", k) for k in range(m * v)]
-    return [_one_f_one_b(fwd, bwd, 2 * (p - s - 1) + (v - 1) * p) for s in range(p)]
-
-
-def _zb_handcrafted(p: int, m: int, warmup: Callable[[int], int], lag: Callable[[int], int]) -> list[list[Op]]:
-    """1F1B-shaped F/B order with W(i - lag) placed right after B(i); the lagged W's fill the cool-down."""
-    orders = []
-    for s in range(p):
-        w, d = min(warmup(s), m), lag(s)
-        order = [Op("F", i) for i in range(w)]
-        for i in range(m):
-            if w + i < m:
-                order.append(Op("F", w + i))
-            order.append(Op("B", i))
-            if i >= d:
-                order.append(Op("W", i - d))
-        order += [Op("W", i) for i in range(max(m - d, 0), m)]
-        orders.append(order)
-    return orders
-
-
-def orders_zb_h1(p: int, m: int) -> list[list[Op]]:
-    """ZB-H1 (Qi et al. 2024 §2.1): same warm-up and F/B order as 1F1B (so the same in-flight bound), but rank s
-    delays its W passes by s micro-batches. With T_F = T_B = T_W every rank's B(m-1) then reaches rank 0 at T_B per hop
-    and ranks end together after s+1 trailing W's: bubble (p-1)(T_F + T_B - T_W)."""
-    return _zb_handcrafted(p, m, lambda s: p - s - 1, lambda s: s)
-
-
-def orders_zb_h2(p: int, m: int) -> list[list[Op]]:
-    """ZB-H2 (Qi et al. 2024 §2.2): 2(p-s-1) warm-up forwards (rank 0 holds up to 2p-1 micro-batches), which fill
-    the gap until the first B arrives; W delayed by 2s so the last B chain is covered by W work: no bubble when
-    T_F = T_B = T_W (with per-rank spans, i.e. the post-validation optimizer step)."""
-    return _zb_handcrafted(p, m, lambda s: 2 * (p - s - 1), lambda s: 2 * s)
-
-
-def orders_seq1f1b(p: int, m: int, k: int) -> list[list[Op]]:
-    """Seq1F1B (Sun et al. 2024, arXiv 2406.03488): each sequence is cut into k segments that run through 1F1B as
-    separate units; forwards go segment 0..k-1, backwards k-1..0 (a later segment's backward first, since earlier
-    segments' K/V receive gradients from it). Rank s warms up with (p-s-1) + (k-1) segment forwards, so the last rank
-    holds one whole sequence and rank 0 p+k-1 segments, about 1/k of 1F1B's p sequences."""
-    fwd = [Op("F", u // k, 0, u % k) for u in range(m * k)]
-    bwd = [Op("B", u // k, 0, k - 1 - u % k) for u in range(m * k)]
-    return [_one_f_one_b(fwd, bwd, (p - s - 1) + (k - 1)) for s in range(p)]
-
-
-def orders_zb_v(spec: _Spec, m: int) -> list[list[Op]]:
-    """ZB-V (Qi et al. 2024, V-shape schedule; sail-sg/zero-bubble-pipeline-parallelism README): two chunks per rank
-    in a V, split backward, activation cap of 1F1B's (2p chunk-micro-batches = p whole micro-batches on a rank).
-
-    Built by a greedy event-driven list scheduler in the spirit of the paper's automatic-scheduling heuristic (§3) and
-    the repo's V scheduler: when a rank is free it runs, in priority, a ready B (earliest micro-batch, deeper chunk
-    first); else a ready F if the memory cap allows, preferring the deeper chunk and reserving room for the same
-    micro-batch's later chunk; else a pending W (oldest first), which both fills gaps and frees memory. The resulting
-    order is then replayed by the same fixed-order scheduler as every other schedule. With W holding 32/34 of a
-    chunk's activations the cap forces W's early and leaves a small tail bubble (below ZB-H1's); with a small
-    W share the greedy order reaches the README's zero bubble at T_F = T_B = T_W.
-    """
-    return _greedy_orders(spec, m, cap=2.0 * spec.p)
-
-
-def _greedy_orders(spec: _Spec, m: int, cap: float) -> list[list[Op]]:
-    p, v = spec.p, spec.v
-    next_f = [[0] * v for _ in range(p)]
-    next_b = [[0] * v for _ in range(p)]
-    pending_w: list[list[Op]] = [[] for _ in range(p)]
-    mem = [0.0] * p
-    clock = [0.0] * p
-    done: dict[_Key, float] = {}
-    orders: list[list[Op]] = [[] for _ in range(p)]
-    remaining = [3 * m * v] * p
-
-    def ready_at(s: int, op: Op) -> float | None:
-        t = 0.0
-        for key, delay in _deps(spec, s, op):
-            if key not in done:
-                return None
-            t = max(t, done[key] + delay)
-        return t
-
-    def deeper_first(s: int) -> list[int]:
-        return sorted(range(v), key=lambda c: -spec.vstage(s, c))
-
-    def pick(s: int) -> tuple[Op | None, float]:
-        """The op rank s runs at clock[s], or (None, earliest known future ready time)."""
-        future = float("inf")
-        cands: list[tuple[int, Op]] = []
-        for c in deeper_first(s):
-            if next_b[s][c] < min(next_f[s][c], m):
-                cands.append((0, Op("B", next_b[s][c], c)))
-            if next_f[s][c] < m:
-                reserve = sum(1 for c2 in range(v) if spec.vstage(s, c2) > spec.vstage(s, c))
-                if mem[s] + 1.0 + reserve <= cap + 1e-9:
-                    cands.append((1, Op("F", next_f[s][c], c)))
-        cands.sort(key=lambda x: (x[0], x[1].mb))
-        for _, op in cands:
-            t = ready_at(s, op)
-            if t is None:
-                continue
-            if t <= clock[s] + 1e-12:
-                return op, clock[s]
-            future = min(future, t)
-        if pending_w[s]:
-            return pending_w[s][0], clock[s]
-        return None, future
-
-    stalled: set[int] = set()  # ranks with nothing to run now, waiting for ranks at the same clock to move
-    while any(remaining):
-        s = min((i for i in range(p) if remaining[i]), key=lambda i: (clock[i], i in stalled, i))
-        op, t = pick(s)
-        if op is None:
-            if any(remaining[i] and i != s and i not in stalled and clock[i] <= clock[s] for i in range(p)):
-                stalled.add(s)
-                continue
-            later = [clock[i] for i in range(p) if remaining[i] and clock[i] > clock[s]]
-            nxt = min([t, *later])
-            if nxt == float("inf"):
-                raise ValueError("greedy schedule deadlocked (memory cap too small?)")
-            clock[s] = nxt
-            stalled.discard(s)
-            continue
-        stalled.clear()
-        end = clock[s] + _duration(spec, op)
-        done[(s, op)] = end
-        clock[s] = end + (spec.t_comm if spec.p2p_blocking and _sends(spec, s, op) else 0.0)
-        orders[s].append(op)
-        remaining[s] -= 1
-        mem[s] += _mem_delta(spec, op)
-        if op.kind == "F":
-            next_f[s][op.chunk] += 1
-        elif op.kind == "B":
-            next_b[s][op.chunk] += 1
-            pending_w[s].append(Op("W", op.mb, op.chunk))
-        else:
-            pending_w[s].pop(0)
-    return orders
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Public entry points
-# ---------------------------------------------------------------------------------------------------------------
-def _peak_inflight(spec: _Spec, order: Sequence[Op]) -> float:
-    delta = {kind: _mem_delta(spec, Op(kind, 0)) for kind in "FBW"}
+def _peak_inflight(spec: Spec, order: Sequence[Op]) -> float:
+    delta = {kind: op_mem_delta(spec, Op(kind, 0)) for kind in "FBW"}
     return max(0.0, *itertools.accumulate(delta[op[0]] for op in order)) if order else 0.0
 
 
@@ -478,12 +183,12 @@ def simulate_orders(orders: Sequence[Sequence[Op]], *, schedule: str, m: int, t_
                     v_shape: bool = False, attn_frac: float = 0.0, w_share: float = W_SHARE_FUSED_ATTENTION,
                     p2p_blocking: bool = False) -> PipelineSimResult:
     """Simulate explicit per-rank op lists (one list per rank) and measure the timeline."""
-    spec = _Spec(p=len(orders), v=v, k=k, split=split, v_shape=v_shape, t_f=t_f, t_b=t_b, t_w=t_w, t_comm=t_comm,
+    spec = Spec(p=len(orders), v=v, k=k, split=split, v_shape=v_shape, t_f=t_f, t_b=t_b, t_w=t_w, t_comm=t_comm,
                  attn_frac=attn_frac, w_share=w_share, p2p_blocking=p2p_blocking)
     return _measure(spec, schedule, m, orders, _run_orders(spec, orders))
 
 
-def _measure(spec: _Spec, schedule: str, m: int, orders: Sequence[Sequence[Op]],
+def _measure(spec: Spec, schedule: str, m: int, orders: Sequence[Sequence[Op]],
              slots: list[list[tuple[float, float]]]) -> PipelineSimResult:
     make = tuple.__new__  # builds the NamedTuple without its Python-level __new__ (hot path: one per op)
     timeline = [make(Slot, (s, op[0], op[1], op[2], t0, t1, op[3]))
@@ -521,7 +226,7 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
         v = 1
     if schedule != "seq1f1b":
         k = 1
-    spec = _Spec(p=p, v=v, k=k, split=schedule in SPLIT_SCHEDULES, v_shape=schedule == Schedule.ZB_V.label, t_f=t_f,
+    spec = Spec(p=p, v=v, k=k, split=schedule in SPLIT_SCHEDULES, v_shape=schedule == Schedule.ZB_V.label, t_f=t_f,
                  t_b=t_b, t_w=t_w, t_comm=t_comm, attn_frac=attn_frac, w_share=w_share, p2p_blocking=p2p_blocking)
     builders: dict[str, Callable[[], list[list[Op]]]] = {
         "1f1b": lambda: orders_1f1b(p, m),
@@ -533,35 +238,3 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
     }
     orders = builders[schedule]()
     return _measure(spec, schedule, m, orders, _run_orders(spec, orders))
-
-
-def render_timeline(result: PipelineSimResult, width: int = 100) -> str:
-    """ASCII Gantt chart, one row per rank: F/B/W for chunk 0 (lower case f/b/w for chunks >= 1), '.' idle.
-
-    Each column covers flush_time / width; it shows the op that overlaps it most, or '.' when the rank computes for
-    less than half of the column (p2p hold time and waiting count as idle).
-    """
-    t0 = min((x.start for x in result.timeline), default=0.0)
-    dt = max(result.flush_time, 1e-12) / width
-    edges = t0 + dt * np.arange(width + 1)
-    rows = []
-    for s in range(result.p):
-        covered = np.zeros(width)
-        best = np.zeros(width)
-        row = ["."] * width
-        for x in (x for x in result.timeline if x.stage == s):
-            lo, hi = int((x.start - t0) // dt), min(int(np.ceil((x.end - t0) / dt)), width)
-            cols = np.arange(max(lo, 0), hi)
-            overlap = np.minimum(edges[cols + 1], x.end) - np.maximum(edges[cols], x.start)
-            covered[cols] += overlap
-            ch = x.op if x.chunk == 0 else x.op.lower()
-            for col, ov in zip(cols, overlap, strict=True):
-                if ov > best[col]:
-                    best[col], row[col] = ov, ch
-        rows.append("".join(c if covered[i] >= 0.5 * dt else "." for i, c in enumerate(row)))
-    head = (f"{result.schedule}: p={result.p} m={result.m} v={result.v}"
-            + (f" k={result.k}" if result.k > 1 else "")
-            + f"  makespan={result.makespan:.4g} bubble={result.bubble:.4g} ({100 * result.bubble_fraction:.1f}%)"
-            + f"  peak in-flight rank0={result.peak_inflight[0]:.3g}")
-    w = len(str(result.p - 1))
-    return "\n".join([head, *(f"s{s:<{w}} |{r}|" for s, r in enumerate(rows))])
