@@ -40,8 +40,17 @@ CASES = {
     "ep_divides_data_ranks": (prob("mixtral-8x7b"), dict(pp=32, dp=2, ep=8), dict(pp=8, dp=8, ep=8)),
     "ep_with_tp_needs_sp": (prob("mixtral-8x7b"), dict(tp=2, dp=32, ep=8, sp=0), dict(tp=2, dp=32, ep=8, sp=1)),
     "sharding_needs_replicas": (prob(cluster="h100x8"), dict(tp=8, zero=1), dict(tp=4, dp=2, zero=1)),
-    "schedule_supported_by_framework": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2),
-                                        dict(pp=2, dp=32, schedule=0)),
+    "framework_schedule": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2), dict(pp=2, dp=32, schedule=0)),
+    "stage_split_launchable": (prob("llama3-405b"), dict(tp=8, pp=8, vpp=2, schedule=1), dict(tp=8, pp=8, vpp=1)),
+    "stage_split_launchable_paper": (prob("llama3-405b", framework="megatron"), dict(tp=8, pp=8), dict(tp=8, dp=8)),
+    "framework_zero": (prob(framework="megatron"), dict(dp=64, zero=3), dict(dp=64, zero=1)),
+    "framework_zero_with_pipeline": (prob(framework="megatron-core"), dict(pp=2, dp=32, zero=3),
+                                     dict(pp=2, dp=32, zero=1)),
+    "framework_context_parallel": (prob(framework="torchtitan"), dict(cp=2, dp=32, cp_comm=1),
+                                   dict(cp=2, dp=32, cp_comm=0)),
+    "framework_context_parallel_paper": (prob(framework="megatron"), dict(cp=2, dp=32), dict(dp=64)),
+    "framework_model_parallel": (prob(framework="deepspeed"), dict(tp=2, dp=32), dict(dp=64)),
+    "framework_ddp_alone": (prob(framework="torchtitan"), dict(tp=2, dp=32, zero=0), dict(tp=2, dp=32, zero=3)),
     "cp_comm_needs_cp": (prob(), dict(dp=64, cp_comm=1), dict(dp=32, cp=2, cp_comm=1)),
     "hybrid_cp_spans_domains": (prob("llama2-7b", "h100x64"), dict(tp=1, cp=4, dp=16, cp_comm=2),
                                 dict(tp=1, cp=16, dp=4, cp_comm=2)),
@@ -52,14 +61,18 @@ CASES = {
 }
 
 
+def _rule_name(case: str) -> str:
+    return case.removesuffix("_zbv").removesuffix("_paper")
+
+
 def test_every_rule_has_a_test():
-    assert {name.removesuffix("_zbv") for name in CASES} == {r.name for r in RULES}
+    assert {_rule_name(name) for name in CASES} == {r.name for r in RULES}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rule(name):
     problem, bad, good = CASES[name]
-    rule = RULES_BY_NAME[name.removesuffix("_zbv")]
+    rule = RULES_BY_NAME[_rule_name(name)]
     assert not rule.check(cols(**bad), problem)[0], f"{name} should refuse {bad}"
     assert rule.check(cols(**good), problem)[0], f"{name} should allow {good}"
 
@@ -68,7 +81,7 @@ def test_rule(name):
 def test_explain_names_the_broken_rule(name):
     problem, bad, _ = CASES[name]
     out = explain(problem, {k: v for k, v in bad.items()} | {"dp": bad.get("dp", 1)})
-    assert name.removesuffix("_zbv") in [r["rule"] for r in out["broken_rules"]]
+    assert _rule_name(name) in [r["rule"] for r in out["broken_rules"]]
 
 
 def test_search_never_returns_a_plan_breaking_a_rule():
@@ -95,3 +108,23 @@ def test_megatron_profile_offers_no_zero_bubble():
     assert "zb-h1" not in PROFILES["megatron"].schedules
     plans = search(prob(framework="megatron", cluster="h100x512", gbs=512), top=20).plans
     assert all(p.layout["schedule"] in (0, 1) for p in plans)
+
+
+def test_zbv_takes_any_microbatch_count_interleaved_needs_a_multiple_of_pp():
+    """A pinned zb-v with 120 micro-batches at pp=16 is allowed (torch ScheduleZBVZeroBubble needs exactly two stages
+    per rank, nothing of the micro-batch count); interleaved 1F1B at the same count is refused (Megatron M14)."""
+    problem = prob("llama3-405b", "h100x1024", gbs=960)
+    zbv = cols(tp=8, pp=16, dp=8, vpp=2, schedule=4, mbs=1)
+    inter = cols(tp=8, pp=16, dp=8, vpp=2, schedule=1, mbs=1)
+    assert 960 // 8 == 120
+    assert RULES_BY_NAME["interleaved_microbatches"].check(zbv, problem)[0]
+    assert not RULES_BY_NAME["interleaved_microbatches"].check(inter, problem)[0]
+
+
+def test_published_runs_are_not_judged_by_capabilities():
+    """Validation pins what a published run did; capability rules judge only what the search chooses."""
+    from dataclasses import replace
+
+    problem = prob(framework="megatron", fixed=parse_pairs(["zero=3"], "--fix"))
+    assert not RULES_BY_NAME["framework_zero"].check(cols(dp=64, zero=3), problem)[0]
+    assert RULES_BY_NAME["framework_zero"].check(cols(dp=64, zero=3), replace(problem, trust_pins=True))[0]

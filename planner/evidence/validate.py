@@ -70,7 +70,7 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
             fixed[name] = enc
     if tr.get("micro_batch") is not None:
         fixed["mbs"] = encode("mbs", str(tr["micro_batch"]), "training.micro_batch")[1]
-    return Problem(model, cluster, training, fixed=fixed)
+    return Problem(model, cluster, training, fixed=fixed, trust_pins=True)
 
 
 # Published peak memory comes from the framework's own report (Megatron's "max allocated", i.e.

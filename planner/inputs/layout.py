@@ -200,3 +200,29 @@ def decode(name: str, value: int) -> int | str | bool:
     if name == "sp":
         return bool(value)
     return int(value)
+
+
+def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """First/last-stage layer counts for an uneven split (Megatron --decoder-first/last-pipeline-num-layers).
+
+    Middle stages get ceil(L/pp) layers, as the cost model assumes for the busiest stage; the rest is shared by the
+    first and last stages. None when the split is even or needs virtual stages (then only a pipeline layout fits).
+    """
+    if pp < 2 or layers % (pp * vpp) == 0 or vpp > 1:
+        return None
+    cap = -(-layers // pp)
+    for middle in (cap, layers // pp):
+        rest = layers - (pp - 2) * middle
+        first, last = rest // 2, rest - rest // 2
+        if 1 <= first <= cap and 1 <= last <= cap:
+            return first, last
+    return None
+
+
+def stage_split_launchable(layers: int, pp: int, vpp: int, uneven_allowed: bool) -> bool:
+    """Whether a launcher can state the layer split the cost model prices: every model chunk of every rank gets the
+    same layer count (layers % (pp x vpp) == 0), or, without virtual stages, first/last-stage counts exist and the
+    framework can emit them (Megatron --decoder-first/last-pipeline-num-layers; torchtitan per-stage modules)."""
+    if layers % (pp * vpp) == 0:
+        return True
+    return uneven_allowed and uneven_stage_layers(layers, pp, vpp) is not None

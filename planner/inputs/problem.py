@@ -15,6 +15,8 @@ class Problem:
     fixed: dict[str, int] = field(default_factory=dict)  # knob -> encoded value (categoricals as indices)
     allow_tp_across_nodes: bool = False
     enforce_memory: bool = True
+    # Pinned knobs come from a run that happened (validation): framework capability rules do not judge them.
+    trust_pins: bool = False
     compress: dict[str, float] = field(default_factory=dict)  # what-if compression ratio per parallel dimension
 
     @property

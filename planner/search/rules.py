@@ -17,7 +17,8 @@ import numpy as np
 
 from planner.cost.comm import domain_group
 from planner.cost.profiles import profile_for
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Schedule, Zero
+from planner.inputs.frameworks import Capabilities, capabilities_for
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Schedule, Zero, stage_split_launchable
 from planner.inputs.problem import Problem
 
 Cols = Mapping[str, np.ndarray]
@@ -55,6 +56,24 @@ def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
 
 def _framework_schedules(p: Problem) -> list[int]:
     return [int(Schedule.from_label(x)) for x in profile_for(p.training.framework).schedules]
+
+
+def _caps(p: Problem) -> Capabilities:
+    return capabilities_for(p.training.framework)
+
+
+def _trusted(knob: str, p: Problem) -> bool:
+    """Framework capability rules judge searched knobs; a knob pinned for a published run (validation) is taken as
+    what that run's stack did."""
+    return p.trust_pins and knob in p.fixed
+
+
+def _split_ok(c: Cols, p: Problem) -> np.ndarray:
+    layers, uneven = p.model.num_hidden_layers, _caps(p).uneven_pipeline
+    pairs = np.stack([c["pp"], c["vpp"]]).astype(np.int64)
+    unique, index = np.unique(pairs, axis=1, return_inverse=True)
+    ok = np.array([stage_split_launchable(layers, int(pp), int(v), uneven) for pp, v in unique.T], dtype=bool)
+    return ok[index.reshape(-1)] if ok.size else np.ones(len(c["pp"]), dtype=bool)
 
 
 def _microbatches(c: Cols, p: Problem) -> np.ndarray:
@@ -110,9 +129,11 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["pp"] > 1) | (c["schedule"] == Schedule.ONE_F_ONE_B),
          "pipeline schedules other than 1f1b need pp > 1", "use schedule=1f1b when pp = 1",
          "a schedule orders pipeline stages; with one stage there is none"),
-    Rule("interleaved_microbatches", ("pp", "vpp", "mbs", "dp"),
-         lambda c, p: (c["vpp"] == 1) | ((_microbatches(c, p) >= c["pp"]) & _divides(c["pp"], _microbatches(c, p))),
-         "the interleaved schedule needs a multiple of pp micro-batches",
+    Rule("interleaved_microbatches", ("pp", "schedule", "mbs", "dp"),
+         lambda c, p: (c["schedule"] != Schedule.INTERLEAVED)
+         | ((_microbatches(c, p) >= c["pp"]) & _divides(c["pp"], _microbatches(c, p))),
+         "the interleaved schedule needs a multiple of pp micro-batches (zb-v, with its fixed V of 2 chunks, takes any "
+         "count: torch.distributed.pipelining ScheduleZBVZeroBubble pads to 2pp - 1 and drops the extras)",
          "raise --global-batch or lower the micro-batch so that micro-batches are a multiple of pp",
          "Megatron M14 (schedules.py microbatch group = pp)"),
     Rule("sequence_parallel_needs_tp", ("tp", "sp"),
@@ -142,12 +163,6 @@ RULES: tuple[Rule, ...] = (
          "HSDP (zero=4) shards inside an NVLink domain and replicates across domains, so its data ranks must span "
          "more than one domain (otherwise it is zero=3)", "use zero=3",
          "PyTorch FSDP HYBRID_SHARD / FSDP2 2-D device mesh (torchtitan docs/fsdp.md)"),
-    Rule("schedule_supported_by_framework", ("schedule",),
-         lambda c, p: np.isin(c["schedule"], _framework_schedules(p))
-         | ("schedule" in p.fixed),
-         "the chosen training framework does not ship this pipeline schedule",
-         "use --framework generic to search every schedule, or pin --fix schedule=...",
-         "Megatron-LM ships 1F1B and interleaved 1F1B only (schedules.py); zero-bubble lives in the sail-sg fork"),
     Rule("cp_comm_needs_cp", ("cp", "cp_comm"),
          lambda c, p: (c["cp_comm"] == CpComm.RING) | (c["cp"] > 1),
          "an all-to-all (Ulysses) context-parallel exchange needs cp > 1", "set cp_comm=ring or cp > 1",
@@ -163,6 +178,42 @@ RULES: tuple[Rule, ...] = (
          "all-to-all context parallelism shards heads, so query and key/value heads must divide by tp x cp",
          "use ring context parallelism (cp_comm=ring) or a smaller cp",
          "DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-parallel degree must divide the head count"),
+    Rule("stage_split_launchable", ("pp", "vpp"),
+         lambda c, p: (c["pp"] == 1) | _split_ok(c, p) | _trusted("pp", p),
+         "the layers do not split into equal model chunks, and no first/last-stage layer counts the framework can "
+         "emit fix the split", "use a pp (and vpp) that divides the layer count",
+         "Megatron --decoder-first/last-pipeline-num-layers (not with VPP, arguments.py); torchtitan stage modules"),
+    Rule("framework_schedule", ("schedule",),
+         lambda c, p: np.isin(c["schedule"], [int(s) for s in _caps(p).schedules]) | _trusted("schedule", p),
+         "the chosen training framework does not ship this pipeline schedule",
+         "use --framework generic to search every schedule",
+         "Megatron-Core schedules.py: 1F1B and interleaved only; torchtitan: torch.distributed.pipelining schedules"),
+    Rule("framework_zero", ("zero",),
+         lambda c, p: np.isin(c["zero"], [int(z) for z in _caps(p).zero]) | _trusted("zero", p),
+         "the chosen training framework cannot run this ZeRO/FSDP stage", "pick a stage the framework runs",
+         "frontier_facts.md §B: Megatron dist-opt = ZeRO-1, Megatron-FSDP for 2/3; torchtitan FSDP2/HSDP"),
+    Rule("framework_zero_with_pipeline", ("zero", "pp"),
+         lambda c, p: (c["pp"] == 1) | np.isin(c["zero"], [int(z) for z in _caps(p).zero_with_pipeline])
+         | _trusted("zero", p),
+         "the chosen training framework does not combine this ZeRO/FSDP stage with pipeline parallelism",
+         "use zero=1 with pp > 1, or pp=1",
+         "DeepSpeed runtime/pipe/engine.py asserts ZeRO < 2; Megatron-FSDP rejects PP (mcore_fsdp_adapter.py)"),
+    Rule("framework_context_parallel", ("cp", "cp_comm"),
+         lambda c, p: (c["cp"] == 1) | np.isin(c["cp_comm"], [int(x) for x in _caps(p).cp_comm]) | _trusted("cp", p),
+         "the chosen training framework has no context parallelism of this kind", "set cp=1 or another cp_comm",
+         "paper-era Megatron-LM and DeepSpeed configs have no CP; torchtitan CP is ring attention only"),
+    Rule("framework_model_parallel", ("tp", "pp", "ep"),
+         lambda c, p: (((c["tp"] == 1) | _caps(p).tensor_parallel) | _trusted("tp", p))
+         & (((c["pp"] == 1) | _caps(p).pipeline_parallel) | _trusted("pp", p))
+         & (((c["ep"] == 1) | _caps(p).expert_parallel) | _trusted("ep", p)),
+         "the chosen training framework cannot run this tensor, pipeline or expert parallelism",
+         "use --framework megatron-core or torchtitan for model parallelism",
+         "a ds_config expresses ZeRO only (TP/PP need Megatron-DeepSpeed); paper-era Megatron had no MoE"),
+    Rule("framework_ddp_alone", ("zero", "tp", "pp", "cp", "ep"),
+         lambda c, p: (not _caps(p).ddp_only_alone) | (c["zero"] != Zero.NONE)
+         | ((c["tp"] == 1) & (c["pp"] == 1) & (c["cp"] == 1) & (c["ep"] == 1)) | _trusted("zero", p),
+         "the chosen framework runs replicated data parallelism (zero=0) only when it is the only parallelism",
+         "use zero >= 2 with model parallelism", "torchtitan parallelize: DDP is applied only without TP/PP/CP"),
 )
 
 MEMORY_RULE = Rule(

@@ -1,0 +1,94 @@
+"""What each training framework can run: the knobs and values it supports, and the launcher format that emits it.
+
+The search only walks layouts the chosen `--framework` can launch (planner.search.rules reads this table), and a
+launcher format implies its framework (`--format deepspeed` plans for DeepSpeed). Behaviour that changes the cost of
+a layout (kernel efficiency, overlap, bytes per state) lives in planner.cost.profiles; this table only says yes/no.
+Sources: ../shared/reference/frontier_facts.md §B-C (Megatron-Core, torchtitan, DeepSpeed at their newest commits
+read) and ecosystem.md §1-2; the paper-era Megatron-LM is Narayanan et al. 2021 (TP + PP + interleaving + DP only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.inputs.layout import CpComm, Schedule, Zero
+
+_ALL_SCHEDULES = tuple(Schedule)
+_ALL_ZERO = tuple(Zero)
+_ALL_CP = tuple(CpComm)
+_MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """One framework's supported layout space. Empty `cp_comm` means no context parallelism."""
+
+    name: str
+    zero: tuple[Zero, ...] = _ALL_ZERO
+    schedules: tuple[Schedule, ...] = _ALL_SCHEDULES
+    cp_comm: tuple[CpComm, ...] = _ALL_CP
+    tensor_parallel: bool = True
+    pipeline_parallel: bool = True
+    expert_parallel: bool = True
+    # ZeRO stages that may be combined with pp > 1 (DeepSpeed's pipe engine asserts stage < 2; torch FSDP2 under
+    # Megatron is refused with PP; Megatron-FSDP v2 rejects PP).
+    zero_with_pipeline: tuple[Zero, ...] = _ALL_ZERO
+    # Replicated data parallelism (zero 0) only when data parallelism is the only dimension (torchtitan applies DDP
+    # only then; FSDP2 is its data-parallel path otherwise).
+    ddp_only_alone: bool = False
+    # First/last pipeline stages may hold a different layer count than the middle ones (Megatron
+    # --decoder-first/last-pipeline-num-layers; torchtitan per-stage module lists).
+    uneven_pipeline: bool = True
+    launcher: str | None = None  # the --format that emits this framework's launch configuration
+    source: str = ""
+
+
+FRAMEWORKS: dict[str, Capabilities] = {
+    "generic": Capabilities("generic", source="every knob; launch through --format env"),
+    "megatron": Capabilities(
+        "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(),
+        expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
+        source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
+               "interleaving, DP and the distributed optimizer; no context or expert parallelism, no ZeRO-2/3"),
+    "megatron-core": Capabilities(
+        "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
+        schedules=_MEGATRON_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
+        source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
+               "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
+    "nemo": Capabilities(
+        "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MEGATRON_SCHEDULES,
+        zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="nemo",
+        source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
+    "torchtitan": Capabilities(
+        "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
+        schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V), cp_comm=(CpComm.RING,),
+        ddp_only_alone=True, launcher="torchtitan",
+        source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
+               "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
+    "deepspeed": Capabilities(
+        "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
+        schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
+        expert_parallel=False, launcher="deepspeed",
+        source="a ds_config expresses ZeRO 0-3 only; TP/PP/CP need Megatron-DeepSpeed or model code"),
+    "megatron-deepspeed": Capabilities(
+        "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False,
+        zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
+        zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
+        source="Megatron-DeepSpeed: Megatron TP/PP under DeepSpeed's pipe engine (TrainSchedule 1F1B; "
+               "runtime/pipe/engine.py asserts ZeRO stage < 2)"),
+    "llm-foundry": Capabilities(
+        "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
+        cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False,
+        source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
+}
+# Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.
+for _name in ("automodel", "gpt-neox", "metaseq", "other"):
+    FRAMEWORKS[_name] = Capabilities(_name, source="validation cases only: no launcher; every knob allowed")
+
+# The framework a launcher format plans for, when --framework is not given.
+FRAMEWORK_FOR_FORMAT = {"megatron": "megatron-core", "nemo": "nemo", "torchtitan": "torchtitan",
+                        "deepspeed": "deepspeed", "env": "generic"}
+
+
+def capabilities_for(framework: str) -> Capabilities:
+    return FRAMEWORKS.get(framework, FRAMEWORKS["generic"])
