@@ -61,30 +61,6 @@ def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
         raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(allowed)}")
 
 
-def _compress(items: list[str] | None) -> dict[str, float]:
-    """`--compress dp=4,tp=1.5`: a what-if compression ratio per parallel dimension (>= 1)."""
-    from planner.cost.compression import DIMENSIONS
-
-    ratios: dict[str, float] = {}
-    for item in items or []:
-        for part in filter(None, (p.strip() for p in item.split(","))):
-            key, _, raw = part.partition("=")
-            key = key.strip().lower()
-            if key not in DIMENSIONS:
-                raise PlanInputError(f"unknown dimension '{key}'", field="--compress",
-                                     fix=f"use {', '.join(DIMENSIONS)}, e.g. --compress dp=4,tp=1.5")
-            try:
-                ratio = float(raw)
-            except ValueError:
-                raise PlanInputError(f"ratio for {key} must be a number (got '{raw}')", field="--compress",
-                                     fix="e.g. --compress dp=4") from None
-            if not 1.0 <= ratio <= 1000.0:
-                raise PlanInputError(f"ratio for {key} must be between 1 and 1000 (got {raw})", field="--compress",
-                                     fix="a ratio of 4 sends a quarter of the bytes")
-            ratios[key] = ratio
-    return ratios
-
-
 def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
              fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
              compress: list[str] | None = None):
@@ -94,7 +70,7 @@ def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precisio
     from planner.inputs.catalog import load_cluster, load_model
     from planner.inputs.files import pydantic_error
     from planner.inputs.layout import parse_pairs
-    from planner.inputs.problem import Problem
+    from planner.inputs.problem import Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
 
     if precision not in ("bf16", "fp8", "fp4"):
@@ -115,7 +91,7 @@ def _problem(model: str, cluster: str, seq_len: int, global_batch: int, precisio
         _stderr().print(f"warning: {c.gpu.name} has no {precision} tensor cores; predicting at its bf16 rate")
     fixed = parse_pairs(fix or [], "--fix")
     return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory,
-                   compress=_compress(compress))
+                   compress=parse_compress(compress))
 
 
 @app.callback(invoke_without_command=True)

@@ -36,13 +36,15 @@ def check(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """Re-plan the problem recorded in a baseline; exit 1 when the rank-1 layout or tokens/s/GPU moved."""
-    from planner.report.compare import check_document, check_ok_line, format_comparison, load_plan_document
+    from planner.report.compare import check_document
+    from planner.report.compare_text import check_ok_line, format_comparison
+    from planner.report.plan_doc import read_plan_document
 
     _check_format(fmt)
     if not (math.isfinite(tolerance) and tolerance >= 0):
         raise PlanInputError(f"must be a non-negative number (got {tolerance})", field="--tolerance",
                              fix="e.g. --tolerance 0.01 for 1%")
-    doc = load_plan_document(baseline)
+    doc = read_plan_document(baseline)
     cmp = check_document(doc, tolerance, source=baseline)
     cmp.old_label, cmp.new_label = "baseline", "now"
     if fmt == "json":
@@ -62,11 +64,13 @@ def diff(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text | json")] = "text",
 ) -> None:
     """Two plan files side by side: inputs that differ, rank-by-rank layout changes, metric deltas."""
-    from planner.report.compare import diff_data, diff_documents, load_plan_document
+    from planner.report.compare import diff_data
+    from planner.report.compare_text import diff_documents
+    from planner.report.plan_doc import read_plan_document
 
     _check_format(fmt)
-    doc_a = load_plan_document(a)
-    doc_b = load_plan_document(b)
+    doc_a = read_plan_document(a).raw
+    doc_b = read_plan_document(b).raw
     if fmt == "json":
         _dump(diff_data(doc_a, doc_b, a, b))
     else:

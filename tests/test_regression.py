@@ -20,7 +20,9 @@ from cli.main import app
 from cli.regression import register
 from planner.errors import PlanInputError
 from planner.report import document
-from planner.report.compare import compare, diff_documents, format_comparison, problem_from_document, replan
+from planner.report.compare import compare, replan
+from planner.report.compare_text import diff_documents, format_comparison
+from planner.report.plan_doc import problem_from_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("--model", "llama3-8b", "--cluster", "h100x16", "--top", "3")

@@ -1,4 +1,4 @@
-"""The stable, machine-readable plan document (docs/plan-schema.md): built, serialised, and read back."""
+"""The stable, machine-readable plan document (docs/plan-schema.md): built and serialised (read back by plan_doc)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
-from planner.errors import PlanInputError
 from planner.inputs.layout import HSDP, decode
 from planner.inputs.problem import Problem
+from planner.report.plan_doc import SCHEMA_VERSION
 from planner.search.search import Plan, SearchResult
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "build", "dumps"]
 
 
 def sig(x: float, digits: int = 6) -> float:
@@ -116,14 +116,3 @@ def dumps(doc: dict[str, Any], fmt: str) -> str:
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)
 
-
-def load_document(path: str) -> dict[str, Any]:
-    from pathlib import Path
-
-    from planner.inputs.files import read_structured_file
-
-    doc = read_structured_file(Path(path))
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "inputs" not in doc:
-        raise PlanInputError("not a plan document (schema_version 1 with 'inputs')", source=path,
-                             fix="write one with 'plan ... --format json > plan.json'")
-    return doc
