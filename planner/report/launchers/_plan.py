@@ -15,7 +15,7 @@ from planner.inputs.layout import SCHEDULES
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
 
 
 @dataclass(frozen=True)
