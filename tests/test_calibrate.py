@@ -294,7 +294,7 @@ def test_run_calibration_checks_out_before_measuring(tmp_path):
 
 
 def test_calibrate_command_registers_and_propagates(tmp_path):
-    from cli.calibrate import register
+    from cli.commands.calibrate import register
 
     app = typer.Typer()
 
@@ -314,7 +314,7 @@ def test_calibrate_command_registers_and_propagates(tmp_path):
 
 def test_calibrate_cli_exits_2_with_one_line(tmp_path):
     # The way cli/main.py will run it: its run() maps PlanInputError to one stderr line and exit code 2.
-    code = ("import sys; from cli.main import app, run; from cli.calibrate import register; register(app); "
+    code = ("import sys; from cli.main import app, run; from cli.commands.calibrate import register; register(app); "
             f"sys.argv = ['plan', 'calibrate', '--out', {str(tmp_path / 'p.yaml')!r}]; run()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2, r.stderr

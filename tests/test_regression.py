@@ -16,15 +16,17 @@ from typing import Any
 import pytest
 from conftest import run_plan_in_process
 
+from cli.commands.check import register
 from cli.main import app
-from cli.regression import register
 from planner.errors import PlanInputError
 from planner.report import document
-from planner.report.compare import compare, diff_documents, format_comparison, problem_from_document, replan
+from planner.report.compare import compare, replan
+from planner.report.compare_text import diff_documents, format_comparison
+from planner.report.plan_doc import problem_from_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("--model", "llama3-8b", "--cluster", "h100x16", "--top", "3")
-WIRED = "cli.regression" in (ROOT / "cli" / "main.py").read_text()  # the lead wires register(app) into cli/main.py
+WIRED = "cli.commands" in (ROOT / "cli" / "main.py").read_text()  # the lead wires register(app) into cli/main.py
 
 if not any(c.name in ("check", "diff") for c in app.registered_commands):
     register(app)
@@ -88,7 +90,7 @@ def test_replan_is_byte_identical(tmp_path: Path):
 
 
 def test_problem_from_document_matches_the_cli_problem(baseline: Path):
-    from cli.main import _problem
+    from cli.options import build_problem as _problem
 
     doc = json.loads(record(baseline.parent, "fixed.json", *SMALL, "--fix", "recompute=full", "--fix", "sp=true",
                             "--framework", "torchtitan", "--allow-tp-across-nodes").read_text())
@@ -319,7 +321,7 @@ def test_entry_point_subprocess(baseline: Path, tmp_path: Path):
     if WIRED:
         cmd = [sys.executable, "-m", "cli.main"]
     else:
-        cmd = [sys.executable, "-c", "from cli.main import app, run; from cli.regression import register; "
+        cmd = [sys.executable, "-c", "from cli.main import app, run; from cli.commands.check import register; "
                "register(app); run()"]
     ok = subprocess.run([*cmd, "check", "--baseline", str(baseline)], capture_output=True, text=True, cwd=ROOT,
                         timeout=120)

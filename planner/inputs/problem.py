@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from planner.errors import PlanInputError
 from planner.inputs.specs import ClusterSpec, ModelSpec, TrainingSpec
+
+# Parallel dimensions whose traffic `--compress` can shrink (the same names as planner.cost.compression.DIMENSIONS;
+# a test keeps the two equal).
+COMPRESS_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
+COMPRESS_RANGE = (1.0, 1000.0)  # a ratio of 4 sends a quarter of the bytes; below 1 would send more
 
 
 @dataclass(frozen=True)
@@ -22,3 +30,43 @@ class Problem:
     @property
     def num_gpus(self) -> int:
         return self.cluster.num_gpus
+
+
+def _compress_pairs(raw: Iterable[str] | Mapping[object, object]) -> Iterable[tuple[object, object]]:
+    if isinstance(raw, Mapping):
+        return raw.items()
+    pairs = []
+    for item in raw:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            key, _, value = part.partition("=")
+            pairs.append((key.strip().lower(), value))
+    return pairs
+
+
+def parse_compress(raw: Iterable[str] | Mapping[object, object] | None, where: str = "--compress",
+                   source: str | None = None) -> dict[str, float]:
+    """The what-if compression ratios, the one place they are checked: `--compress dp=4,tp=1.5` (a list of such
+    strings) or a plan document's `inputs.options.compress` mapping. Each key is a dimension of COMPRESS_DIMENSIONS
+    and each ratio a number within COMPRESS_RANGE; one PlanInputError otherwise."""
+    low, high = COMPRESS_RANGE
+    cli = where.startswith("--")
+    ratios: dict[str, float] = {}
+    for key, value in _compress_pairs(raw or []):
+        name = str(key)
+        if name not in COMPRESS_DIMENSIONS:
+            fix = "e.g. --compress dp=4,tp=1.5" if cli else "e.g. dp: 4"
+            raise PlanInputError(f"unknown dimension {name[:40]!r}", field=where, source=source,
+                                 fix=f"use {', '.join(COMPRESS_DIMENSIONS)}, {fix}")
+        field_name = where if cli else f"{where}.{name}"
+        if isinstance(value, bool):
+            value = str(value)
+        try:
+            ratio = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise PlanInputError(f"ratio for {name} must be a number (got {str(value)[:60]!r})", field=field_name,
+                                 source=source, fix="e.g. --compress dp=4" if cli else "e.g. dp: 4") from None
+        if not (math.isfinite(ratio) and low <= ratio <= high):
+            raise PlanInputError(f"ratio for {name} must be between {low:g} and {high:g} (got {str(value)[:60]})",
+                                 field=field_name, source=source, fix="a ratio of 4 sends a quarter of the bytes")
+        ratios[name] = ratio
+    return ratios

@@ -1,4 +1,4 @@
-"""The stable, machine-readable plan document (docs/plan-schema.md): built, serialised, and read back."""
+"""The stable, machine-readable plan document (docs/plan-schema.md): built and serialised (read back by plan_doc)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
-from planner.errors import PlanInputError
-from planner.inputs.layout import HSDP, decode
+from planner.inputs.layout import HSDP, CpComm, Zero, decode
 from planner.inputs.problem import Problem
+from planner.report.plan_doc import SCHEMA_VERSION  # noqa: F401 - documents are written and read with one version
 from planner.search.search import Plan, SearchResult
-
-SCHEMA_VERSION = 1
 
 
 def sig(x: float, digits: int = 6) -> float:
@@ -44,7 +42,7 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
                 layers: int | None = None, nvlink_domain: int | None = None) -> dict[str, Any]:
     out = {
         "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
-        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(layout["zero"], 3),
+        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(int(layout["zero"]), int(Zero.PARAMETERS)),
         "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
         "schedule": decode("schedule", layout["schedule"]),
         "cp_comm": decode("cp_comm", layout.get("cp_comm", 0)),
@@ -54,7 +52,8 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
     if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
         data = layout["dp"] * layout["cp"]
         out["fsdp_shard_group"] = math.gcd(data, max(nvlink_domain // layout["tp"], 1))
-    if layout.get("cp_comm", 0) == 2 and nvlink_domain:  # hybrid CP: all-to-all size inside the domain, ring across
+    # Hybrid CP: all-to-all size inside the domain, ring across.
+    if layout.get("cp_comm", CpComm.RING) == CpComm.HYBRID and nvlink_domain:
         inside = math.gcd(layout["cp"], max(nvlink_domain // layout["tp"], 1))
         out["cp_hierarchy"] = [inside, layout["cp"] // inside]
     if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
@@ -117,13 +116,15 @@ def dumps(doc: dict[str, Any], fmt: str) -> str:
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)
 
 
-def load_document(path: str) -> dict[str, Any]:
-    from pathlib import Path
 
-    from planner.inputs.files import read_structured_file
-
-    doc = read_structured_file(Path(path))
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION or "inputs" not in doc:
-        raise PlanInputError("not a plan document (schema_version 1 with 'inputs')", source=path,
-                             fix="write one with 'plan ... --format json > plan.json'")
-    return doc
+def jsonable(obj: Any) -> Any:
+    """Tuples to lists, numpy scalars to floats, non-finite to None: JSON/YAML-safe and deterministic."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "item"):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return round(obj, 9) if math.isfinite(obj) else None
+    return obj

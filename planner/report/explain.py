@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 
-from planner.inputs.layout import SCHEDULES, SEQ1F1B_SEGMENTS
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
@@ -22,11 +23,11 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     lay.setdefault("ep", 1)
     lay.setdefault("vpp", 1)
     lay.setdefault("mbs", 1)
-    lay.setdefault("zero", 1 if problem.num_gpus > lay["tp"] * lay["pp"] else 0)
-    lay.setdefault("recompute", 0)
+    lay.setdefault("zero", int(Zero.OPTIMIZER if problem.num_gpus > lay["tp"] * lay["pp"] else Zero.NONE))
+    lay.setdefault("recompute", int(Recompute.NONE))
     lay.setdefault("sp", 1 if lay["tp"] > 1 else 0)
-    lay.setdefault("schedule", SCHEDULES.index("interleaved") if lay["vpp"] > 1 else 0)
-    lay.setdefault("cp_comm", 0)
+    lay.setdefault("schedule", int(Schedule.INTERLEAVED if lay["vpp"] > 1 else Schedule.ONE_F_ONE_B))
+    lay.setdefault("cp_comm", int(CpComm.RING))
     if "dp" not in lay:
         denom = lay["tp"] * lay["pp"] * lay["cp"]
         lay["dp"] = max(problem.num_gpus // denom, 1)
@@ -42,7 +43,7 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     from planner.report.timeline import render_timeline
     from planner.strategies.pipeline_sim import simulate_schedule
 
-    name = SCHEDULES[lay["schedule"]]
+    name = Schedule(lay["schedule"]).label
     p, v = lay["pp"], lay["vpp"]
     if p < 2:
         return "no pipeline (pp = 1): nothing to schedule"
@@ -81,3 +82,56 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
                      "microbatch_fwd_bwd_s": round(metrics["last_stage_mb_s"], 6)},
         },
     }
+
+
+def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partition: bool) -> dict[str, Any]:
+    """`--osdp` / `--partition`: their JSON-safe results by name, and their text under "text"."""
+    import dataclasses
+
+    from planner.report.document import jsonable
+
+    lay = complete_layout(problem, given)
+    out: dict[str, Any] = {"text": []}
+    if osdp:
+        from planner.strategies.osdp import plan_osdp, render_osdp
+
+        plan = plan_osdp(problem, lay)
+        out["osdp"] = jsonable(dataclasses.asdict(plan))
+        out["text"].append(render_osdp(plan))
+    if partition:
+        from planner.strategies.partition import partition_for, render_partition
+
+        part = partition_for(problem, lay)
+        out["partition"] = jsonable(dataclasses.asdict(part))
+        out["text"].append(render_partition(part))
+    return out
+
+
+def _term(key: str) -> str:
+    """A breakdown key as the text report names it: compute_s -> compute."""
+    return key[:-len("_s")] if key.endswith("_s") else key
+
+
+def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
+    """`plan explain` for humans; True when the layout satisfies every rule."""
+    lay = out["layout"]
+    console.print(f"[bold]layout[/] {', '.join(f'{k}={v}' for k, v in lay.items())}")
+    mt = out["metrics"]
+    console.print(f"step {mt['step_time_s']:.3f} s, {mt['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
+                  f"MFU {mt['mfu']:.1%}, peak memory {mt['memory_peak_gib']:.1f} of {mt['memory_capacity_gib']:g} GiB")
+    bd = out["breakdown"]
+    console.print("time (s per step): " + ", ".join(f"{_term(k)} {v:.3f}" for k, v in bd.items() if k.endswith("_s")))
+    console.print("memory (GiB, busiest stage): " + ", ".join(f"{k} {v:.2f}" for k, v in bd["memory_gib"].items()))
+    first, last = out["stages"]["first"], out["stages"]["last"]
+    console.print(f"stages: first {first['memory_gib']:.1f} GiB, {first['microbatch_fwd_bwd_s'] * 1e3:.1f} ms per "
+                  f"micro-batch; last {last['memory_gib']:.1f} GiB, {last['microbatch_fwd_bwd_s'] * 1e3:.1f} ms per "
+                  "micro-batch (fwd+bwd)")
+    console.print(out["timeline"], highlight=False, markup=False)
+    for text in texts:
+        console.print(text, highlight=False, markup=False)
+    for r in out["broken_rules"]:
+        console.print(f"[red]breaks[/] {r['rule']}: {r['message']} (fix: {r['fix']})")
+    if out["broken_rules"]:
+        return False
+    console.print("[green]satisfies every rule[/]")
+    return True

@@ -6,24 +6,30 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cost import flops
+from planner.inputs.layout import CpComm, Recompute, Schedule
 from planner.report.document import layout_dict
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult
 
+# Short names in the ranked table's layout column, by enum (not by trimming the labels).
+_RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompute.FULL: "full"}
+_CP_COMM_SHORT = {CpComm.RING: "", CpComm.A2A: "(a2a)", CpComm.HYBRID: "(hyb)"}
+
 
 def layout_text(layout: dict[str, int], nvlink_domain: int | None = None) -> str:
+    """One plan's layout in the ranked table: 'tp8 pp4/v5 dp16 mbs1 zero1 sele sp interleaved'."""
     d = layout_dict(layout, nvlink_domain=nvlink_domain)
     parts = [f"tp{d['tp']}", f"pp{d['pp']}" + (f"/v{d['vpp']}" if d["vpp"] > 1 else ""), f"dp{d['dp']}"]
     if d["cp"] > 1:
-        parts.append(f"cp{d['cp']}" + {"a2a": "(a2a)", "a2a+p2p": "(hyb)"}.get(d["cp_comm"], ""))
+        parts.append(f"cp{d['cp']}" + _CP_COMM_SHORT[CpComm(layout.get("cp_comm", CpComm.RING))])
     if d["ep"] > 1:
         parts.append(f"ep{d['ep']}")
     zero = f"hsdp{d['fsdp_shard_group']}" if "fsdp_shard_group" in d else f"zero{d['zero']}"
-    parts += [f"mbs{d['micro_batch']}", zero, d["recompute"][:4] if d["recompute"] != "none" else "norc"]
+    parts += [f"mbs{d['micro_batch']}", zero, _RECOMPUTE_SHORT[Recompute(layout["recompute"])]]
     if d["sequence_parallel"]:
         parts.append("sp")
     if d["pp"] > 1:
-        parts.append(d["schedule"])
+        parts.append(Schedule(layout["schedule"]).label)
     return " ".join(parts)
 
 
@@ -108,3 +114,22 @@ def render_validation(report: dict, console: Console) -> None:
     if s["not_modelled"]:
         console.print(f"not modelled ({len(s['not_modelled'])}): "
                       + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_modelled"][:8]), style="dim")
+
+
+def render_models(rows: list[dict], console: Console) -> None:
+    """`plan models`: one row per catalog model."""
+    t = Table("name", "aliases", "params", "active", "layers", "hidden", "experts")
+    for r in rows:
+        t.add_row(r["name"], ", ".join(r["aliases"]), f"{r['params'] / 1e9:.1f}B", f"{r['active_params'] / 1e9:.1f}B",
+                  str(r["layers"]), str(r["hidden_size"]), str(r["experts"] or "-"))
+    console.print(t)
+
+
+def render_clusters(catalog: dict[str, dict], console: Console) -> None:
+    """`plan clusters`: one row per catalog GPU."""
+    t = Table("gpu", "name", "GiB", "BF16 TF", "FP8 TF", "HBM TB/s", "NVLink GB/s", "domain", "net GB/s")
+    for key, g in catalog.items():
+        t.add_row(key, g["name"], f"{g['memory_gib']:g}", f"{g['bf16_tflops']:g}", f"{g.get('fp8_tflops', '-')}",
+                  f"{g['hbm_tbps']:g}", f"{g['nvlink_gbps']:g}", str(g["nvlink_domain"]), f"{g['network_gbps']:g}")
+    console.print(t)
+    console.print("Use any count: h100x512, gb200x256, a100-40gx64. Or describe a cluster in YAML (README).")

@@ -12,9 +12,10 @@ from typing import Any, NoReturn
 from planner import __version__
 from planner.errors import PlanInputError
 from planner.inputs.layout import SCHEDULES
+from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
 RECOMPUTE = ("none", "selective", "full")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
 
 
 @dataclass(frozen=True)
@@ -136,91 +137,67 @@ def refuse(view: PlanView, launcher: str, key: str, message: str, fix: str) -> N
     raise PlanInputError(f"{launcher} cannot express this plan: {message}", field=view.field(key), fix=fix)
 
 
-def _get(obj: Any, key: str, path: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise PlanInputError("missing key in plan document", field=f"{path}.{key}".lstrip("."),
-                             fix="pass a plan document produced by `plan --format json`")
-    return obj[key]
-
-
-def _int(obj: Any, key: str, path: str, *, minimum: int = 0, default: int | None = None) -> int:
-    if default is not None and (not isinstance(obj, dict) or obj.get(key) is None):
-        return default
-    value = _get(obj, key, path)
-    # bool is an int subclass; a true/false where a count belongs is a broken document, not 1/0.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PlanInputError(f"expected an integer >= {minimum}, got {value!r}", field=f"{path}.{key}")
-    return value
-
-
-def _choice(obj: Any, key: str, path: str, choices: tuple[str, ...]) -> str:
-    value = _get(obj, key, path)
-    if value not in choices:
-        raise PlanInputError(f"unknown value {value!r}", field=f"{path}.{key}", fix=f"use one of {', '.join(choices)}")
-    return value
-
-
 def _model(raw: Any) -> ModelShape:
     p = "inputs.model"
-    heads = _int(raw, "num_attention_heads", p, minimum=1)
-    hidden = _int(raw, "hidden_size", p, minimum=1)
+    heads = get_int(raw, "num_attention_heads", p, minimum=1)
+    hidden = get_int(raw, "hidden_size", p, minimum=1)
     # Schema v1 spells the expert count num_local_experts; DeepSeek's own config spells it n_routed_experts.
-    experts = _int(raw, "num_local_experts", p, default=0) or _int(raw, "n_routed_experts", p, default=0)
+    experts = get_int(raw, "num_local_experts", p, default=0) or get_int(raw, "n_routed_experts", p, default=0)
     return ModelShape(
-        name=str(_get(raw, "name", p)),
+        name=str(get(raw, "name", p)),
         hidden_size=hidden,
-        ffn_hidden_size=_int(raw, "intermediate_size", p, minimum=1),
-        num_layers=_int(raw, "num_hidden_layers", p, minimum=1),
+        ffn_hidden_size=get_int(raw, "intermediate_size", p, minimum=1),
+        num_layers=get_int(raw, "num_hidden_layers", p, minimum=1),
         num_heads=heads,
-        num_kv_heads=_int(raw, "num_key_value_heads", p, minimum=1, default=heads),
-        head_dim=_int(raw, "head_dim", p, minimum=1, default=hidden // heads),
-        vocab_size=_int(raw, "vocab_size", p, minimum=1),
-        hidden_act=str(_get(raw, "hidden_act", p)),
-        tied_embeddings=bool(_get(raw, "tie_word_embeddings", p)),
-        max_position_embeddings=(_int(raw, "max_position_embeddings", p, minimum=1)
+        num_kv_heads=get_int(raw, "num_key_value_heads", p, minimum=1, default=heads),
+        head_dim=get_int(raw, "head_dim", p, minimum=1, default=hidden // heads),
+        vocab_size=get_int(raw, "vocab_size", p, minimum=1),
+        hidden_act=str(get(raw, "hidden_act", p)),
+        tied_embeddings=bool(get(raw, "tie_word_embeddings", p)),
+        max_position_embeddings=(get_int(raw, "max_position_embeddings", p, minimum=1)
                                  if raw.get("max_position_embeddings") is not None else None),
         num_experts=experts,
-        experts_per_token=_int(raw, "num_experts_per_tok", p, default=0),
-        moe_ffn_hidden_size=_int(raw, "moe_intermediate_size", p, default=0),
-        shared_experts=_int(raw, "n_shared_experts", p, default=0),
-        first_dense_layers=_int(raw, "first_k_dense_replace", p, default=0),
-        q_lora_rank=_int(raw, "q_lora_rank", p, default=0),
-        kv_lora_rank=_int(raw, "kv_lora_rank", p, default=0),
-        qk_nope_head_dim=_int(raw, "qk_nope_head_dim", p, default=0),
-        qk_rope_head_dim=_int(raw, "qk_rope_head_dim", p, default=0),
-        v_head_dim=_int(raw, "v_head_dim", p, default=0),
+        experts_per_token=get_int(raw, "num_experts_per_tok", p, default=0),
+        moe_ffn_hidden_size=get_int(raw, "moe_intermediate_size", p, default=0),
+        shared_experts=get_int(raw, "n_shared_experts", p, default=0),
+        first_dense_layers=get_int(raw, "first_k_dense_replace", p, default=0),
+        q_lora_rank=get_int(raw, "q_lora_rank", p, default=0),
+        kv_lora_rank=get_int(raw, "kv_lora_rank", p, default=0),
+        qk_nope_head_dim=get_int(raw, "qk_nope_head_dim", p, default=0),
+        qk_rope_head_dim=get_int(raw, "qk_rope_head_dim", p, default=0),
+        v_head_dim=get_int(raw, "v_head_dim", p, default=0),
     )
 
 
 def _layout(raw: Any, path: str) -> Layout:
     if not isinstance(raw, dict):
         raise PlanInputError("layout must be a JSON object", field=path)
-    first = _int(raw, "first_stage_layers", path, minimum=1) if raw.get("first_stage_layers") is not None else None
-    last = _int(raw, "last_stage_layers", path, minimum=1) if raw.get("last_stage_layers") is not None else None
-    sp = _get(raw, "sequence_parallel", path)
+    first = get_int(raw, "first_stage_layers", path, minimum=1) if raw.get("first_stage_layers") is not None else None
+    last = get_int(raw, "last_stage_layers", path, minimum=1) if raw.get("last_stage_layers") is not None else None
+    sp = get(raw, "sequence_parallel", path)
     if not isinstance(sp, bool):
         raise PlanInputError(f"expected true or false, got {sp!r}", field=f"{path}.sequence_parallel")
-    tp = _int(raw, "tp", path, minimum=1)
+    tp = get_int(raw, "tp", path, minimum=1)
     return Layout(
         tp=tp,
-        pp=_int(raw, "pp", path, minimum=1),
-        dp=_int(raw, "dp", path, minimum=1),
-        cp=_int(raw, "cp", path, minimum=1),
-        ep=_int(raw, "ep", path, minimum=1),
-        vpp=_int(raw, "vpp", path, minimum=1),
-        micro_batch=_int(raw, "micro_batch", path, minimum=1),
-        num_microbatches=_int(raw, "num_microbatches", path, minimum=1),
-        zero=_int(raw, "zero", path),
-        recompute=_choice(raw, "recompute", path, RECOMPUTE),
+        pp=get_int(raw, "pp", path, minimum=1),
+        dp=get_int(raw, "dp", path, minimum=1),
+        cp=get_int(raw, "cp", path, minimum=1),
+        ep=get_int(raw, "ep", path, minimum=1),
+        vpp=get_int(raw, "vpp", path, minimum=1),
+        micro_batch=get_int(raw, "micro_batch", path, minimum=1),
+        num_microbatches=get_int(raw, "num_microbatches", path, minimum=1),
+        zero=get_int(raw, "zero", path),
+        recompute=get_choice(raw, "recompute", path, RECOMPUTE),
         # Sequence parallel only exists inside a TP group; Megatron itself drops it when tp == 1.
         sequence_parallel=sp and tp > 1,
-        schedule=_choice(raw, "schedule", path, SCHEDULES),
+        schedule=get_choice(raw, "schedule", path, SCHEDULES),
         first_stage_layers=first,
         last_stage_layers=last,
-        cp_comm=_choice(raw, "cp_comm", path, ("ring", "a2a", "a2a+p2p")) if "cp_comm" in raw else "ring",
+        cp_comm=get_choice(raw, "cp_comm", path, ("ring", "a2a", "a2a+p2p")) if "cp_comm" in raw else "ring",
         cp_hierarchy=tuple(raw["cp_hierarchy"]) if isinstance(raw.get("cp_hierarchy"), list) else None,
-        fsdp_shard_group=_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
-        expert_tp=_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
+        fsdp_shard_group=get_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
+        expert_tp=get_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
     )
 
 
@@ -257,34 +234,30 @@ def _check(view: PlanView) -> None:
                           f"the {rest} layers left for the {middle} middle stages do not split evenly")
 
 
-def load(doc: dict, rank: int) -> PlanView:
+def load(doc: dict | PlanDocument, rank: int) -> PlanView:
     """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
-    if not isinstance(doc, dict):
-        raise PlanInputError("plan document must be a JSON object", fix="pass the output of `plan --format json`")
-    plans = _get(doc, "plans", "")
-    if not isinstance(plans, list) or not plans:
-        raise PlanInputError("plan document has no plans", field="plans", fix="re-run `plan` on a feasible problem")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= len(plans):
-        raise PlanInputError(f"no plan with rank {rank!r}; this document has ranks 1..{len(plans)}", field="rank",
-                             fix=f"pick a rank between 1 and {len(plans)}")
-    inputs = _get(doc, "inputs", "")
-    cluster, training = _get(inputs, "cluster", "inputs"), _get(inputs, "training", "inputs")
-    precision = _get(training, "precision", "inputs.training")
+    pd = loose_plan_document(doc)
+    plan = pd.plan(rank)
+    plans = pd.plans
+    inputs = pd.inputs
+    cluster, training = get(inputs, "cluster", "inputs"), get(inputs, "training", "inputs")
+    precision = get(training, "precision", "inputs.training")
     if precision not in PRECISIONS:
         raise PlanInputError(f"unsupported precision {precision!r}", field="inputs.training.precision",
                              fix=f"use one of {', '.join(PRECISIONS)}")
+    doc = pd.raw
     view = PlanView(
         planner_version=str(doc.get("planner_version") or __version__),
         rank=rank,
         num_plans=len(plans),
-        model=_model(_get(inputs, "model", "inputs")),
-        cluster_name=str(_get(cluster, "name", "inputs.cluster")),
-        num_gpus=_int(cluster, "num_gpus", "inputs.cluster", minimum=1),
-        gpus_per_node=_int(cluster, "gpus_per_node", "inputs.cluster", minimum=1),
-        seq_len=_int(training, "seq_len", "inputs.training", minimum=1),
-        global_batch=_int(training, "global_batch", "inputs.training", minimum=1),
+        model=_model(get(inputs, "model", "inputs")),
+        cluster_name=str(get(cluster, "name", "inputs.cluster")),
+        num_gpus=get_int(cluster, "num_gpus", "inputs.cluster", minimum=1),
+        gpus_per_node=get_int(cluster, "gpus_per_node", "inputs.cluster", minimum=1),
+        seq_len=get_int(training, "seq_len", "inputs.training", minimum=1),
+        global_batch=get_int(training, "global_batch", "inputs.training", minimum=1),
         precision=precision,
-        layout=_layout(_get(plans[rank - 1], "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
+        layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
     )
     _check(view)
     return view

@@ -30,7 +30,7 @@ def render(view: PlanView) -> str:
         "train_micro_batch_size_per_gpu": lay.micro_batch,
         "gradient_accumulation_steps": lay.num_microbatches,
         "zero_optimization": zero,
-        "bf16" if view.precision == "bf16" else "fp16": {"enabled": True},
+        "bf16": {"enabled": True},
     }
     return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
@@ -54,6 +54,6 @@ def _check(view: PlanView) -> None:
                "activation_checkpointing block only tunes checkpoint calls the model code makes)",
                "enable per-layer checkpointing in the model code and take the layout from --format env, "
                "or re-plan with recompute fixed to none")
-    if view.precision == "fp8":
-        refuse(view, NAME, "inputs.training.precision", "a ds_config has no fp8 training switch (it needs "
-               "Transformer Engine layers in the model)", "re-plan with precision bf16")
+    if view.precision in ("fp8", "fp4"):
+        refuse(view, NAME, "inputs.training.precision", f"a ds_config has no {view.precision} training switch (it "
+               "needs Transformer Engine layers in the model)", "re-plan with --precision bf16")

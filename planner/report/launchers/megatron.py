@@ -132,8 +132,7 @@ def _moe(view: PlanView) -> list[Flag]:
     if m.first_dense_layers:
         dense, moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
         flags.append(("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
-    if view.precision != "fp16":  # grouped GEMM asserts --bf16 (arguments.py)
-        flags.append(("--moe-grouped-gemm",))
+    flags.append(("--moe-grouped-gemm",))  # grouped GEMM asserts --bf16 (arguments.py), which every plan sets
     return flags
 
 
@@ -166,9 +165,13 @@ def _data_parallel(view: PlanView) -> list[Flag]:
 
 
 def _precision(view: PlanView) -> list[Flag]:
-    if view.precision == "fp16":
-        return [("--fp16",)]
     flags: list[Flag] = [("--bf16",)]
+    if view.precision == "fp4":
+        # NVFP4 GEMMs through Transformer Engine on top of bf16 parameters: Megatron-LM
+        # megatron/training/arguments.py (_add_transformer_engine_args) defines --fp4-format {e2m1} and
+        # --fp4-recipe {nvfp4}; FP4 and FP8 are mutually exclusive there (ecosystem.md section 1.2). The same recipe
+        # as Megatron-Bridge's bf16_with_nvfp4_mixed preset, which leaves the parameter all-gather in bf16.
+        return flags + [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if view.precision == "fp8":
         # Same recipe as Megatron's llama3 fp8 example and Bridge's bf16_with_fp8_delayed_scaling_mixed.
         flags += [

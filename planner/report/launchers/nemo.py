@@ -14,8 +14,10 @@ TARGET = "Megatron-Bridge 2026-08 (run_recipe.py overrides)"
 NAME = "Megatron-Bridge"
 
 # Bridge mixed-precision presets (training/mixed_precision.py). The fp8 preset matches the Megatron-LM flags
-# emitted for fp8: hybrid format, delayed scaling, amax history 1024, max, fp8 parameter all-gather.
-PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}
+# emitted for fp8: hybrid format, delayed scaling, amax history 1024, max, fp8 parameter all-gather. The fp4 preset
+# (NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/training/mixed_precision.py, bf16_with_nvfp4_mixed) sets
+# fp4 "e2m1" and fp4_recipe "nvfp4", the Megatron-LM flags emitted for fp4.
+PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed", "fp4": "bf16_with_nvfp4_mixed"}
 
 Item = tuple[str, object]
 

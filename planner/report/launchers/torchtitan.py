@@ -61,9 +61,10 @@ def _check(view: PlanView) -> None:
         refuse(view, NAME, "zero",
                "replicated data parallel (zero=0) is plain DDP in torchtitan, which it applies only when data "
                "parallel is the only dimension", "re-plan with zero fixed to 1, 2 or 3 for torchtitan")
-    if view.precision == "fp16":
-        refuse(view, NAME, "inputs.training.precision", "torchtitan mixed precision is bfloat16 or float32, not fp16",
-               "re-plan with precision bf16")
+    if view.precision == "fp4":
+        refuse(view, NAME, "inputs.training.precision", "the targeted torchtitan release has no fp4 training recipe "
+               "(its low-precision converters are float8 and mxfp8)", "re-plan with --precision fp8 or bf16, or use "
+               "--format megatron or nemo")
     if view.precision == "fp8" and m.is_moe:
         refuse(view, NAME, "inputs.training.precision",
                "float8 for MoE grouped GEMMs needs per-model module names the plan does not carry",

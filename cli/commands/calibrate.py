@@ -1,6 +1,6 @@
 """`plan calibrate`: measure this machine's GPU and write an efficiency profile (docs/efficiency-profile.md).
 
-Kept out of cli/main.py so the command can be registered with one call; errors are PlanInputError and propagate, so
+Registered by cli/main.py with one call; errors are PlanInputError and propagate, so
 cli.main.run() prints them as one line and exits 2 like every other bad input (no GPU, no torch, a bad --out).
 """
 

@@ -1,0 +1,72 @@
+"""`plan` with no subcommand: search and report the best layouts (table, JSON/YAML, or launcher text)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from cli.options import FORMATS_PLAN, FwOpt, GbsOpt, PrecOpt, SeqOpt, build_problem, check_format, stdout
+from planner.errors import NoFeasiblePlan, PlanInputError
+
+
+def main(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="catalog name/alias, or a model YAML / HF "
+                                              "config.json path")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="{gpu}x{count} or a cluster YAML")] = None,
+    seq_len: SeqOpt = 8192,
+    global_batch: GbsOpt = 512,
+    precision: PrecOpt = "bf16",
+    framework: FwOpt = "generic",
+    fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
+                                                  "ep vpp mbs zero recompute sp schedule cp_comm")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to report")] = 5,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml | megatron | torchtitan | "
+                                     "deepspeed | nemo | env")] = "table",
+    rank: Annotated[int, typer.Option("--rank", min=1, help="which plan a launcher format prints")] = 1,
+    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes",
+                                                        help="let tensor parallelism leave the NVLink domain")] = False,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.01, help="cap the search (seconds); "
+                                                     "the answer then says it is not proven best")] = None,
+    compress: Annotated[list[str] | None, typer.Option(
+        "--compress", help="what-if: compress each dimension's traffic by a ratio, e.g. dp=4,tp=1.5 (adds codec time)"
+    )] = None,
+    timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
+                                          "so output is byte-identical across runs)")] = False,
+) -> None:
+    """Plan the best parallel layouts for MODEL on CLUSTER (run with no subcommand)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or cluster is None:
+        missing = "--model" if model is None else "--cluster"
+        raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
+    check_format(fmt, FORMATS_PLAN)
+    from planner.report import document
+    from planner.search.search import search
+
+    problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
+                            compress=compress)
+    try:
+        result = search(problem, top=max(top, rank), time_limit_s=time_limit)
+    except NoFeasiblePlan as exc:
+        from planner.search.diagnosis import explain_infeasible
+
+        exc.diagnosis.update(explain_infeasible(problem))
+        raise
+    options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
+               "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
+               "compress": dict(sorted(problem.compress.items()))}
+    doc = document.build(result, options)
+    doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
+    if fmt == "table":
+        from planner.report.table import render
+
+        render(result, stdout())
+    elif fmt in ("json", "yaml"):
+        sys.stdout.write(document.dumps(doc, fmt))
+    else:
+        from planner.report.launchers import render as render_launcher
+
+        sys.stdout.write(render_launcher(doc, fmt, rank))

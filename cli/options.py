@@ -1,0 +1,73 @@
+"""Options shared by several commands (typer annotations), the consoles, and the problem they describe."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from planner.errors import PlanInputError
+from planner.inputs.problem import Problem
+
+FORMATS_PLAN = ("table", "json", "yaml", "megatron", "torchtitan", "deepspeed", "nemo", "env")
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog name/alias (see 'plan models'), or a path to "
+                                       "a model YAML or Hugging Face config.json")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="{gpu}x{count} (h100x512, gb200x256) or a "
+                                         "cluster YAML")]
+SeqOpt = Annotated[int, typer.Option("--seq-len", help="tokens per sequence")]
+GbsOpt = Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")]
+PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
+FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour and schedules to "
+                                    "model: generic, megatron-core, megatron (paper era), nemo, torchtitan, "
+                                    "llm-foundry, ...")]
+
+
+def stdout() -> Console:
+    return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False,
+                   width=None if sys.stdout.isatty() else 200)
+
+
+def stderr() -> Console:
+    return Console(stderr=True, no_color="NO_COLOR" in os.environ or None, soft_wrap=True)
+
+
+def check_format(fmt: str, allowed: tuple[str, ...]) -> None:
+    if fmt not in allowed:
+        raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(allowed)}")
+
+
+def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
+                  fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
+                  compress: list[str] | None = None) -> Problem:
+    """The planning problem the command-line options describe; one PlanInputError for any bad option."""
+    from pydantic import ValidationError
+
+    from planner.cost.profiles import PROFILES
+    from planner.inputs.catalog import load_cluster, load_model
+    from planner.inputs.files import pydantic_error
+    from planner.inputs.layout import parse_pairs
+    from planner.inputs.problem import parse_compress
+    from planner.inputs.specs import TrainingSpec
+
+    if precision not in ("bf16", "fp8", "fp4"):
+        raise PlanInputError(f"unknown precision '{precision}'", field="--precision", fix="use bf16, fp8 or fp4")
+    if framework not in PROFILES:
+        raise PlanInputError(f"unknown framework '{framework}'", field="--framework",
+                             fix=f"use one of {', '.join(sorted(PROFILES))}")
+    m = load_model(model)
+    c = load_cluster(cluster)
+    try:
+        tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework)
+    except ValidationError as exc:
+        raise pydantic_error(exc, "options") from None
+    if m.max_position_embeddings and seq_len > m.max_position_embeddings:
+        stderr().print(f"warning: --seq-len {seq_len} exceeds the model's max_position_embeddings "
+                       f"({m.max_position_embeddings}); Megatron refuses this (set max_position_embeddings)")
+    if precision in ("fp8", "fp4") and not (c.gpu.fp8_tflops if precision == "fp8" else c.gpu.fp4_tflops):
+        stderr().print(f"warning: {c.gpu.name} has no {precision} tensor cores; predicting at its bf16 rate")
+    fixed = parse_pairs(fix or [], "--fix")
+    return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory,
+                   compress=parse_compress(compress))
