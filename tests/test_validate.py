@@ -2,9 +2,9 @@
 
 import pytest
 
-from planner.evidence.validate import kendall_tau, load_cases, run_case, validate
+from planner.evidence.validate import kendall_tau, load_cases, regret, run_case, validate
 
-DENSE_MEDIAN_TARGET = 0.10
+DENSE_MEDIAN_TARGET = 0.085  # issue 11: the dense median may not get worse than 8.5 %
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,24 @@ def test_memory_and_moe_medians_under_target(report):
     assert mem["cases"] >= 50 and mem["median_ape"] <= 0.10
     moe = report["summary"]["groups"]["tier:moe"]["throughput"]
     assert moe["cases"] >= 25 and moe["median_ape"] <= 0.15
+
+
+def test_regret_is_the_measured_loss_of_the_first_pick():
+    # predicted ranks layout 0 first; it measured 100 against a best of 150: one third of the throughput lost
+    assert regret([3.0, 2.0, 1.0], [100.0, 150.0, 120.0]) == pytest.approx(1 / 3)
+    assert regret([1.0, 2.0], [100.0, 150.0]) == 0.0
+    # a predicted tie counts the worse of the tied layouts
+    assert regret([2.0, 2.0], [100.0, 150.0]) == pytest.approx(1 / 3)
+
+
+def test_summary_reports_mean_and_worst_regret(report):
+    ranking = report["summary"]["ranking"]
+    assert 0.0 <= ranking["mean_regret"] <= ranking["worst_regret"]["regret"] <= 1.0
+    assert all("regret" in g for g in ranking["groups"])
+
+
+def test_null_training_fields_are_defaulted_not_dropped():
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    stated = dict(case, training={**case["training"], "precision": None, "micro_batch": None, "framework": None})
+    out = run_case(stated, "test")
+    assert out["predicted"] is not None, out.get("reason")

@@ -57,8 +57,9 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     cluster = load_cluster(str(case["cluster"]))
     tr = case["training"]
     try:
+        # A null means "not stated": the defaults a reader of the paper would assume, never a dropped case.
         training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"],
-                                precision=tr.get("precision", "bf16"), framework=str(tr.get("framework", "other")))
+                                precision=tr.get("precision") or "bf16", framework=str(tr.get("framework") or "other"))
     except (ValidationError, KeyError) as exc:
         raise PlanInputError(f"bad training block ({exc.__class__.__name__})", field="training", source=where,
                              fix="seq_len, global_batch, micro_batch, precision, framework") from None
@@ -181,8 +182,18 @@ def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -
         meas = [statistics.mean(cases[i]["measured"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
         pred = [statistics.mean(results[i]["predicted"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
         out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]} {key[5]}",
-                    "cases": [cases[idx[0]]["id"] for idx in members], "kendall_tau": sig(kendall_tau(pred, meas), 3)})
+                    "cases": [cases[idx[0]]["id"] for idx in members], "kendall_tau": sig(kendall_tau(pred, meas), 3),
+                    "regret": sig(regret(pred, meas), 4)})
     return out
+
+
+def regret(predicted: list[float], measured: list[float]) -> float:
+    """What trusting the planner costs in a ranking group: 1 - measured throughput of the layout it ranks first /
+    the best measured throughput. 0 when its first pick is the measured best; ties in the prediction count against
+    the planner (the worst of the tied layouts)."""
+    top = max(predicted)
+    picked = min(m for p, m in zip(predicted, measured, strict=True) if p == top)
+    return 1.0 - picked / max(measured)
 
 
 def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,6 +211,8 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
                    key=lambda r: -r["error"]["throughput"])[:10]
     groups = ranking_groups(cases, results)
     taus = [g["kendall_tau"] for g in groups]
+    regrets = [g["regret"] for g in groups]
+    worst_regret = max(groups, key=lambda g: g["regret"]) if groups else None
     return {
         "cases": len(results),
         "predicted": sum(r["predicted"] is not None for r in results),
@@ -208,7 +221,10 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
         "worst": [{"id": r["id"], "tier": r["tier"], "throughput_ape": r["error"]["throughput"],
                    "predicted": r["predicted"]["tokens_per_s_per_gpu"],
                    "measured": r["measured"].get("tokens_per_s_per_gpu")} for r in worst],
-        "ranking": {"groups": groups, "mean_kendall_tau": sig(statistics.mean(taus), 3) if taus else None},
+        "ranking": {"groups": groups, "mean_kendall_tau": sig(statistics.mean(taus), 3) if taus else None,
+                    "mean_regret": sig(statistics.mean(regrets), 4) if regrets else None,
+                    "worst_regret": ({"group": worst_regret["group"], "regret": worst_regret["regret"]}
+                                     if worst_regret else None)},
     }
 
 

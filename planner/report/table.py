@@ -106,6 +106,11 @@ def render_validation(report: dict, console: Console) -> None:
     console.print(table)
     console.print(f"{s['predicted']} of {s['cases']} cases predicted; mean Kendall tau over "
                   f"{len(s['ranking']['groups'])} ranking groups: {s['ranking']['mean_kendall_tau']}")
+    rk = s["ranking"]
+    if rk.get("mean_regret") is not None:
+        console.print(f"regret (measured throughput lost by launching the planner's first pick instead of the "
+                      f"measured best): mean {rk['mean_regret']:.1%}, worst {rk['worst_regret']['regret']:.1%} "
+                      f"({rk['worst_regret']['group']})")
     worst = Table("worst cases", "tier", "throughput error", "predicted", "measured", header_style="bold")
     for w in s["worst"]:
         worst.add_row(w["id"], w["tier"], f"{w['throughput_ape']:.1%}", f"{w['predicted']:,.0f}",
