@@ -63,7 +63,7 @@ def _check_format(fmt: str, allowed: tuple[str, ...]) -> None:
 
 def _compress(items: list[str] | None) -> dict[str, float]:
     """`--compress dp=4,tp=1.5`: a what-if compression ratio per parallel dimension (>= 1)."""
-    from planner.cost.compression import DIMENSIONS
+    from planner.cost.fabric import DIMENSIONS
 
     ratios: dict[str, float] = {}
     for item in items or []:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.cost import schedule as closed
+from planner.cost import pipeline as closed
 from planner.inputs.layout import SCHEDULES
 from planner.strategies.pipeline_sim import Op, render_timeline, segment_factor, simulate_orders, simulate_schedule
 

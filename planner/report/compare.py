@@ -318,7 +318,7 @@ def _options(options: dict[str, Any], source: str | None) -> dict[str, Any]:
 
 
 def _compress(raw: Any, source: str | None) -> dict[str, float]:
-    from planner.cost.compression import DIMENSIONS
+    from planner.cost.fabric import DIMENSIONS
 
     where = "inputs.options.compress"
     ratios = _mapping(raw, where, source)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.comm import domain_group
+from planner.cost.groups import domain_group
 from planner.cost.profiles import profile_for
 from planner.inputs.layout import HSDP, SCHEDULES, SEQ1F1B_SEGMENTS
 from planner.inputs.problem import Problem

@@ -43,7 +43,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.cost import comm, flops, memory
+from planner.cost import fabric as comm
+from planner.cost import flops, memory
 from planner.cost.profiles import profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY, KERNEL_OVERHEAD_S

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.cost import comm, flops, memory
+from planner.cost import fabric as comm
+from planner.cost import flops, memory
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
 from planner.inputs.layout import SCHEDULES
