@@ -38,7 +38,8 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     first_p = layers_per_stage * per_layer_p + emb_p + np.where(pp == 1, head_p, 0.0)
     last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
     return {"per_layer": per_layer_p, "layer_expert_part": frac_moe * experts_p, "first": first_p, "last": last_p,
-            "stage": np.maximum(first_p, last_p), "embedding": emb_p, "layers_per_stage": layers_per_stage}
+            "stage": np.maximum(first_p, last_p), "embedding": emb_p, "head": head_p,
+            "layers_per_stage": layers_per_stage}
 
 
 def sharding(problem: Problem, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

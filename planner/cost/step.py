@@ -9,16 +9,17 @@ named, with its formula and source, in planner.cost.terms.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from planner.cost import compute, context, data, expert, groups, memory, pipeline, tensor
 from planner.cost.fabric import Fabric
-from planner.cost.profiles import profile_for
+from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.cost.sharding import fsdp_exposed, sharding, stage_params, state_memory_floor_gib
 from planner.inputs.problem import Problem
 
-__all__ = ["evaluate", "sharding", "stage_params", "state_memory_floor_gib"]
+__all__ = ["evaluate", "layer_terms", "sharding", "stage_params", "state_memory_floor_gib"]
 
 
 def _knobs(c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -26,12 +27,32 @@ def _knobs(c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**out, "rc": c["recompute"], "sp": c["sp"], "sched": c["schedule"], "etp": groups.expert_tp(c)}
 
 
-def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    # Composition only; kept in one function so the data flow between terms reads top to bottom (~80 lines).
+@dataclass(frozen=True)
+class _Layer:
+    """One average layer of a layout table, per micro-batch: the terms both `evaluate` and `layer_terms` build on."""
+
+    k: dict[str, np.ndarray]
+    prof: FrameworkProfile
+    zero: np.ndarray
+    hsdp: np.ndarray
+    shard_group: np.ndarray
+    micro: np.ndarray
+    rates: compute.Rates
+    fab: Fabric
+    tok: np.ndarray
+    lt: compute.LayerTimes
+    recompute_b: np.ndarray
+    head_f: np.ndarray
+    params: dict[str, np.ndarray]
+    act_bytes: np.ndarray
+    lc: pipeline.LayerComm
+
+
+def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     m, tr = problem.model, problem.training
     prof = profile_for(tr.framework)
     k = _knobs(c)
-    tp, pp, dp, cp, ep, etp, sp, rc = (k[x] for x in ("tp", "pp", "dp", "cp", "ep", "etp", "sp", "rc"))
+    tp, dp, cp, ep, etp, sp, rc = (k[x] for x in ("tp", "dp", "cp", "ep", "etp", "sp", "rc"))
     zero, hsdp, shard_group = sharding(problem, c)
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], dp)
     rates = compute.rates(problem)
@@ -41,7 +62,6 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     recompute_b = compute.recompute_time(problem, rc, lt)
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
-    layers = params["layers_per_stage"]
 
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
@@ -50,26 +70,36 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp)
     z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
     lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, z3_f, z3_b)
+    return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
+                  act_bytes, lc)
+
+
+def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    x = _layer(problem, c)
+    k, prof, zero, shard_group, micro, lt, lc = x.k, x.prof, x.zero, x.shard_group, x.micro, x.lt, x.lc
+    tp, pp, dp, cp, ep, etp, sp = (k[n] for n in ("tp", "pp", "dp", "cp", "ep", "etp", "sp"))
+    params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
+    layers = params["layers_per_stage"]
 
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f)
-    p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
+    p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
-    dp_time = data.grad_reduction_time(fab, prof, params, zero, hsdp, shard_group, ranks, tp, etp, ep)
+    dp_time = data.grad_reduction_time(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep)
     dp_exposed = data.dp_exposed(prof, dp_time, zero, st.fwd, st.bwd)
-    optim_time = data.optimizer_time(params["stage"], zero, shard_group, rates.hbm)
+    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm)
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 
-    mem = _memory(problem, c, k, tok, micro, zero, shard_group, params)
+    mem = _memory(problem, k, x.tok, micro, zero, shard_group, params)
     first_mb, last_mb = pipeline.stage_microbatch_times(pp, layers, st)
     per_step = micro * layers
     return {
         "step_time_s": step,
         "tokens_per_s_per_gpu": compute.throughput_per_gpu(problem, step),
-        "mfu": compute.mfu(problem, step, rates),
+        "mfu": compute.mfu(problem, step, x.rates),
         "memory_peak_gib": mem["memory_peak_gib"],
         "memory_allocated_gib": mem["memory_allocated_gib"],
         "num_microbatches": micro,
@@ -94,9 +124,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     }
 
 
-def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
-            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
-            params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
+            shard_group: np.ndarray, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Memory of the first and last stage of the busiest pipeline (planner.cost.memory), reported as GiB."""
     prof = profile_for(problem.training.framework)
     fp8 = compute.is_fp8(problem)
@@ -111,3 +140,26 @@ def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
     last = memory.stage_memory(memory.state_bytes(params["last"], zero, shard_group, prof, fp8), acts_last, logits,
                                buffer)
     return memory.report(first, last, buffer, memory.active_groups(tp, pp, k["dp"], k["cp"], k["ep"]))
+
+
+def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-layer terms of `evaluate` for one average transformer layer, one micro-batch, one GPU (seconds, bytes).
+
+    fwd_s/bwd_s: kernels without recomputation or exposed communication; comm_s: exposed TP + CP + EP; fsdp_s:
+    exposed ZeRO-3; recompute_s: in the layout's mode; head_s: LM head + loss, forward + backward (3 x forward);
+    params: per GPU before sharding; state_bytes/edge_state_bytes: weights + grads + optimizer of one layer / of the
+    embedding and LM head; act_bytes: kept per layer and micro-batch; working_bytes: full recompute's working set;
+    logits_bytes: the last stage's logits.
+    """
+    x = _layer(problem, c)
+    fp8 = compute.is_fp8(problem)
+    per_layer_act, working = memory.layer_activation_bytes(problem, x.tok, x.k["tp"], x.k["sp"], x.k["rc"])
+
+    def states(params: np.ndarray) -> np.ndarray:
+        return sum(memory.state_bytes(params, x.zero, x.shard_group, x.prof, fp8).values())
+
+    return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
+            "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,
+            "head_s": 3 * x.head_f, "params": x.params["per_layer"], "state_bytes": states(x.params["per_layer"]),
+            "edge_state_bytes": states(x.params["embedding"] + x.params["head"]), "act_bytes": per_layer_act,
+            "working_bytes": working, "logits_bytes": memory.logits_bytes(x.tok, problem.model, x.k["tp"])}
