@@ -14,9 +14,9 @@ buffer within the budget, minimise the step time. Times are integers in microsec
 what is used, down for the budget, so a plan CP-SAT accepts always fits).
 
 Cost terms, all from planner.cost so that the uniform ends agree with `plan explain`:
-- per-layer compute, exposed TP/CP/EP time, LM head time, activations, logits and runtime reserve come from
-  `price_layout` itself (differences between the model and a copy twice as deep isolate the per-layer terms, so
-  whatever step.py charges per layer is what OSDP sees; see `layer_costs`);
+- per-layer compute, exposed TP/CP/EP time, LM head time, activations and logits come from
+  `planner.cost.step.layer_terms` (the per-layer terms `evaluate` composes, so whatever step.py charges per layer is
+  what OSDP sees; see `layer_costs`), the runtime reserve from `price_layout`;
 - gathers and reduce-scatters use `comm.all_gather_time` on the dp x cp group strided by tp (as step.py's ZeRO-3),
   the per-step reduction of replicated gradients `comm.all_reduce_time` (affine in the bytes, so linear in CP-SAT);
 - model states use `memory.state_bytes` with ZeRO-1 for replicated parts (optimizer sharded, as in step.py's zero=1)
@@ -38,7 +38,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -46,6 +46,7 @@ from ortools.sat.python import cp_model
 from planner.cost import fabric as comm
 from planner.cost import flops, memory
 from planner.cost.profiles import profile_for
+from planner.cost.step import layer_terms
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY, KERNEL_OVERHEAD_S
 from planner.inputs.layout import KNOBS, RECOMPUTE
@@ -69,14 +70,6 @@ def full_layout(layout: Mapping[str, int], **changes: int) -> dict[str, int]:
     return lay
 
 
-def _deeper(problem: Problem) -> Problem:
-    """The same problem with twice the layers (dense/MoE mix kept), to difference per-layer terms out."""
-    m = problem.model
-    twice = m.model_copy(update={"num_hidden_layers": 2 * m.num_hidden_layers,
-                                 "first_k_dense_replace": 2 * m.first_k_dense_replace})
-    return replace(problem, model=twice)
-
-
 @dataclass(frozen=True)
 class LayerCosts:
     """Per-layer terms of planner.cost.step for one layout: one GPU, one micro-batch, one (average) layer."""
@@ -96,40 +89,32 @@ class LayerCosts:
     logits_bytes: float  # last stage's logits (+ fp32 copy for the loss)
 
 
-def layer_costs(problem: Problem, layout: Mapping[str, int]) -> LayerCosts:
-    """Isolate per-layer terms from `price_layout` at pp = 1: the model vs the same model twice as deep.
+def _layer_terms(problem: Problem, layout: Mapping[str, int]) -> dict[str, float]:
+    cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
+    return {k: float(v[0]) for k, v in layer_terms(problem, cols).items()}
 
-    step.py prices compute as micro x (L x per-layer + 3 x head forward); the difference between 2L and L layers is
-    micro x L x per-layer exactly, and what is left is the head. Activations and states are differenced the same way.
-    """
+
+def layer_costs(problem: Problem, layout: Mapping[str, int]) -> LayerCosts:
+    """Per-layer terms of the layout at pp = 1 from `planner.cost.step.layer_terms` (the same terms `evaluate`
+    composes), in the layout's recompute mode (full read as none) and under full recompute."""
     base_rc = int(layout.get("recompute", 0))
     base_rc = 0 if base_rc == FULL else base_rc
     lay = full_layout(layout, pp=1, vpp=1, schedule=0, recompute=base_rc)
-    full = {**lay, "recompute": FULL}
-    deep = _deeper(problem)
-    a, b = price_layout(problem, lay), price_layout(deep, lay)
-    af, bf = price_layout(problem, full), price_layout(deep, full)
-    n = problem.model.num_hidden_layers
-    micro = a["num_microbatches"]
-    per_layer = (b["compute_s"] - a["compute_s"]) / (micro * n)  # includes recomputation
-    gib = memory.GIB
-    states = ("mem_weights_gib", "mem_grads_gib", "mem_optimizer_gib")
-    layer_states = sum(b[k] - a[k] for k in states) * gib / n
-    checkpoint = (bf["mem_activations_gib"] - af["mem_activations_gib"]) * gib / n
+    a, af = _layer_terms(problem, lay), _layer_terms(problem, {**lay, "recompute": FULL})
     return LayerCosts(
-        micro_batches=micro,
-        layer_compute_s=per_layer - a["recompute_s"] / (micro * n),
-        layer_comm_s=(a["tp_comm_s"] + a["cp_comm_s"] + a["ep_comm_s"]) / (micro * n),
-        layer_fsdp_s=a["fsdp_comm_s"] / (micro * n),
-        recompute_s=a["recompute_s"] / (micro * n),
-        full_recompute_s=(af["recompute_s"] + af["tp_comm_s"] - a["tp_comm_s"]) / (micro * n),
-        head_s=a["compute_s"] / micro - n * per_layer,
-        act_bytes=a["mem_activations_gib"] * gib / n,
-        checkpoint_bytes=checkpoint,
-        working_bytes=af["mem_activations_gib"] * gib - n * checkpoint,
-        layer_state_bytes=layer_states,
-        edge_state_bytes=sum(a[k] for k in states) * gib - n * layer_states,
-        logits_bytes=a["mem_logits_gib"] * gib,
+        micro_batches=a["micro_batches"],
+        layer_compute_s=a["fwd_s"] + a["bwd_s"],
+        layer_comm_s=a["comm_s"],
+        layer_fsdp_s=a["fsdp_s"],
+        recompute_s=a["recompute_s"],
+        full_recompute_s=af["recompute_s"] + af["tp_comm_s"] - a["tp_comm_s"],
+        head_s=a["head_s"],
+        act_bytes=a["act_bytes"],
+        checkpoint_bytes=af["act_bytes"],
+        working_bytes=af["working_bytes"],
+        layer_state_bytes=a["state_bytes"],
+        edge_state_bytes=a["edge_state_bytes"],
+        logits_bytes=a["logits_bytes"],
     )
 
 

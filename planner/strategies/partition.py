@@ -222,7 +222,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     """Per-stage cost terms of a pipelined layout, from planner.cost.
 
     Per-layer compute, exposed TP/CP/EP (and ZeRO-3) time, recompute cost, LM head time, activations and states come
-    from `layer_costs` (price_layout differenced, see planner.strategies.osdp). The embedding's time is not in
+    from `layer_costs` (planner.cost.step.layer_terms, see planner.strategies.osdp). The embedding's time is not in
     step.py; here it
     is its HBM traffic (write the looked-up rows, read the gradient and scatter-add it: 3 x tokens x h x 2 bytes) plus
     the vocabulary-parallel embedding's all-reduce over TP (Megatron VocabParallelEmbedding). The capacity is turned
