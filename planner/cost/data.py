@@ -6,6 +6,7 @@ import numpy as np
 
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
+from planner.inputs.layout import Zero
 
 # Adam step touches fp32 master, two moments (read+write, 24 B), reads the fp32 grad (4 B), writes bf16 params (2 B).
 OPTIMIZER_BYTES_PER_PARAM = 30.0
@@ -30,17 +31,17 @@ def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, n
     replicas = data_ranks / shard_group
     shard_grads = stage_p * prof.grad_reduce_bytes / shard_group
     hsdp_reduce = fab.collective("all_reduce", shard_grads, replicas, tp * shard_group, "dp")
-    return np.where(hsdp, hsdp_reduce, np.where(zero == 3, 0.0, reduce_dense + reduce_exp))
+    return np.where(hsdp, hsdp_reduce, np.where(zero == Zero.PARAMETERS, 0.0, reduce_dense + reduce_exp))
 
 
 def dp_exposed(prof: FrameworkProfile, dp_time: np.ndarray, zero: np.ndarray, stage_f: np.ndarray,
                stage_b: np.ndarray) -> np.ndarray:
     """Reduction not hidden behind the last micro-batch: max(t_dp - overlap·(t_b [+ t_f with ZeRO >= 1]), 0)."""
-    window = prof.dp_overlap * (stage_b + np.where(zero >= 1, stage_f, 0.0))
+    window = prof.dp_overlap * (stage_b + np.where(zero >= Zero.OPTIMIZER, stage_f, 0.0))
     return np.maximum(dp_time - window, 0.0)
 
 
 def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float) -> np.ndarray:
     """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·params (/shard with ZeRO >= 1) / HBM."""
-    shard_for_optim = np.where(zero >= 1, shard_group, 1.0)
+    shard_for_optim = np.where(zero >= Zero.OPTIMIZER, shard_group, 1.0)
     return OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (hbm)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.inputs.layout import Recompute
+from planner.inputs.layout import Recompute, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 
@@ -33,9 +33,9 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
     grads = params * prof.grad_bytes
     optim = params * prof.optimizer_bytes
     return {
-        "weights": np.where(zero >= 3, weights / shard, weights),
-        "grads": np.where(zero >= 2, grads / shard, grads),
-        "optimizer": np.where(zero >= 1, optim / shard, optim),
+        "weights": np.where(zero >= Zero.PARAMETERS, weights / shard, weights),
+        "grads": np.where(zero >= Zero.GRADIENTS, grads / shard, grads),
+        "optimizer": np.where(zero >= Zero.OPTIMIZER, optim / shard, optim),
     }
 
 
@@ -131,7 +131,7 @@ def stage_activation_bytes(per_layer_act: np.ndarray, working: np.ndarray, layer
 
 def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:
     """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads."""
-    return np.where(zero == 3, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
+    return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
 
 
 def active_groups(tp: np.ndarray, pp: np.ndarray, dp: np.ndarray, cp: np.ndarray, ep: np.ndarray) -> np.ndarray:

@@ -50,9 +50,9 @@ def sharding(problem: Problem, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray,
     """
     prof = profile_for(problem.training.framework)
     hsdp = c["zero"] == Zero.HSDP
-    zero = np.where(hsdp, 3, c["zero"])
+    zero = np.where(hsdp, Zero.PARAMETERS, c["zero"])
     if prof.optimizer_always_sharded:
-        zero = np.maximum(zero, 1)
+        zero = np.maximum(zero, Zero.OPTIMIZER)
     data_ranks = (c["dp"] * c["cp"]).astype(float)
     shard = np.where(hsdp, hsdp_shard_group(problem.cluster.nvlink_domain, c), data_ranks)
     return zero, hsdp, shard
@@ -81,5 +81,5 @@ def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_laye
     ag = fab.collective("all_gather", gathered, shard_group, tp, "dp")
     grads = per_layer_p * prof.grad_reduce_bytes
     rs = fab.collective("reduce_scatter", grads, shard_group, tp, "dp")
-    z3 = zero == 3
+    z3 = zero == Zero.PARAMETERS
     return np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0), np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)
