@@ -84,8 +84,9 @@ def test_readme_layout_section_names_every_module_and_nothing_else() -> None:
     section = text[text.index("<!-- layout:begin -->"):text.index("<!-- layout:end -->")]
     named = (set(re.findall(r"`([a-z_]+)`", section)) | set(re.findall(r"`(?:[a-z_]+/)*([a-z_]+)/`", section))
              | set(re.findall(r"`(?:[a-z_]+/)*([a-z_]+)\.py`", section)))
-    tree = {p.stem for p in _modules() if p.stem != "__init__"} | {
-        p.name for d in ("planner", "cli") for p in (ROOT / d).rglob("*") if p.is_dir() and p.name != "__pycache__"} | {"cli"}
+    folders = {p.name for d in ("planner", "cli") for p in (ROOT / d).rglob("*")
+               if p.is_dir() and p.name != "__pycache__"}
+    tree = {p.stem for p in _modules() if p.stem != "__init__"} | folders | {"cli"}
     named = {n.rstrip("/") for n in named}
     assert tree - named == set(), f"modules missing from README's layout: {sorted(tree - named)}"
     assert named - tree == set(), f"README names modules that do not exist: {sorted(named - tree)}"
