@@ -39,3 +39,16 @@ def test_every_row_names_an_importable_function() -> None:
 def test_architecture_doc_embeds_the_rendered_table() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text()
     assert terms.embedded(doc) == terms.render_markdown(), "regenerate with planner.cost.terms.splice"
+
+
+def test_readme_numbers_are_terms() -> None:
+    """Every metric README's "What the numbers mean" explains is a row of the terms table."""
+    import re
+    from pathlib import Path
+
+    from planner.cost.terms import TERMS
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("### What the numbers mean"):text.index("### JSON output")]
+    keys = set(re.findall(r"`([a-z_]+_(?:s|gpu|gib)|mfu)`", section))
+    assert keys and keys <= {t.key for t in TERMS}, keys - {t.key for t in TERMS}
