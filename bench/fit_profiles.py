@@ -55,7 +55,7 @@ def main() -> None:
 
 def fit_moe(cases: list[dict]) -> None:
     """Joint grid over the two MoE constants: expert load imbalance and the per-layer host synchronisation."""
-    import planner.cost.step as step
+    import planner.cost.expert as step
 
     group = [c for c in cases if c.get("tier") == "moe" and c["measured"].get("tokens_per_s_per_gpu")]
     best = None

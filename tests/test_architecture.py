@@ -75,3 +75,18 @@ def test_module_and_function_sizes(path: Path) -> None:
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                 beside = " ".join(lines[max(first - 3, 0):node.lineno])
                 assert "long because" in beside, f"{_name(path)}:{node.lineno} {node.name} has {length} lines"
+
+
+def test_readme_layout_section_names_every_module_and_nothing_else() -> None:
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("<!-- layout:begin -->"):text.index("<!-- layout:end -->")]
+    named = (set(re.findall(r"`([a-z_]+)`", section)) | set(re.findall(r"`(?:[a-z_]+/)*([a-z_]+)/`", section))
+             | set(re.findall(r"`(?:[a-z_]+/)*([a-z_]+)\.py`", section)))
+    folders = {p.name for d in ("planner", "cli") for p in (ROOT / d).rglob("*")
+               if p.is_dir() and p.name != "__pycache__"}
+    tree = {p.stem for p in _modules() if p.stem != "__init__"} | folders | {"cli"}
+    named = {n.rstrip("/") for n in named}
+    assert tree - named == set(), f"modules missing from README's layout: {sorted(tree - named)}"
+    assert named - tree == set(), f"README names modules that do not exist: {sorted(named - tree)}"

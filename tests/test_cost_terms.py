@@ -4,10 +4,13 @@ import numpy as np
 import pytest
 from conftest import cols, gpt
 
-from planner.cost import comm, memory, schedule
+from planner.cost import fabric as comm
+from planner.cost import memory
+from planner.cost import pipeline as schedule
 from planner.cost.profiles import profile_for
 from planner.cost.step import evaluate
 from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.layout import Schedule
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 
@@ -104,10 +107,10 @@ def test_all_gather_is_half_an_all_reduce():
 # --- pipeline schedules ---------------------------------------------------------------------------------------------
 def test_bubbles_per_schedule():
     p, v, tf, tb, tw = np.array([8]), np.array([4]), np.array([1.0]), np.array([2.0]), np.array([1.0])
-    one_f = schedule.bubble_time(np.array([schedule.S_1F1B]), p, ONE, tf, tb, tw)[0]
-    inter = schedule.bubble_time(np.array([schedule.S_INTERLEAVED]), p, v, tf, tb, tw)[0]
-    zb1 = schedule.bubble_time(np.array([schedule.S_ZBH1]), p, ONE, tf, tb, tw)[0]
-    zb2 = schedule.bubble_time(np.array([schedule.S_ZBH2]), p, ONE, tf, tb, tw)[0]
+    one_f = schedule.bubble_time(np.array([Schedule.ONE_F_ONE_B]), p, ONE, tf, tb, tw)[0]
+    inter = schedule.bubble_time(np.array([Schedule.INTERLEAVED]), p, v, tf, tb, tw)[0]
+    zb1 = schedule.bubble_time(np.array([Schedule.ZB_H1]), p, ONE, tf, tb, tw)[0]
+    zb2 = schedule.bubble_time(np.array([Schedule.ZB_H2]), p, ONE, tf, tb, tw)[0]
     assert one_f == pytest.approx(7 * 3.0)  # (p-1)(t_f + t_b)
     assert inter == pytest.approx(one_f / 4)  # / v
     assert zb1 == pytest.approx(one_f / 3)  # T_F = T_B = T_W: a third of 1F1B (Qi et al. 2024)
@@ -116,10 +119,10 @@ def test_bubbles_per_schedule():
 
 def test_inflight_microbatches():
     p, m = np.array([8]), np.array([64])
-    assert schedule.inflight_microbatches(np.array([schedule.S_1F1B]), p, ONE, m)[0] == 8
-    inter = schedule.inflight_microbatches(np.array([schedule.S_INTERLEAVED]), p, np.array([4]), m)[0]
+    assert schedule.inflight_microbatches(np.array([Schedule.ONE_F_ONE_B]), p, ONE, m)[0] == 8
+    inter = schedule.inflight_microbatches(np.array([Schedule.INTERLEAVED]), p, np.array([4]), m)[0]
     assert inter == pytest.approx(8 * (1 + 7 / 32))  # 1 + (p-1)/(p v), Korthikanti §4.2.3
-    assert schedule.inflight_microbatches(np.array([schedule.S_ZBH2]), p, ONE, m)[0] == 15  # 2p - 1
+    assert schedule.inflight_microbatches(np.array([Schedule.ZB_H2]), p, ONE, m)[0] == 15  # 2p - 1
 
 
 # --- assembled step -----------------------------------------------------------------------------------------------
@@ -150,7 +153,7 @@ def test_fp8_is_faster_than_bf16():
 
 # --- compression what-if and Ulysses -------------------------------------------------------------------------------
 def test_compression_divides_traffic_and_adds_codec_time():
-    from planner.cost.compression import Squeezer
+    from planner.cost.fabric import Squeezer
 
     sq = Squeezer({"dp": 4.0}, hbm_bytes_per_s=1e12)
     assert sq.wire("dp", 8e9) == pytest.approx(2e9)
@@ -187,7 +190,7 @@ def test_ulysses_exchanges_qkv_and_output_with_all_to_all():
                                           ("zb-h2", 1, True), ("seq1f1b", 1, False)])
 @pytest.mark.parametrize("p,m", [(4, 8), (8, 16), (8, 32)])
 def test_schedule_closed_forms_match_simulation(name, v, split, p, m):
-    """planner.cost.schedule (used by the vectorised search) against planner.strategies.pipeline_sim (order of
+    """planner.cost.pipeline (used by the vectorised search) against planner.strategies.pipeline_sim (order of
     operations)."""
     from planner.inputs.layout import SCHEDULES, SEQ1F1B_SEGMENTS
     from planner.strategies.pipeline_sim import simulate_schedule

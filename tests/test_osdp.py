@@ -9,8 +9,10 @@ from planner.errors import PlanInputError
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.report.osdp_text import render_osdp
 from planner.search.search import price_layout
-from planner.strategies.osdp import full_layout, osdp_table, plan_osdp, price_choice, render_osdp
+from planner.strategies.osdp import plan_osdp, price_choice
+from planner.strategies.osdp_table import full_layout, osdp_table
 
 LAYOUT = {"tp": 1, "dp": 8, "mbs": 1, "recompute": 0}
 

@@ -12,7 +12,7 @@ from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.search.search import price_layout
-from planner.strategies.osdp import full_layout
+from planner.strategies.osdp_table import full_layout
 from planner.strategies.partition import partition_for, partition_inputs, partition_layers, render_partition
 
 

@@ -1,5 +1,5 @@
 """Pipeline schedules simulated op by op (planner/cost/pipeline_sim.py) against the papers' bubble and memory numbers,
-the closed forms in planner/cost/schedule.py, and the measured ordering of the Zero Bubble paper's runs."""
+the closed forms in planner/cost/pipeline.py, and the measured ordering of the Zero Bubble paper's runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.cost import schedule as closed
+from planner.cost import pipeline as closed
 from planner.inputs.layout import SCHEDULES
 from planner.report.timeline import render_timeline
 from planner.strategies.pipeline_ops import segment_factor

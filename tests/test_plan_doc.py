@@ -44,7 +44,7 @@ def test_reader_refuses_a_foreign_mapping() -> None:
 
 
 def test_compress_dimensions_match_the_cost_model() -> None:
-    from planner.cost.compression import DIMENSIONS
+    from planner.cost.fabric import DIMENSIONS
 
     assert set(COMPRESS_DIMENSIONS) == set(DIMENSIONS)
 

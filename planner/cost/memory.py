@@ -5,9 +5,13 @@ All sizes in bytes, per GPU, for one pipeline stage.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from planner.cost.profiles import FrameworkProfile
+from planner.cost.profiles import FrameworkProfile, profile_for
+from planner.inputs.layout import Recompute, Zero
+from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 
 GIB = 2.0**30
@@ -29,9 +33,9 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
     grads = params * prof.grad_bytes
     optim = params * prof.optimizer_bytes
     return {
-        "weights": np.where(zero >= 3, weights / shard, weights),
-        "grads": np.where(zero >= 2, grads / shard, grads),
-        "optimizer": np.where(zero >= 1, optim / shard, optim),
+        "weights": np.where(zero >= Zero.PARAMETERS, weights / shard, weights),
+        "grads": np.where(zero >= Zero.GRADIENTS, grads / shard, grads),
+        "optimizer": np.where(zero >= Zero.OPTIMIZER, optim / shard, optim),
     }
 
 
@@ -74,4 +78,103 @@ def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray
 
 
 def runtime_reserve(groups_active: np.ndarray, allocated: np.ndarray) -> np.ndarray:
+    """CUDA context + NCCL buffers per active communicator + allocator fragmentation (constants above)."""
     return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups_active + FRAGMENTATION * allocated
+
+
+def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray, rc: np.ndarray) -> np.ndarray:
+    """Bytes one average layer saves per token, with the recompute mode's adjustments (full is applied later).
+
+    Dense and MoE layers mixed by their share; GPT-style models (GeLU, no gate) train with dropout.
+    """
+    m, s = problem.model, float(problem.training.seq_len)
+    prof = profile_for(problem.training.framework)
+    fp8 = problem.training.precision in ("fp8", "fp4")
+    frac_moe = m.moe_layers / m.num_hidden_layers
+    dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
+    dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8)
+    moe_act = layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8) if m.is_moe else dense_act
+    act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
+    if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
+        act_per_token = act_per_token + np.where(rc == Recompute.SELECTIVE, 0.0, 5.0 * m.num_attention_heads * s / tp)
+    else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input)
+        gemm_in = 1.0 if fp8 else 2.0
+        width = m.intermediate_size
+        if m.is_moe:
+            width = (1 - frac_moe) * m.intermediate_size + frac_moe * m.expert_ffn * (
+                m.num_experts_per_tok + m.n_shared_experts)
+        saved = np.where(sp == 1, 2 * gemm_in * m.hidden_size / tp, 2 * gemm_in * m.hidden_size) + gemm_in * width / tp
+        act_per_token = act_per_token - np.where(rc == Recompute.SELECTIVE, saved, 0.0)
+    return act_per_token
+
+
+def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
+                           rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(kept per layer per micro-batch, recompute working set) in bytes.
+
+    Full recompute keeps only each layer's input (2·h bytes per token, /tp with SP) and needs one layer's full
+    activations while that layer is recomputed; otherwise each layer keeps its activations and nothing extra.
+    """
+    h = problem.model.hidden_size
+    act_per_token = activation_bytes_per_token(problem, tp, sp, rc)
+    layer_input = np.where(sp == 1, 2.0 * h / tp, 2.0 * h)
+    per_layer_act = np.where(rc == Recompute.FULL, layer_input, act_per_token) * tok
+    return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0)
+
+
+def stage_activation_bytes(per_layer_act: np.ndarray, working: np.ndarray, layers: np.ndarray,
+                           inflight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) stage activations: the first stage holds `inflight` micro-batches of its layers at its peak
+    (planner.cost.pipeline.inflight_microbatches), the last one micro-batch; both + the recompute working set."""
+    return per_layer_act * layers * inflight + working, per_layer_act * layers + working
+
+
+def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:
+    """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads."""
+    return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
+
+
+def active_groups(tp: np.ndarray, pp: np.ndarray, dp: np.ndarray, cp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Communicators with more than one rank (each holds NCCL buffers): tp, pp, dp·cp, cp, ep."""
+    return sum((x > 1).astype(float) for x in (tp, pp, dp * cp, cp, ep))
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Allocations of one pipeline stage's GPU, bytes."""
+
+    states: dict[str, np.ndarray]  # weights, grads, optimizer (state_bytes)
+    activations: np.ndarray
+    logits: np.ndarray
+    total: np.ndarray  # states + activations + logits + ZeRO-3 buffers
+
+
+def stage_memory(states: dict[str, np.ndarray], acts: np.ndarray, logits: np.ndarray,
+                 buffer: np.ndarray) -> StageMemory:
+    """total = states + activations + logits + ZeRO-3 buffers."""
+    return StageMemory(states, acts, logits, sum(states.values()) + acts + logits + buffer)
+
+
+def report(first: StageMemory, last: StageMemory, buffer: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
+    """GiB per GPU of the stage with the larger allocations, split by kind, and both stages' device totals.
+
+    memory_allocated_gib is the peak of live tensors, what frameworks print (torch.cuda.max_memory_allocated;
+    Megatron's "max allocated", DeepSpeed's "Max_MA"); memory_peak_gib adds allocator slack, the CUDA context and
+    NCCL buffers (runtime_reserve).
+    """
+    first_is_peak = first.total >= last.total
+    peak_alloc = np.maximum(first.total, last.total)
+    reserve = runtime_reserve(groups, peak_alloc)
+    pick = lambda a, b: np.where(first_is_peak, a, b)  # noqa: E731
+    return {
+        "memory_peak_gib": (peak_alloc + reserve) / GIB,
+        "memory_allocated_gib": peak_alloc / GIB,
+        "mem_weights_gib": pick(first.states["weights"], last.states["weights"]) / GIB,
+        "mem_grads_gib": pick(first.states["grads"], last.states["grads"]) / GIB,
+        "mem_optimizer_gib": pick(first.states["optimizer"], last.states["optimizer"]) / GIB,
+        "mem_activations_gib": pick(first.activations, last.activations) / GIB,
+        "mem_logits_gib": pick(first.logits, last.logits) / GIB,
+        "mem_reserve_gib": (reserve + buffer) / GIB,
+        "mem_first_stage_gib": (first.total + reserve) / GIB,
+        "mem_last_stage_gib": (last.total + reserve) / GIB,
+    }

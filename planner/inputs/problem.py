@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from planner.errors import PlanInputError
 from planner.inputs.specs import ClusterSpec, ModelSpec, TrainingSpec
 
-# Parallel dimensions whose traffic `--compress` can shrink (the same names as planner.cost.compression.DIMENSIONS;
-# a test keeps the two equal).
+# Parallel dimensions whose traffic `--compress` can shrink (planner.cost.fabric prices them).
 COMPRESS_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 COMPRESS_RANGE = (1.0, 1000.0)  # a ratio of 4 sends a quarter of the bytes; below 1 would send more
 

@@ -24,7 +24,7 @@ SCHEMA_VERSION = 1
 # A copy benchmark moves at most a few GiB; the bound only keeps hostile numbers out of the arithmetic.
 MAX_BYTES = 2**50
 # Causal FlashAttention forward runs 2 matmuls over half the s x s scores; backward runs 5 (it recomputes QK^T), i.e.
-# 2.5x the forward. The cost model charges attention exactly this way (planner/cost/step.py), so an efficiency
+# 2.5x the forward. The cost model charges attention exactly this way (planner/cost/compute.py), so an efficiency
 # measured with this FLOP count plugs straight in.
 ATTENTION_BWD_FACTOR = 2.5
 
@@ -130,7 +130,7 @@ def dump_profile(profile: EfficiencyProfile, path: str | Path) -> None:
 def apply_profile(gpu: GPUSpec, profile: EfficiencyProfile) -> GPUSpec:
     """A copy of `gpu` with the measured efficiencies; catalog values stay for what the profile did not measure.
 
-    The cost model charges memory-bound kernels at hbm_tbps x HBM_EFFICIENCY (planner/cost/step.py). The profile's
+    The cost model charges memory-bound kernels at hbm_tbps x HBM_EFFICIENCY (planner/inputs/hardware.py). The profile's
     hbm_tbps is already an achieved figure, so it is stored as measured / HBM_EFFICIENCY: the charged bandwidth then
     equals the measured one instead of being discounted twice.
     """

@@ -93,7 +93,8 @@ def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partitio
     lay = complete_layout(problem, given)
     out: dict[str, Any] = {"text": []}
     if osdp:
-        from planner.strategies.osdp import plan_osdp, render_osdp
+        from planner.report.osdp_text import render_osdp
+        from planner.strategies.osdp import plan_osdp
 
         plan = plan_osdp(problem, lay)
         out["osdp"] = jsonable(dataclasses.asdict(plan))

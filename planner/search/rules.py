@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.comm import domain_group
+from planner.cost.groups import domain_group
 from planner.cost.profiles import profile_for
 from planner.inputs.frameworks import Capabilities, capabilities_for
 from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Schedule, Zero, stage_split_launchable

@@ -33,7 +33,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.cost import comm
+from planner.cost import fabric as comm
 from planner.errors import PlanInputError
 from planner.inputs.specs import ClusterSpec
 

@@ -33,13 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from planner.cost import comm, flops, memory
+from planner.cost import fabric as comm
+from planner.cost import flops, memory
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
 from planner.inputs.layout import Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
-from planner.strategies.osdp import full_layout, layer_costs
+from planner.strategies.osdp_table import full_layout, layer_costs
 
 TIME_TICKS = 100_000  # integer units per (largest) per-layer time
 MEMORY_TICKS = 1_000_000  # integer units per capacity
@@ -221,7 +222,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     """Per-stage cost terms of a pipelined layout, from planner.cost.
 
     Per-layer compute, exposed TP/CP/EP (and ZeRO-3) time, recompute cost, LM head time, activations and states come
-    from `layer_costs` (price_layout differenced, see planner.strategies.osdp). The embedding's time is not in
+    from `layer_costs` (planner.cost.step.layer_terms, see planner.strategies.osdp). The embedding's time is not in
     step.py; here it
     is its HBM traffic (write the looked-up rows, read the gradient and scatter-add it: 3 x tokens x h x 2 bytes) plus
     the vocabulary-parallel embedding's all-reduce over TP (Megatron VocabParallelEmbedding). The capacity is turned

@@ -1,0 +1,207 @@
+"""Kernel time of one layer per micro-batch on one GPU: GEMMs, attention, memory-bound elementwise work, launches.
+
+  t_f = GEMMs/(peak*eff) + attention/(peak*eff_attn) + elementwise bytes/HBM + kernel launches
+  t_b = 2x the GEMM and elementwise work, 2.5x attention (FlashAttention backward recomputes QK^T: 5 of 7 matmuls),
+  recompute: full = one more forward; selective = one more attention core (Korthikanti et al. 2022)
+MFU = model FLOPs (no recompute) / (step time * GPUs * dense BF16 peak)  (PaLM App. B; Megatron FLOP convention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost import expert, flops
+from planner.cost.profiles import profile_for
+from planner.inputs.hardware import FP8_GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD_S, KERNELS_PER_LAYER_FWD
+from planner.inputs.layout import Recompute
+from planner.inputs.problem import Problem
+from planner.inputs.specs import ModelSpec
+
+
+def is_fp8(problem: Problem) -> bool:
+    """fp8 and fp4 recipes both cast GEMM operands to 8 bits (Transformer Engine)."""
+    return problem.training.precision in ("fp8", "fp4")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achieved rates of one GPU under the framework profile."""
+
+    peak: float  # FLOP/s of the training precision
+    eff: float  # GEMM efficiency x the profile's kernel efficiency
+    bf16_peak: float  # dense BF16 FLOP/s (attention runs in bf16; the MFU denominator)
+    hbm: float  # achievable HBM bytes/s
+
+
+def rates(problem: Problem) -> Rates:
+    gpu, tr = problem.cluster.gpu, problem.training
+    base_eff = gpu.matmul_efficiency
+    if is_fp8(problem):
+        base_eff = gpu.fp8_matmul_efficiency or gpu.matmul_efficiency * FP8_GEMM_EFFICIENCY
+    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12,
+                 eff=base_eff * profile_for(tr.framework).kernel_efficiency,
+                 bf16_peak=gpu.bf16_tflops * 1e12, hbm=gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+
+
+def tokens_per_gpu(mbs: np.ndarray, seq_len: float, cp: np.ndarray) -> np.ndarray:
+    """Tokens each GPU processes per micro-batch: mbs·s/cp."""
+    return mbs * seq_len / cp
+
+
+def moe_fraction(m: ModelSpec) -> float:
+    """Share of the layers that are MoE layers."""
+    return m.moe_layers / m.num_hidden_layers
+
+
+def elementwise_bytes_per_token(m: ModelSpec) -> tuple[float, float, float]:
+    """HBM traffic of the memory-bound kernels of one layer's forward, per token: (replicated, sharded, moe extra).
+
+    Norms read+write h each (x2), residual adds read 2h write h (x2), RoPE reads+writes Q and K, the activation
+    function reads its inputs and writes its output; 2 bytes per element. Under TP without SP the norm/residual part
+    is repeated on every TP rank (Korthikanti et al. 2022 §4.2.2), which is why SP speeds layers up, not only memory.
+    A MoE layer also permutes each token's k copies into expert order and back (read + write k·h twice; Megatron-Core
+    moe_utils permute/unpermute) and runs a softmax/top-k over E router logits.
+    """
+    h = m.hidden_size
+    replicated = 2.0 * (2 * 2 * h + 2 * 3 * h)
+    rope = 2.0 * 2 * (m.num_attention_heads + m.kv_heads) * m.d_head
+    width = m.intermediate_size
+    moe_extra = 0.0
+    if m.is_moe:
+        width = m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
+        moe_extra = 2.0 * (2 * 2 * m.num_experts_per_tok * h) + 4.0 * 3 * m.num_local_experts
+    act = 2.0 * (3 * width if m.gated_mlp else 2 * width)
+    return replicated, rope + act, moe_extra
+
+
+def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
+    """Sum of input and output widths of one layer's linear layers (per token), for fp8 cast traffic."""
+    h, q = m.hidden_size, m.num_attention_heads * m.d_head
+    kv = 2 * m.kv_heads * m.d_head
+    width = m.intermediate_size
+    if m.is_moe:
+        width = m.expert_ffn * m.num_experts_per_tok
+    up = (2 if m.gated_mlp else 1) * width
+    return h + q + h + width, (q + kv) + h + up + h
+
+
+def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Forward GEMMs of an average layer: tok·((1-f_moe)·dense + f_moe·moe)/tp / (peak·eff); the MoE share carries
+    the busiest expert's extra load (planner.cost.expert)."""
+    m = problem.model
+    tf = flops.token_flops(m, problem.training.seq_len)
+    frac_moe = moe_fraction(m)
+    moe_layer = expert.moe_layer_flops(m, tf)
+    gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
+    return gemm_flops / (r.peak * r.eff)
+
+
+def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) time of one layer's attention core."""
+    m, gpu, s = problem.model, problem.cluster.gpu, float(problem.training.seq_len)
+    prof = profile_for(problem.training.framework)
+    tf = flops.token_flops(m, problem.training.seq_len)
+    # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
+    if prof.flash_attention:
+        attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency)
+        attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
+    else:
+        # Unfused: QK^T and PV run as batched GEMMs over the full s x s scores (the causal mask is applied after),
+        # and the scores go through HBM: write, scale-mask-softmax read+write, dropout read+write+mask, PV read,
+        # ~13 bytes per score forward (Korthikanti et al. 2022 §4.1 count the 5 stored bytes of these).
+        scores = tok * m.num_attention_heads * s / tp
+        attn_f = 2 * tok * tf.attention / tp / (r.peak * r.eff) + 13.0 * scores / r.hbm
+        attn_b = 2 * attn_f
+    return attn_f, attn_b
+
+
+def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
+                      sp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) HBM bytes of one layer's memory-bound kernels; backward moves twice the forward's."""
+    m = problem.model
+    frac_moe = moe_fraction(m)
+    repl_b, shard_b, moe_b = elementwise_bytes_per_token(m)
+    elem_bytes = tok * (np.where(sp == 1, repl_b / tp, repl_b) + shard_b / tp + frac_moe * moe_b / tp)
+    elem_bytes_b = 2 * elem_bytes
+    # fp8: Transformer Engine casts each GEMM operand: read 2 B, write 1 B, plus a 1 B transpose for backward
+    if is_fp8(problem):
+        w_in, w_out = linear_io_widths(m)
+        elem_bytes = elem_bytes + tok * 4.0 * w_in / tp
+        elem_bytes_b = elem_bytes_b + tok * 4.0 * w_out / tp
+    return elem_bytes, elem_bytes_b
+
+
+def launch_time(problem: Problem, ep: np.ndarray) -> np.ndarray | float:
+    """Kernel launches of one layer's forward (KERNEL_OVERHEAD_S each), plus MoE grouped-GEMM launches and host sync."""
+    m = problem.model
+    launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
+    if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
+        launch_f = launch_f + expert.moe_launch_time(m, ep)
+    return launch_f
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """One average layer, one micro-batch, one GPU, kernels only (no exposed communication)."""
+
+    fwd: np.ndarray  # t_f
+    bwd: np.ndarray  # t_b (input and weight gradients)
+    wgrad: np.ndarray  # weight-gradient GEMMs, the W of zero-bubble schedules
+    attn_f: np.ndarray
+    attn_b: np.ndarray
+    elem_f: np.ndarray  # memory-bound forward kernels
+    launch_f: np.ndarray | float
+
+
+def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
+                ep: np.ndarray) -> LayerTimes:
+    """t_f = gemm + attn + elem + launch; t_b = 2·gemm + attn_b + 2·elem_bytes/HBM + 2·launch; W = gemm."""
+    gemm_f = gemm_time(problem, r, tok, tp)
+    attn_f, attn_b = attention_time(problem, r, tok, tp)
+    elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
+    elem_f = elem_bytes / r.hbm
+    launch_f = launch_time(problem, ep)
+    layer_f = gemm_f + attn_f + elem_f + launch_f
+    layer_b = 2 * gemm_f + attn_b + elem_bytes_b / r.hbm + 2 * launch_f
+    return LayerTimes(layer_f, layer_b, gemm_f, attn_f, attn_b, elem_f, launch_f)
+
+
+def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes) -> np.ndarray:
+    """Extra backward work per layer: full = one forward; selective = see below; none = 0.
+
+    Selective recompute: with unfused attention it is Korthikanti et al.'s (re-run the attention core); with fused
+    attention there is no s^2 state to drop, and Megatron-Core's selective modules re-run the memory-bound
+    norms and activation functions instead (`--recompute-modules layernorm mlp/moe_act`): one forward of them.
+    """
+    selective_cost = lt.elem_f if profile_for(problem.training.framework).flash_attention else lt.attn_f
+    return np.where(rc == Recompute.FULL, lt.fwd, np.where(rc == Recompute.SELECTIVE, selective_cost, 0.0))
+
+
+def head_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """LM head forward: its GEMM tok·2hV/tp / (peak·eff) + the logits' 6 B/entry through HBM (bf16 + fp32 copy)."""
+    m = problem.model
+    tf = flops.token_flops(m, problem.training.seq_len)
+    return tok * tf.head / tp / (r.peak * r.eff) + tok * m.vocab_size * 6.0 / tp / (r.hbm)
+
+
+def compute_time(micro: np.ndarray, layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray,
+                 head_f: np.ndarray) -> np.ndarray:
+    """Kernel time per step on the busiest stage: m·(L_stage·(t_f + t_b + recompute) + 3·head forward)."""
+    return micro * (layers * (lt.fwd + lt.bwd + recompute_b) + 3 * head_f)
+
+
+def tokens_per_step(problem: Problem) -> float:
+    return float(problem.training.global_batch) * float(problem.training.seq_len)
+
+
+def throughput_per_gpu(problem: Problem, step: np.ndarray) -> np.ndarray:
+    """Tokens per second per GPU: global batch·s / (step·GPUs)."""
+    return tokens_per_step(problem) / (step * float(problem.num_gpus))
+
+
+def mfu(problem: Problem, step: np.ndarray, r: Rates) -> np.ndarray:
+    """Model FLOPs (3x forward, no recompute) per step / (step·GPUs·dense BF16 peak) (PaLM App. B)."""
+    model_flops = flops.model_flops_per_token(problem.model, problem.training.seq_len) * tokens_per_step(problem)
+    return model_flops / (step * float(problem.num_gpus) * r.bf16_peak)

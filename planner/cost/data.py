@@ -1,0 +1,47 @@
+"""Data parallelism: the per-step gradient reduction and the optimizer update."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.fabric import Fabric
+from planner.cost.profiles import FrameworkProfile
+from planner.inputs.layout import Zero
+
+# Adam step touches fp32 master, two moments (read+write, 24 B), reads the fp32 grad (4 B), writes bf16 params (2 B).
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+
+
+def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray], zero: np.ndarray,
+                        hsdp: np.ndarray, shard_group: np.ndarray, ranks: tuple[np.ndarray, np.ndarray],
+                        tp: np.ndarray, etp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Per-step gradient reduction of the busiest stage.
+
+    Dense grads all-reduce over the dp x cp ranks (strided by tp), expert grads over the expert data ranks (strided
+    by etp·ep); ZeRO-3 reduce-scatters per layer instead (planner.cost.sharding), and HSDP all-reduces the sharded
+    grads across the replicas of its shard group. `params` is sharding.stage_params; `ranks` (data, expert data).
+    """
+    data_ranks, expert_ranks = ranks
+    stage_p, layers, layer_expert_part = params["stage"], params["layers_per_stage"], params["layer_expert_part"]
+    dense_local = stage_p - layers * layer_expert_part
+    expert_local = layers * layer_expert_part
+    dense_grads, expert_grads = dense_local * prof.grad_reduce_bytes, expert_local * prof.grad_reduce_bytes
+    reduce_dense = fab.collective("all_reduce", dense_grads, data_ranks, tp, "dp")
+    reduce_exp = fab.collective("all_reduce", expert_grads, expert_ranks, etp * ep, "dp")
+    replicas = data_ranks / shard_group
+    shard_grads = stage_p * prof.grad_reduce_bytes / shard_group
+    hsdp_reduce = fab.collective("all_reduce", shard_grads, replicas, tp * shard_group, "dp")
+    return np.where(hsdp, hsdp_reduce, np.where(zero == Zero.PARAMETERS, 0.0, reduce_dense + reduce_exp))
+
+
+def dp_exposed(prof: FrameworkProfile, dp_time: np.ndarray, zero: np.ndarray, stage_f: np.ndarray,
+               stage_b: np.ndarray) -> np.ndarray:
+    """Reduction not hidden behind the last micro-batch: max(t_dp - overlap·(t_b [+ t_f with ZeRO >= 1]), 0)."""
+    window = prof.dp_overlap * (stage_b + np.where(zero >= Zero.OPTIMIZER, stage_f, 0.0))
+    return np.maximum(dp_time - window, 0.0)
+
+
+def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float) -> np.ndarray:
+    """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·params (/shard with ZeRO >= 1) / HBM."""
+    shard_for_optim = np.where(zero >= Zero.OPTIMIZER, shard_group, 1.0)
+    return OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (hbm)

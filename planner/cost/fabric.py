@@ -1,0 +1,130 @@
+"""Collectives over the cluster's tiers (NVLink domain, network), with the `--compress` what-if applied.
+
+Model (nccl-tests doc/PERFORMANCE.md): t = latency + S * c(n) / busbw, with c = 2(n-1)/n for all-reduce and
+(n-1)/n for all-gather, reduce-scatter and all-to-all. A group that spans NVLink domains runs hierarchically
+(intra-domain phase on NVLink, then the inter-domain phase on the network with each GPU driving its own NIC;
+stas00/ml-engineering network/README.md), which is what NCCL's tree/ring hybrids achieve for large messages.
+Group geometry (who is `stride` apart, how many share a domain) lives in planner.cost.groups.
+
+Compressed collectives (`--compress dp=4,tp=1.5`): each parallel dimension's traffic shrinks by its compression
+ratio, and the codec adds its own time: encoding reads the full tensor and writes the compressed one, decoding reads
+the compressed one and writes the full tensor. GPU codecs for collectives are memory-bound kernels (hybrid GPU-based
+compression for LLM training, e.g. Wang et al. 2023 "ZeRO++" quantised weights/gradients at 2-4x, and the
+error-feedback gradient compressors it builds on), so the codec costs HBM traffic 2·S·(1 + 1/r) per collective of
+uncompressed size S, on the critical path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from planner.cost.groups import peers_within
+from planner.inputs.problem import COMPRESS_DIMENSIONS
+from planner.inputs.specs import ClusterSpec
+
+# Achievable fraction of the per-direction link rate for large messages:
+NVLINK_EFFICIENCY = 0.80  # nccl-tests #212: ring busbw ~370 of 450 GB/s on 8xH100 ("~20% protocol overhead")
+NETWORK_EFFICIENCY = 0.92  # nccl-tests #290: 46-48 GB/s per 400 Gb/s NDR NIC with NCCL_ALGO=RING
+# Latency terms from NCCL src/graph/tuning.cc (Simple/LL128 protocols): base ~8.4 us, ~2 us per NVLink hop,
+# ~4 us per network hop; a tree over nodes needs log2(nodes) network hops each way.
+BASE_LATENCY_S = 8.4e-6
+NVLINK_HOP_S = 1.9e-6
+NETWORK_HOP_S = 4.0e-6
+
+DIMENSIONS = COMPRESS_DIMENSIONS  # parallel dimensions `--compress` can name (parsed once, in inputs/problem.py)
+
+
+def _bandwidths(cluster: ClusterSpec) -> tuple[float, float]:
+    nvlink = cluster.gpu.nvlink_gbps * 1e9 * NVLINK_EFFICIENCY
+    network = cluster.network_gbps * 1e9 * NETWORK_EFFICIENCY / cluster.oversubscription
+    return nvlink, network
+
+
+def _latency(size: np.ndarray, local: np.ndarray) -> np.ndarray:
+    nodes = np.maximum(size // np.maximum(local, 1), 1)
+    return np.where(size > 1, BASE_LATENCY_S + 2 * np.log2(np.maximum(local, 1)) * NVLINK_HOP_S
+                    + 2 * np.log2(nodes) * NETWORK_HOP_S, 0.0)
+
+
+def all_reduce_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Hierarchical all-reduce: reduce-scatter + all-gather inside the domain, all-reduce of 1/g across domains:
+    2(g-1)/g·S/nvlink + 2(k-1)/k·(S/g)/network + latency, g peers per domain, k = n/g domains."""
+    nvlink, network = _bandwidths(cluster)
+    size = np.asarray(size)
+    g = peers_within(cluster.nvlink_domain, stride, size)
+    k = np.maximum(size // g, 1)
+    intra = 2.0 * (g - 1) / np.maximum(g, 1) * nbytes / nvlink
+    inter = 2.0 * (k - 1) / np.maximum(k, 1) * (nbytes / g) / network
+    return np.where(size > 1, intra + inter + _latency(size, g), 0.0)
+
+
+def all_gather_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """All-gather (or reduce-scatter) of a buffer whose full, gathered size is `nbytes`: half an all-reduce."""
+    return np.where(np.asarray(size) > 1, 0.5 * all_reduce_time(nbytes, size, stride, cluster)
+                    + 0.5 * _latency(np.asarray(size), peers_within(cluster.nvlink_domain, stride, size)), 0.0)
+
+
+def all_to_all_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """All-to-all where each rank holds `nbytes` and keeps 1/n: the off-domain share goes over the NIC,
+    max(S(g-1)/n / nvlink, S(n-g)/n / network) + latency."""
+    nvlink, network = _bandwidths(cluster)
+    size = np.asarray(size)
+    g = peers_within(cluster.nvlink_domain, stride, size)
+    n = np.maximum(size, 1)
+    intra_bytes = nbytes * (g - 1) / n
+    inter_bytes = nbytes * (n - g) / n
+    t = np.maximum(intra_bytes / nvlink, inter_bytes / network)
+    return np.where(size > 1, t + _latency(size, g), 0.0)
+
+
+def p2p_time(nbytes: np.ndarray, crosses_domain: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Point-to-point send: base latency + S / bandwidth of the tier it crosses."""
+    nvlink, network = _bandwidths(cluster)
+    bw = np.where(crosses_domain, network, nvlink)
+    return BASE_LATENCY_S + nbytes / bw
+
+
+_KINDS = {"all_reduce": all_reduce_time, "all_gather": all_gather_time, "reduce_scatter": all_gather_time,
+          "all_to_all": all_to_all_time}
+
+
+class Squeezer:
+    """Applies per-dimension compression ratios to collective sizes and prices the codec."""
+
+    def __init__(self, ratios: Mapping[str, float], hbm_bytes_per_s: float) -> None:
+        self.ratios = {k: float(v) for k, v in ratios.items() if float(v) != 1.0}
+        self.hbm = hbm_bytes_per_s
+
+    def wire(self, dim: str, nbytes: np.ndarray | float) -> np.ndarray | float:
+        """Bytes that actually cross the link: S / r."""
+        return nbytes / self.ratios.get(dim, 1.0)
+
+    def codec(self, dim: str, nbytes: np.ndarray | float) -> np.ndarray | float:
+        """Encode + decode time for one collective of uncompressed size `nbytes`: 2·S·(1 + 1/r) / HBM (0 without
+        compression)."""
+        r = self.ratios.get(dim)
+        if r is None:
+            return 0.0
+        return 2.0 * nbytes * (1.0 + 1.0 / r) / self.hbm
+
+
+class Fabric:
+    """The cluster's links as the cost model sees them: every collective of a parallel dimension, compressed or not."""
+
+    def __init__(self, cluster: ClusterSpec, ratios: Mapping[str, float], hbm_bytes_per_s: float) -> None:
+        self.cluster = cluster
+        self.squeeze = Squeezer(ratios, hbm_bytes_per_s)
+
+    def collective(self, kind: str, nbytes: np.ndarray | float, size: np.ndarray, stride: np.ndarray,
+                   dim: str) -> np.ndarray:
+        """Time of one collective `kind` (all_reduce, all_gather, reduce_scatter, all_to_all) of uncompressed size
+        `nbytes` over `size` ranks `stride` apart, for parallel dimension `dim`: t(S / r) + codec(S)."""
+        sq = self.squeeze
+        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster) + sq.codec(dim, nbytes)
+
+    def send(self, nbytes: np.ndarray | float, crosses_domain: np.ndarray, dim: str) -> np.ndarray:
+        """Point-to-point hand-off of uncompressed size `nbytes`: p2p(S / r) + codec(S)."""
+        sq = self.squeeze
+        return p2p_time(sq.wire(dim, nbytes), crosses_domain, self.cluster) + sq.codec(dim, nbytes)

@@ -1,0 +1,146 @@
+"""Pipeline parallelism: bubble time, how many micro-batches' activations the busiest stage holds, the stage's
+micro-batch time and its p2p hand-offs, and the step they add up to.
+
+p stages, m micro-batches, v model chunks per rank; t_f, t_b forward/backward time of one micro-batch on one stage,
+t_w the weight-gradient part of t_b (zero-bubble schedules split backward into B = input grad and W).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.compute import LayerTimes
+from planner.cost.fabric import Fabric
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, Schedule
+
+
+def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
+                t_w: np.ndarray, m: np.ndarray | float = np.inf) -> np.ndarray:
+    """Idle time per step on the critical path.
+
+    1F1B: (p-1)(t_f+t_b) (Narayanan et al. 2021 §2.2.1); interleaved: divided by v (ibid. §2.2.2);
+    ZB-H1: (p-1)(t_f + t_B - t_W) with t_B = t_b - t_W (Qi et al. 2024, arXiv 2401.10241 §2.1);
+    ZB-H2: fills the warm-up with W passes, leaving (p-1) * max(0, t_f + t_B - 2 t_W) (ibid. §2.2).
+    ZB-V: two chunks per rank in a V, same zero-bubble condition as ZB-H2 at 1F1B's memory (ibid. §6; the
+    zero-bubble repository README).
+    Seq1F1B: segments of a sequence flow as micro-batches; with the paper's computation-wise partition (segment
+    lengths chosen so each costs 1/k of the sequence despite causal attention) warm-up and cool-down shrink to
+    (p-1)(t_f+t_b)/k (Sun et al. 2024, arXiv 2406.03488 §3.3). Equal-length segments would instead stall on the
+    heaviest last segment; planner.strategies.pipeline_sim shows both.
+    """
+    t_bi = t_b - t_w
+    base = (p - 1) * (t_f + t_b)
+    out = np.where(schedule == Schedule.INTERLEAVED, base / np.maximum(v, 1), base)
+    # Zero-bubble schedules fill idle slots with deferred W passes; with fewer micro-batches than the fill needs
+    # (p - 1 for ZB-H1, 2p - 1 for ZB-H2 / ZB-V) only that share of the saving is available.
+    zb1 = (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0)
+    zb2 = (p - 1) * np.maximum(t_f + t_bi - 2 * t_w, 0.0)
+    fill1 = np.minimum(1.0, m / np.maximum(p - 1, 1))
+    fill2 = np.minimum(1.0, m / np.maximum(2 * p - 1, 1))
+    out = np.where(schedule == Schedule.ZB_H1, base - (base - zb1) * fill1, out)
+    out = np.where((schedule == Schedule.ZB_H2) | (schedule == Schedule.ZB_V), base - (base - zb2) * fill2, out)
+    out = np.where(schedule == Schedule.SEQ1F1B, base / SEQ1F1B_SEGMENTS, out)
+    return np.where(p > 1, out, 0.0)
+
+
+def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Micro-batches of one stage's layers whose activations the first stage holds at its peak.
+
+    1F1B: min(m, p) (Megatron schedules.py warm-up p - rank - 1, plus one); interleaved: times
+    1 + (p-1)/(p v) (Korthikanti et al. 2022 §4.2.3; Megatron theoretical_memory_usage.py); ZB-H1 keeps 1F1B's peak;
+    ZB-H2 holds up to 2p - 1 (Qi et al. 2024 §2.2); ZB-V keeps 1F1B's p; Seq1F1B holds p + k - 1 segments of 1/k
+    of a sequence, (p + k - 1)/k micro-batches (its warm-up, checked by planner.strategies.pipeline_sim).
+    No pipeline: one micro-batch at a time.
+    """
+    base = np.minimum(m, p).astype(float)
+    out = np.where(schedule == Schedule.INTERLEAVED, base * (1 + (p - 1) / (p * np.maximum(v, 1))), base)
+    out = np.where(schedule == Schedule.ZB_H2, np.minimum(m, 2 * p - 1).astype(float), out)
+    k = SEQ1F1B_SEGMENTS
+    out = np.where(schedule == Schedule.SEQ1F1B, np.minimum(m * k, p + k - 1) / k, out)
+    return np.where(p > 1, out, 1.0)
+
+
+def microbatches(global_batch: int, mbs: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """Micro-batches per step per pipeline: global batch / (mbs·dp)."""
+    return global_batch / (mbs * dp)
+
+
+def hand_off_time(fab: Fabric, act_bytes: np.ndarray, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray,
+                  n_gpus: float) -> np.ndarray:
+    """One p2p hand-off between stages: one activation tensor per micro-batch (/tp with scatter-gather or SP), over
+    the network when a stage (world/pp ranks) fills an NVLink domain (Narayanan et al. 2021 §4.1)."""
+    pp_crosses = (n_gpus / pp) >= fab.cluster.nvlink_domain
+    hand_off = act_bytes / np.where(sp == 1, tp, 1.0)
+    return np.where(pp > 1, fab.send(hand_off, pp_crosses, "pp"), 0.0)
+
+
+def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """Per micro-batch, one send each way; interleaving sends v times as many (Narayanan et al. 2021 §4.1)."""
+    return 2 * p2p * vpp
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """Exposed communication of one average layer per micro-batch: forward + backward totals and forward shares."""
+
+    tp: np.ndarray
+    tp_f: np.ndarray
+    cp: np.ndarray
+    cp_f: np.ndarray
+    ep: np.ndarray
+    ep_f: np.ndarray
+    fsdp_f: np.ndarray
+    fsdp_b: np.ndarray
+
+    def total(self) -> np.ndarray:
+        return self.tp + self.cp + self.ep + self.fsdp_f + self.fsdp_b
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One micro-batch through the busiest stage."""
+
+    per_layer_f: np.ndarray  # kernels + exposed communication, forward
+    per_layer_b: np.ndarray  # the same for the backward, recomputation included
+    fwd: np.ndarray
+    bwd: np.ndarray
+    wgrad: np.ndarray
+
+
+def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc: LayerComm,
+                head_f: np.ndarray) -> StageTimes:
+    """t_f = L_stage·(layer fwd + exposed fwd comm) + head; t_b = L_stage·(layer bwd + recompute + the rest of the
+    exposed comm) + 2·head; W = L_stage·weight-gradient GEMMs + head."""
+    per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
+    per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)
+                   + (lc.ep - lc.ep_f) + lc.fsdp_b)
+    return StageTimes(per_layer_f, per_layer_b, layers * per_layer_f + head_f, layers * per_layer_b + 2 * head_f,
+                      layers * lt.wgrad + head_f)
+
+
+def stage_microbatch_times(pp: np.ndarray, layers: np.ndarray, st: StageTimes) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) stage forward + backward of one micro-batch: the first stage's layers (the embedding lookup is
+    negligible), the last stage's layers + LM head and loss."""
+    return np.where(pp > 1, layers * (st.per_layer_f + st.per_layer_b), st.fwd + st.bwd), st.fwd + st.bwd
+
+
+def microbatch_time(st: StageTimes, p2p_exposed: np.ndarray, schedule: np.ndarray, lt: LayerTimes,
+                    layers: np.ndarray) -> np.ndarray:
+    """t_f + t_b + hand-offs; Seq1F1B runs every layer's kernels once per segment: k times the launches."""
+    t_mb = st.fwd + st.bwd + p2p_exposed
+    seg_launch = np.where(schedule == Schedule.SEQ1F1B, (SEQ1F1B_SEGMENTS - 1) * 3 * lt.launch_f * layers, 0.0)
+    return t_mb + seg_launch
+
+
+def step_time(micro: np.ndarray, t_mb: np.ndarray, bubble: np.ndarray, dp_exposed: np.ndarray,
+              optimizer: np.ndarray) -> np.ndarray:
+    """step = m·t_mb + bubble(schedule) + exposed DP reduction + optimizer update."""
+    return micro * t_mb + bubble + dp_exposed + optimizer
+
+
+def exposed_comm_time(micro: np.ndarray, p2p_exposed: np.ndarray, layers: np.ndarray, lc: LayerComm,
+                      dp_exposed: np.ndarray) -> np.ndarray:
+    """All exposed communication per step: m·(hand-offs + L_stage·per-layer exposed) + exposed DP reduction."""
+    return micro * (p2p_exposed + layers * lc.total()) + dp_exposed

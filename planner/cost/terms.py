@@ -1,0 +1,108 @@
+"""Every number `planner.cost.step.evaluate` returns: what it is, its unit, the function that computes it, and its
+formula with the source. docs/architecture.md embeds `render_markdown()` between its terms markers (a test keeps
+the two equal and checks that this table and `evaluate` name the same keys).
+
+Notation: m micro-batches per step, L layers on the busiest stage, f/b forward/backward, per micro-batch unless said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BEGIN, END = "<!-- terms:begin -->", "<!-- terms:end -->"
+
+
+@dataclass(frozen=True)
+class Term:
+    key: str  # key of evaluate's output
+    label: str
+    unit: str
+    where: str  # qualified name of the function that computes it
+    formula: str  # one line, with its source
+
+
+_C = "planner.cost."
+TERMS: tuple[Term, ...] = (
+    Term("step_time_s", "step time", "s", _C + "pipeline.step_time",
+         "m·t_mb + bubble + exposed DP reduction + optimizer (Narayanan et al. 2021)"),
+    Term("tokens_per_s_per_gpu", "throughput per GPU", "tokens/s", _C + "compute.throughput_per_gpu",
+         "global batch·s / (step·GPUs)"),
+    Term("mfu", "model FLOPs utilisation", "fraction", _C + "compute.mfu",
+         "3·forward FLOPs (no recompute) / (step·GPUs·dense BF16 peak) (PaLM App. B; Megatron FLOP convention)"),
+    Term("memory_peak_gib", "peak device memory", "GiB", _C + "memory.report",
+         "max(first, last stage allocations) + CUDA context + NCCL buffers + 5% fragmentation (Megatron estimator)"),
+    Term("memory_allocated_gib", "peak allocated memory", "GiB", _C + "memory.report",
+         "max(first, last stage allocations), as torch.cuda.max_memory_allocated reports"),
+    Term("num_microbatches", "micro-batches per step", "count", _C + "pipeline.microbatches",
+         "global batch / (mbs·dp)"),
+    Term("compute_s", "kernel time per step", "s", _C + "compute.compute_time",
+         "m·(L·(t_f + t_b + recompute) + 3·head forward); t_b = 2x GEMMs, 2.5x flash attention (Dao et al. 2022)"),
+    Term("exposed_comm_s", "exposed communication per step", "s", _C + "pipeline.exposed_comm_time",
+         "m·(p2p hand-offs + L·(TP + CP + EP + ZeRO-3 exposed)) + exposed DP reduction"),
+    Term("bubble_s", "pipeline bubble", "s", _C + "pipeline.bubble_time",
+         "(p-1)(t_f+t_b), /v interleaved, zero-bubble and Seq1F1B variants (Narayanan 2021; Qi 2024; Sun 2024)"),
+    Term("stage_fwd_s", "stage forward", "s", _C + "pipeline.stage_times",
+         "L·(layer forward + exposed forward comm) + head forward"),
+    Term("first_stage_mb_s", "first stage micro-batch", "s", _C + "pipeline.stage_microbatch_times",
+         "L·(layer f + layer b) when pp > 1 (embedding lookup negligible), else stage f + b"),
+    Term("last_stage_mb_s", "last stage micro-batch", "s", _C + "pipeline.stage_microbatch_times",
+         "stage forward + stage backward (layers + LM head and loss)"),
+    Term("stage_bwd_s", "stage backward", "s", _C + "pipeline.stage_times",
+         "L·(layer backward + recompute + exposed backward comm) + 2·head forward"),
+    Term("stage_wgrad_s", "stage weight gradients", "s", _C + "pipeline.stage_times",
+         "L·weight-gradient GEMMs + head forward (the W of zero-bubble schedules, Qi et al. 2024)"),
+    Term("p2p_s", "pipeline hand-off", "s", _C + "pipeline.hand_off_time",
+         "latency + activation (/tp with SP) / link bandwidth when pp > 1 (Narayanan et al. 2021 §4.1)"),
+    Term("optimizer_s", "optimizer update", "s", _C + "data.optimizer_time",
+         "30 B/param (Adam: fp32 master, 2 moments, grad, bf16 write) · params / shard / HBM"),
+    Term("tp_comm_s", "exposed TP per step", "s", _C + "tensor.tp_exposed",
+         "m·L·(4, +2 full recompute)·all-reduce(activation)·(1 - overlap) (Narayanan et al. 2021 §3.2)"),
+    Term("cp_comm_s", "exposed CP per step", "s", _C + "context.cp_exposed",
+         "m·L·(ring not hidden by attention + 2·Ulysses all-to-alls) (Liu 2023; Jacobs 2023; Fang & Zhao 2024)"),
+    Term("ep_comm_s", "exposed EP per step", "s", _C + "expert.dispatch_exposed",
+         "m·L·f_moe·4·all-to-all(k·h tokens)·(1 - overlap) (dispatch + combine, each way)"),
+    Term("fsdp_comm_s", "exposed ZeRO-3 per step", "s", _C + "sharding.fsdp_exposed",
+         "m·L·(max(gather - t_f, 0) + max(gather + reduce-scatter - t_b, 0)) (Rajbhandari et al. 2020)"),
+    Term("pp_comm_s", "exposed hand-offs per step", "s", _C + "pipeline.hand_offs_exposed",
+         "m·2·p2p·v (one each way per micro-batch, v times with interleaving)"),
+    Term("dp_comm_s", "exposed DP reduction", "s", _C + "data.dp_exposed",
+         "max(grad all-reduce (dense, expert, HSDP replicas) - overlap·last backward, 0) (nccl-tests model)"),
+    Term("recompute_s", "recomputation per step", "s", _C + "compute.recompute_time",
+         "m·L·(full: layer forward; selective: attention core or memory-bound modules) (Korthikanti et al. 2022)"),
+    Term("mem_weights_gib", "weights", "GiB", _C + "memory.state_bytes",
+         "params·(weight bytes + 1 fp8 copy), /shard at ZeRO-3 (ZeRO §5; Transformer Engine)"),
+    Term("mem_grads_gib", "gradients", "GiB", _C + "memory.state_bytes",
+         "params·grad bytes, /shard at ZeRO >= 2 (ZeRO §5; Megatron dist_optimizer.md)"),
+    Term("mem_optimizer_gib", "optimizer states", "GiB", _C + "memory.state_bytes",
+         "params·optimizer bytes, /shard at ZeRO >= 1 (ZeRO §5)"),
+    Term("mem_activations_gib", "activations", "GiB", _C + "memory.stage_activation_bytes",
+         "per-layer bytes/token·tokens·L·in-flight micro-batches (Korthikanti et al. 2022 §4)"),
+    Term("mem_logits_gib", "logits", "GiB", _C + "memory.logits_bytes",
+         "tokens·V·6 B / tp on the last stage (Korthikanti §4.3; Megatron theoretical_memory_usage.py)"),
+    Term("mem_reserve_gib", "runtime reserve", "GiB", _C + "memory.runtime_reserve",
+         "1 GiB context + 0.5 GiB per NCCL group + 5% fragmentation + ZeRO-3 buffers (NCCL #964; Megatron)"),
+    Term("mem_first_stage_gib", "first stage memory", "GiB", _C + "memory.stage_memory",
+         "states + activations + (logits if pp = 1) + ZeRO-3 buffers + reserve"),
+    Term("mem_last_stage_gib", "last stage memory", "GiB", _C + "memory.stage_memory",
+         "states + activations + logits + ZeRO-3 buffers + reserve"),
+)
+KEYS: tuple[str, ...] = tuple(t.key for t in TERMS)
+
+
+def render_markdown() -> str:
+    """The table as Markdown: number | label | unit | formula | where."""
+    lines = ["| number | label | unit | formula | where |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| `{t.key}` | {t.label} | {t.unit} | {t.formula} | `{t.where}` |" for t in TERMS]
+    return "\n".join(lines)
+
+
+def splice(document: str) -> str:
+    """`document` with the block between the terms markers replaced by the rendered table."""
+    head, rest = document.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{render_markdown()}\n{END}{tail}"
+
+
+def embedded(document: str) -> str:
+    """The block between the terms markers of `document`, without the surrounding newlines."""
+    return document.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
