@@ -22,7 +22,11 @@ GbsOpt = Annotated[int, typer.Option("--global-batch", help="sequences per optim
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
 FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour and schedules to "
                                     "model: generic, megatron-core, megatron (paper era), nemo, torchtitan, "
-                                    "llm-foundry, ...")]
+                                    "deepspeed, llm-foundry, ...")]
+PlanFwOpt = Annotated[str | None, typer.Option(
+    "--framework", help="training stack to plan for: its capabilities limit the search and its behaviour prices it "
+    "(generic, megatron-core, megatron (paper era), nemo, torchtitan, deepspeed, llm-foundry, ...); default: the "
+    "launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else generic", show_default=False)]
 
 
 def stdout() -> Console:
@@ -37,6 +41,21 @@ def stderr() -> Console:
 def check_format(fmt: str, allowed: tuple[str, ...]) -> None:
     if fmt not in allowed:
         raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(allowed)}")
+
+
+def framework_for(framework: str | None, fmt: str) -> str:
+    """The framework to plan for: as given, or implied by a launcher format (`--format deepspeed` plans for
+    DeepSpeed). A launcher format with a framework it cannot launch is a bad input, not a silent switch."""
+    from planner.inputs.frameworks import FRAMEWORK_FOR_FORMAT, LAUNCHES
+
+    implied = FRAMEWORK_FOR_FORMAT.get(fmt)
+    if framework is None:
+        return implied or "generic"
+    if implied and framework not in LAUNCHES[fmt]:
+        raise PlanInputError(f"--format {fmt} launches {', '.join(LAUNCHES[fmt])}, not '{framework}'",
+                             field="--framework",
+                             fix=f"drop --framework (it defaults to {implied}) or use --format env")
+    return framework
 
 
 def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,

@@ -3,9 +3,9 @@
 import pytest
 from conftest import cols
 
-from planner.cost.profiles import PROFILES
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.layout import parse_pairs
+from planner.inputs.frameworks import capabilities_for
+from planner.inputs.layout import Schedule, parse_pairs
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.report.explain import explain
@@ -105,7 +105,7 @@ def test_pinned_knobs_are_respected():
 
 
 def test_megatron_profile_offers_no_zero_bubble():
-    assert "zb-h1" not in PROFILES["megatron"].schedules
+    assert Schedule.ZB_H1 not in capabilities_for("megatron").schedules
     plans = search(prob(framework="megatron", cluster="h100x512", gbs=512), top=20).plans
     assert all(p.layout["schedule"] in (0, 1) for p in plans)
 

@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from cli.options import FORMATS_PLAN, FwOpt, GbsOpt, PrecOpt, SeqOpt, build_problem, check_format, stdout
+from cli.options import (
+    FORMATS_PLAN,
+    GbsOpt,
+    PlanFwOpt,
+    PrecOpt,
+    SeqOpt,
+    build_problem,
+    check_format,
+    framework_for,
+    stdout,
+)
 from planner.errors import NoFeasiblePlan, PlanInputError
 
 
@@ -19,7 +29,7 @@ def main(
     seq_len: SeqOpt = 8192,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
-    framework: FwOpt = "generic",
+    framework: PlanFwOpt = None,
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
                                                   "ep vpp mbs zero recompute sp schedule cp_comm")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to report")] = 5,
@@ -43,6 +53,7 @@ def main(
         missing = "--model" if model is None else "--cluster"
         raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
     check_format(fmt, FORMATS_PLAN)
+    framework = framework_for(framework, fmt)
     from planner.report import document
     from planner.search.search import search
 

@@ -1,4 +1,5 @@
-"""Framework profiles: the few behaviours that differ between training stacks, each a physical quantity.
+"""Framework profiles: the few behaviours that differ between training stacks, each a physical quantity. What a
+stack can run at all (schedules, ZeRO stages, CP) is planner.inputs.frameworks.
 
 Used by `training.framework` (validation cases) and `--framework` (planning). Values and where they come from:
 - grad_bytes: bytes per gradient element kept between micro-batches. Megatron-LM keeps fp32 "main grads"
@@ -33,8 +34,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_ALL = ("1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "seq1f1b")
-
 
 @dataclass(frozen=True)
 class FrameworkProfile:
@@ -49,28 +48,29 @@ class FrameworkProfile:
     kernel_efficiency: float = 1.0  # achieved / best-case (MAMF) rate of the stack's GEMM and attention kernels
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
-    schedules: tuple[str, ...] = _ALL
 
 
-_MAINLINE = ("1f1b", "interleaved")  # Megatron-Core schedules.py: VPP selects interleaved; no zero-bubble
 _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875)
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 PROFILES: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
-    "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False, schedules=_MAINLINE),
+    "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False),
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
-    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775, schedules=_MAINLINE),
-    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True,
-                             schedules=_MAINLINE),
+    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775),
+    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
-                                           dp_overlap=0.5, schedules=("1f1b",)),
-    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, schedules=("1f1b", "interleaved", "zb-v"),
+                                           dp_overlap=0.5),
+    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675,
                                    **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.675, grad_reduce_bytes=2.0, **_FSDP),
     "automodel": FrameworkProfile("automodel", kernel_efficiency=0.675, **_FSDP),
-    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5, schedules=("1f1b",)),
+    # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
+    # borrows (no published ds_config run to fit); overlap_comm reduces early buckets during backward but leaves the
+    # last ones exposed, as in Megatron-DeepSpeed.
+    "deepspeed": FrameworkProfile("deepspeed", kernel_efficiency=0.675, dp_overlap=0.5),
+    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
     "metaseq": FrameworkProfile("metaseq", **_FSDP),
     "other": _GENERIC,
 }

@@ -85,9 +85,12 @@ FRAMEWORKS: dict[str, Capabilities] = {
 for _name in ("automodel", "gpt-neox", "metaseq", "other"):
     FRAMEWORKS[_name] = Capabilities(_name, source="validation cases only: no launcher; every knob allowed")
 
-# The framework a launcher format plans for, when --framework is not given.
+# The framework a launcher format plans for when --framework is not given, and the frameworks each can launch
+# (the env format prints plain sizes for any stack).
 FRAMEWORK_FOR_FORMAT = {"megatron": "megatron-core", "nemo": "nemo", "torchtitan": "torchtitan",
-                        "deepspeed": "deepspeed", "env": "generic"}
+                        "deepspeed": "deepspeed"}
+LAUNCHES = {"megatron": ("megatron-core", "megatron", "nemo"), "nemo": ("nemo", "megatron-core"),
+            "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
 
 
 def capabilities_for(framework: str) -> Capabilities:

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.groups import domain_group
-from planner.cost.profiles import profile_for
 from planner.inputs.frameworks import Capabilities, capabilities_for
 from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Schedule, Zero, stage_split_launchable
 from planner.inputs.problem import Problem
@@ -52,10 +51,6 @@ def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
     """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
     inside = domain_group(p.cluster.nvlink_domain, c["tp"], c["cp"])
     return np.where(c["cp_comm"] == CpComm.HYBRID, inside, np.where(c["cp_comm"] == CpComm.A2A, c["cp"], 1))
-
-
-def _framework_schedules(p: Problem) -> list[int]:
-    return [int(Schedule.from_label(x)) for x in profile_for(p.training.framework).schedules]
 
 
 def _caps(p: Problem) -> Capabilities:
