@@ -98,14 +98,32 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np
     return gemm_flops / (r.peak * r.eff)
 
 
-def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) time of one layer's attention core."""
+# FlashAttention's rate falls on short sequences: FA3 (Shah et al. 2024, arXiv 2407.08608 §4.1 Fig. 5, H100, d=128)
+# runs at about 0.75x of its 16k-token rate at 512 tokens. A saturating curve L / (L + L0) through those two points
+# gives L0 ~ 180 tokens; the catalog's attention efficiencies are for ~8k-token kernels (FA3's ablation at 8448).
+ATTENTION_HALF_LENGTH = 180.0
+ATTENTION_REFERENCE_LENGTH = 8192.0
+
+
+def attention_length_factor(length: np.ndarray | float) -> np.ndarray:
+    """Attention rate at kernels of `length` query/key tokens relative to the catalog's ~8k-token rate:
+    (L / (L + L0)) / (L_ref / (L_ref + L0)). Ring context parallelism runs each step on s / ring-length tokens."""
+    length = np.asarray(length, dtype=float)
+    ref = ATTENTION_REFERENCE_LENGTH / (ATTENTION_REFERENCE_LENGTH + ATTENTION_HALF_LENGTH)
+    return length / (length + ATTENTION_HALF_LENGTH) / ref
+
+
+def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
+                   attn_len: np.ndarray | float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) time of one layer's attention core; `attn_len` is the tokens one fused-attention kernel
+    sees (the sequence, or its ring chunk under context parallelism)."""
     m, gpu, s = problem.model, problem.cluster.gpu, float(problem.training.seq_len)
     prof = profile_for(problem.training.framework)
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
-        attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency)
+        length = attention_length_factor(s if attn_len is None else attn_len)
+        attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency * length)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
     else:
         # Unfused: QK^T and PV run as batched GEMMs over the full s x s scores (the causal mask is applied after),
@@ -156,10 +174,10 @@ class LayerTimes:
 
 
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
-                ep: np.ndarray) -> LayerTimes:
+                ep: np.ndarray, attn_len: np.ndarray | float | None = None) -> LayerTimes:
     """t_f = gemm + attn + elem + launch; t_b = 2·gemm + attn_b + 2·elem_bytes/HBM + 2·launch; W = gemm."""
     gemm_f = gemm_time(problem, r, tok, tp)
-    attn_f, attn_b = attention_time(problem, r, tok, tp)
+    attn_f, attn_b = attention_time(problem, r, tok, tp, attn_len)
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
     launch_f = launch_time(problem, ep)

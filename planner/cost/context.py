@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.fabric import Fabric
+from planner.inputs.hardware import KERNEL_OVERHEAD_S
 from planner.inputs.specs import ModelSpec
+
+# Each ring step launches its own attention kernel, the online-softmax correction that merges it into the running
+# output, and the send/receive of the next KV block (Transformer Engine AttnFuncWithCPAndKVP2P: per step a
+# flash-attention call, a correction kernel, and a P2P exchange; context_parallel.py :1698-1860). Priced at the
+# planner's per-kernel launch cost.
+RING_STEP_KERNELS = 3
 
 
 def kv_width(m: ModelSpec) -> int:
@@ -22,13 +29,24 @@ def kv_width(m: ModelSpec) -> int:
 
 
 def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray,
-                 attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(forward + backward, forward) ring time not hidden by attention: the r KV chunks that pass through a GPU,
-    max(ring - attn_f, 0) forward and max(2·ring - attn_b, 0) backward."""
-    ring_bytes = r * tok * kv_width(m) * 2.0 / tp
-    ring = fab.collective("all_to_all", ring_bytes, r, tp * u, "cp")
-    ring_f = np.maximum(ring - attn_f, 0.0)
-    return ring_f + np.maximum(2 * ring - attn_b, 0.0), ring_f
+                 attn_f: np.ndarray, attn_b: np.ndarray, domain: int) -> tuple[np.ndarray, np.ndarray]:
+    """(forward + backward, forward) ring-attention time that attention does not hide, per layer.
+
+    The ring runs r steps (Transformer Engine p2p CP): each sends this rank's KV block (tok·kv_width·2/tp bytes) to
+    the next rank while the attention of the block in hand computes; with the load-balanced causal split every step
+    does 1/r of the attention. The backward circulates KV and dKV together, twice the bytes (context_parallel.py
+    :2397). All ranks step together, so a ring that leaves the NVLink domain runs every step at network speed.
+    Exposed per direction: (r - 1)·max(t_send - t_attn / r, 0) + r·step kernel launches.
+    """
+    block = tok * kv_width(m) * 2.0 / tp
+    crosses = r * tp * u > domain
+    steps = np.maximum(r - 1, 0.0)
+    launches = np.where(r > 1, r * RING_STEP_KERNELS * KERNEL_OVERHEAD_S, 0.0)
+    send_f = fab.send(block, crosses, "cp")
+    send_b = fab.send(2 * block, crosses, "cp")
+    ring_f = steps * np.maximum(send_f - attn_f / np.maximum(r, 1), 0.0) + launches
+    ring_b = steps * np.maximum(send_b - attn_b / np.maximum(r, 1), 0.0) + launches
+    return ring_f + ring_b, ring_f
 
 
 def ulysses_time(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -41,8 +59,8 @@ def ulysses_time(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: 
 
 
 def cp_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray,
-               attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               attn_f: np.ndarray, attn_b: np.ndarray, domain: int) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed CP time per layer: ring part + Ulysses all-to-alls (twice: fwd, bwd)."""
-    ring_all, ring_f = ring_exposed(m, fab, tok, tp, u, r, attn_f, attn_b)
+    ring_all, ring_f = ring_exposed(m, fab, tok, tp, u, r, attn_f, attn_b, domain)
     a2a_cp = ulysses_time(m, fab, tok, tp, u)
     return ring_all + 2 * a2a_cp, ring_f + a2a_cp

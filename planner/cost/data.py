@@ -41,6 +41,28 @@ def dp_exposed(prof: FrameworkProfile, dp_time: np.ndarray, zero: np.ndarray, st
     return np.maximum(dp_time - window, 0.0)
 
 
+def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray],
+                  ranks: tuple[np.ndarray, np.ndarray], tp: np.ndarray, etp: np.ndarray, ep: np.ndarray,
+                  micro: np.ndarray, stage_f: np.ndarray, stage_b: np.ndarray) -> np.ndarray:
+    """ZeRO-2 exposed data-parallel time per step: gradients are sharded, so each micro-batch's backward
+    reduce-scatters its gradients (DeepSpeed stage_1_and_2.py reduces every micro-step once gradients are partitioned,
+    :1767; FSDP2 without resharding and Megatron-FSDP optim_grads likewise), hidden behind that micro-batch's
+    backward; after the update each rank all-gathers the bf16 parameters it owns, behind the next forward.
+    Exposed: m·max(RS - overlap·t_b, 0) + max(AG - overlap·t_f, 0)."""
+    data_ranks, expert_ranks = ranks
+    stage_p, layers, layer_expert_part = params["stage"], params["layers_per_stage"], params["layer_expert_part"]
+    expert_local = layers * layer_expert_part
+    dense_local = stage_p - expert_local
+    moe = expert_local > 0  # dense models launch no expert collectives
+    rs = (fab.collective("reduce_scatter", dense_local * prof.grad_reduce_bytes, data_ranks, tp, "dp")
+          + np.where(moe, fab.collective("reduce_scatter", expert_local * prof.grad_reduce_bytes, expert_ranks,
+                                         etp * ep, "dp"), 0.0))
+    ag = (fab.collective("all_gather", dense_local * 2.0, data_ranks, tp, "dp")
+          + np.where(moe, fab.collective("all_gather", expert_local * 2.0, expert_ranks, etp * ep, "dp"), 0.0))
+    per_microbatch = np.maximum(rs - prof.dp_overlap * stage_b, 0.0)
+    return micro * per_microbatch + np.maximum(ag - prof.dp_overlap * stage_f, 0.0)
+
+
 def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float) -> np.ndarray:
     """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·params (/shard with ZeRO >= 1) / HBM."""
     shard_for_optim = np.where(zero >= Zero.OPTIMIZER, shard_group, 1.0)

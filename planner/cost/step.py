@@ -17,6 +17,7 @@ from planner.cost import compute, context, data, expert, groups, memory, pipelin
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.cost.sharding import fsdp_exposed, sharding, stage_params, state_memory_floor_gib
+from planner.inputs.layout import Zero
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms", "sharding", "stage_params", "state_memory_floor_gib"]
@@ -58,15 +59,15 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     rates = compute.rates(problem)
     fab = Fabric(problem.cluster, problem.compress, rates.hbm)
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
-    lt = compute.layer_times(problem, rates, tok, tp, sp, ep)
+    u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
     recompute_b = compute.recompute_time(problem, rc, lt)
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
 
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
-    u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
+    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
     ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp)
     z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
     lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, z3_f, z3_b)
@@ -89,7 +90,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     dp_time = data.grad_reduction_time(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep)
-    dp_exposed = data.dp_exposed(prof, dp_time, zero, st.fwd, st.bwd)
+    dp_exposed = np.where(zero == Zero.GRADIENTS,
+                          data.zero2_exposed(x.fab, prof, params, ranks, tp, etp, ep, micro, st.fwd, st.bwd),
+                          data.dp_exposed(prof, dp_time, zero, st.fwd, st.bwd))
     optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm)
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 
