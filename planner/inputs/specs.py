@@ -157,6 +157,9 @@ class GPUSpec(_Spec):
     matmul_efficiency: Efficiency = Field(default=0.8, description="best achievable bf16 GEMM / peak (MAMF)")
     fp8_matmul_efficiency: Efficiency | None = Field(default=None, description="best fp8 GEMM / fp8 peak")
     attention_efficiency: Efficiency = Field(default=0.5, description="fused attention kernel / peak")
+    sm_count: int | None = Field(default=None, gt=0, le=10_000,
+                                 description="streaming multiprocessors (AMD: compute units) for GEMM wave "
+                                             "quantisation; None = no wave model")
 
     def peak_tflops(self, precision: str) -> float:
         if precision == "fp8" and self.fp8_tflops:
