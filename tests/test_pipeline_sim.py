@@ -232,3 +232,38 @@ def test_zero_bubble_paper_throughput_order():
     for name, gbs, *_, tau_blk, tau_lat in rows:
         assert tau_blk >= 0.66, (name, gbs, tau_blk)
         assert tau_lat >= 0.66, (name, gbs, tau_lat)
+
+
+# --- interleaved in-flight count: Megatron-Core schedules.py get_pp_rank_microbatches -----------------------------
+def test_interleaved_inflight_follows_megatron_warmup():
+    code = np.array([SCHEDULES.index("interleaved")])
+
+    def inflight(p: int, v: int, m: int, rank: int = 0) -> float:
+        return closed.inflight_microbatches(code, np.array([p]), np.array([v]), np.array([m]), rank)[0]
+
+    # p=4, v=2, m=8: warm-up 2*3 + 1*4 = 10 chunk-forwards, +1 = 11 chunks = 5.5 micro-batches
+    assert closed.interleaved_inflight_chunks(np.array([4]), np.array([2]), np.array([8]))[0] == 11
+    assert inflight(4, 2, 8) == pytest.approx(5.5)
+    # uncapped (m v >= p v + p - 1) it is Korthikanti's p (1 + (p-1)/(p v)); at m = p the m v cap binds
+    for p, v, m in [(4, 2, 8), (8, 4, 32), (4, 3, 16), (8, 2, 16)]:
+        assert inflight(p, v, m) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    assert inflight(4, 2, 4) == pytest.approx(4.0) and inflight(4, 2, 4) < 4 * (1 + 3 / 8)
+
+
+@pytest.mark.parametrize("p,v,m", [(4, 2, 4), (4, 2, 8), (8, 4, 8), (8, 2, 16), (4, 3, 4), (2, 2, 2)])
+def test_interleaved_inflight_matches_simulated_peak(p, v, m):
+    r = simulate_schedule("interleaved", p, m, t_f=1.0, t_b=2.0, v=v)
+    code = np.array([SCHEDULES.index("interleaved")])
+    for rank in range(p):
+        want = closed.inflight_microbatches(code, np.array([p]), np.array([v]), np.array([m]), rank)[0]
+        assert r.peak_activations[rank] == pytest.approx(want), rank
+
+
+@pytest.mark.parametrize("name", ["1f1b"])
+def test_rank_inflight_matches_simulated_peak(name):
+    p, m = 8, 16
+    r = simulate_schedule(name, p, m, t_f=1.0, t_b=1.0, t_w=1.0, w_share=1.0)
+    code = np.array([SCHEDULES.index(name)])
+    for rank in range(p):
+        want = closed.inflight_microbatches(code, np.array([p]), np.array([1]), np.array([m]), rank)[0]
+        assert r.peak_inflight[rank] == pytest.approx(want), (name, rank)

@@ -45,20 +45,38 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     return np.where(p > 1, out, 0.0)
 
 
-def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Micro-batches of one stage's layers whose activations the first stage holds at its peak.
+def interleaved_inflight_chunks(p: np.ndarray, v: np.ndarray, m: np.ndarray, rank: np.ndarray | int = 0,
+                                group: np.ndarray | None = None) -> np.ndarray:
+    """Model chunks' activations rank `rank` holds at its peak under Megatron's interleaved 1F1B.
 
-    1F1B: min(m, p) (Megatron schedules.py warm-up p - rank - 1, plus one); interleaved: times
-    1 + (p-1)/(p v) (Korthikanti et al. 2022 §4.2.3; Megatron theoretical_memory_usage.py); ZB-H1 keeps 1F1B's peak;
-    ZB-H2 holds up to 2p - 1 (Qi et al. 2024 §2.2); ZB-V keeps 1F1B's p; Seq1F1B holds p + k - 1 segments of 1/k
-    of a sequence, (p + k - 1)/k micro-batches (its warm-up, checked by planner.strategies.pipeline_sim).
-    No pipeline: one micro-batch at a time.
+    Megatron-Core schedules.py `get_pp_rank_microbatches` warms rank r up with 2(p - r - 1) + (v - 1)·N
+    chunk-forwards, N the micro-batch group size (--microbatch-group-size-per-virtual-pipeline-stage, default p),
+    capped at m·v, when every forward runs in the warm-up; the steady state's first forward adds one more:
+    min(2(p - r - 1) + (v - 1)·N + 1, m·v). Each chunk is 1/v of the rank's layers.
     """
-    base = np.minimum(m, p).astype(float)
-    out = np.where(schedule == Schedule.INTERLEAVED, base * (1 + (p - 1) / (p * np.maximum(v, 1))), base)
-    out = np.where(schedule == Schedule.ZB_H2, np.minimum(m, 2 * p - 1).astype(float), out)
+    n = p if group is None else group
+    return np.minimum(2 * (p - rank - 1) + (v - 1) * n + 1, m * v).astype(float)
+
+
+def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray,
+                          rank: np.ndarray | int = 0) -> np.ndarray:
+    """Micro-batches of one stage's layers whose activations rank `rank` holds at its peak (0: the first stage).
+
+    1F1B: min(m, p - r) (Megatron schedules.py warm-up p - r - 1, plus one); interleaved:
+    interleaved_inflight_chunks / v, which for m·v >= p·v + p - 1 on rank 0 equals Korthikanti et al. 2022 §4.2.3's
+    p·(1 + (p-1)/(p v)) (Megatron theoretical_memory_usage.py) and is less when the m·v cap binds (m = p);
+    ZB-H1 keeps 1F1B's peak; ZB-H2 holds up to 2(p - r) - 1 (Qi et al. 2024 §2.2); ZB-V keeps 1F1B's p on every
+    rank; Seq1F1B holds p - r + k - 1 segments of 1/k of a sequence (its warm-up, checked by
+    planner.strategies.pipeline_sim; rank > 0 checked there for 1F1B and interleaved only). No pipeline: one
+    micro-batch at a time.
+    """
+    base = np.minimum(m, p - rank).astype(float)
+    vv = np.maximum(v, 1)
+    out = np.where(schedule == Schedule.INTERLEAVED, interleaved_inflight_chunks(p, vv, m, rank) / vv, base)
+    out = np.where(schedule == Schedule.ZB_H2, np.minimum(m, 2 * (p - rank) - 1).astype(float), out)
+    out = np.where(schedule == Schedule.ZB_V, np.minimum(m, p).astype(float), out)
     k = SEQ1F1B_SEGMENTS
-    out = np.where(schedule == Schedule.SEQ1F1B, np.minimum(m * k, p + k - 1) / k, out)
+    out = np.where(schedule == Schedule.SEQ1F1B, np.minimum(m * k, p - rank + k - 1) / k, out)
     return np.where(p > 1, out, 1.0)
 
 
