@@ -67,6 +67,7 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
     from planner.cost.profiles import PROFILES
     from planner.inputs.catalog import load_cluster, load_model
     from planner.inputs.files import pydantic_error
+    from planner.inputs.frameworks import precision_refusal
     from planner.inputs.layout import parse_pairs
     from planner.inputs.problem import parse_compress
     from planner.inputs.specs import TrainingSpec
@@ -78,6 +79,10 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
                              fix=f"use one of {', '.join(sorted(PROFILES))}")
     m = load_model(model)
     c = load_cluster(cluster)
+    refusal = precision_refusal(framework, precision, m.is_moe)
+    if refusal:
+        raise PlanInputError(refusal, field="--precision",
+                             fix="use --precision bf16, or a framework with this recipe (megatron-core, nemo)")
     try:
         tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework)
     except ValidationError as exc:

@@ -13,9 +13,10 @@ from planner.search.rules import RULES, RULES_BY_NAME
 from planner.search.search import search
 
 
-def prob(model="llama3-70b", cluster="h100x64", seq=8192, gbs=64, framework="generic", fixed=None):
+def prob(model="llama3-70b", cluster="h100x64", seq=8192, gbs=64, framework="generic", fixed=None, precision="bf16"):
     return Problem(load_model(model), load_cluster(cluster), TrainingSpec(seq_len=seq, global_batch=gbs,
-                                                                          framework=framework), fixed=fixed or {})
+                                                                          framework=framework, precision=precision),
+                   fixed=fixed or {})
 
 
 CASES = {
@@ -51,6 +52,9 @@ CASES = {
     "framework_context_parallel_paper": (prob(framework="megatron"), dict(cp=2, dp=32), dict(dp=64)),
     "framework_model_parallel": (prob(framework="deepspeed"), dict(tp=2, dp=32), dict(dp=64)),
     "framework_ddp_alone": (prob(framework="torchtitan"), dict(tp=2, dp=32, zero=0), dict(tp=2, dp=32, zero=3)),
+    "framework_recompute": (prob(framework="deepspeed"), dict(dp=64, zero=3, recompute=2), dict(dp=64, zero=3)),
+    "framework_fp8_needs_zero": (prob(framework="nemo", precision="fp8"), dict(tp=8, dp=8, zero=0),
+                                 dict(tp=8, dp=8, zero=1)),
     "cp_comm_needs_cp": (prob(), dict(dp=64, cp_comm=1), dict(dp=32, cp=2, cp_comm=1)),
     "hybrid_cp_spans_domains": (prob("llama2-7b", "h100x64"), dict(tp=1, cp=4, dp=16, cp_comm=2),
                                 dict(tp=1, cp=16, dp=4, cp_comm=2)),

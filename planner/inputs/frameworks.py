@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.layout import CpComm, Schedule, Zero
+from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 
 _ALL_SCHEDULES = tuple(Schedule)
 _ALL_ZERO = tuple(Zero)
 _ALL_CP = tuple(CpComm)
+_ALL_RECOMPUTE = tuple(Recompute)
+_ALL_PRECISIONS = ("bf16", "fp8", "fp4")
 _MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
 
 
@@ -39,6 +41,14 @@ class Capabilities:
     # First/last pipeline stages may hold a different layer count than the middle ones (Megatron
     # --decoder-first/last-pipeline-num-layers; torchtitan per-stage module lists).
     uneven_pipeline: bool = True
+    # Activation recomputation the framework switches on by itself (a ds_config cannot: checkpointing is model code).
+    recompute: tuple[Recompute, ...] = _ALL_RECOMPUTE
+    # Training precisions (--precision) the framework has a recipe for.
+    precisions: tuple[str, ...] = _ALL_PRECISIONS
+    # fp8 for mixture-of-experts grouped GEMMs (torchtitan's float8 converter needs per-model MoE module names).
+    fp8_moe: bool = True
+    # fp8 needs zero >= 1 (Megatron-Bridge's fp8 preset gathers fp8 parameters through the distributed optimizer).
+    fp8_needs_zero: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -57,19 +67,20 @@ FRAMEWORKS: dict[str, Capabilities] = {
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MEGATRON_SCHEDULES,
-        zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="nemo",
+        zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V), cp_comm=(CpComm.RING,),
-        ddp_only_alone=True, launcher="torchtitan",
+        ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False, launcher="torchtitan",
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
         "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
-        expert_parallel=False, launcher="deepspeed",
-        source="a ds_config expresses ZeRO 0-3 only; TP/PP/CP need Megatron-DeepSpeed or model code"),
+        expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
+        source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
+               "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
     "megatron-deepspeed": Capabilities(
         "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
@@ -94,4 +105,41 @@ LAUNCHES = {"megatron": ("megatron-core", "megatron", "nemo"), "nemo": ("nemo", 
 
 
 def capabilities_for(framework: str) -> Capabilities:
+    """The capability row for `framework`; unknown names get the permissive generic row."""
     return FRAMEWORKS.get(framework, FRAMEWORKS["generic"])
+
+
+def precision_refusal(framework: str, precision: str, is_moe: bool) -> str | None:
+    """Why `framework` cannot train at `precision` (None when it can): precision is an input, not a searched knob."""
+    caps = capabilities_for(framework)
+    if precision not in caps.precisions:
+        return f"{framework} has no {precision} training recipe (it runs {', '.join(caps.precisions)})"
+    if precision == "fp8" and is_moe and not caps.fp8_moe:
+        return f"{framework} has no fp8 recipe for mixture-of-experts layers"
+    return None
+
+
+def _labels(values: tuple, empty: str = "-") -> str:
+    return ", ".join(v.label for v in values) if values else empty
+
+
+def capability_table() -> str:
+    """README's framework table (markdown), one row per planning target; tests/test_top_pick_launches.py keeps the
+    README copy equal to it."""
+    head = ("| framework | ZeRO stages | schedules | CP | TP / PP / EP | ZeRO with PP | uneven split | recompute "
+            "| precision | launcher format |")
+    rows = [head, "|" + " --- |" * 10]
+    for c in FRAMEWORKS.values():
+        if c.source.startswith("validation cases only"):
+            continue
+        dims = " / ".join("yes" if on else "no" for on in (c.tensor_parallel, c.pipeline_parallel, c.expert_parallel))
+        with_pp = _labels(tuple(z for z in c.zero if z in c.zero_with_pipeline)) if c.pipeline_parallel else "-"
+        schedules = _labels(c.schedules) if c.pipeline_parallel else "-"
+        zero = _labels(c.zero) + (" (0 only without TP/PP/CP)" if c.ddp_only_alone else "")
+        precision = ", ".join(c.precisions) + ("" if c.fp8_moe or "fp8" not in c.precisions else " (no fp8 MoE)")
+        if c.fp8_needs_zero:
+            precision += " (fp8 needs ZeRO >= 1)"
+        rows.append(f"| {c.name} | {zero} | {schedules} | {_labels(c.cp_comm, 'no')} | {dims} | {with_pp} "
+                    f"| {'yes' if c.uneven_pipeline and c.pipeline_parallel else 'no'} | {_labels(c.recompute)} "
+                    f"| {precision} | {'`' + c.launcher + '`' if c.launcher else '-'} |")
+    return "\n".join(rows) + "\n"

@@ -9,6 +9,7 @@ import numpy as np
 from planner.cost.step import evaluate
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_gpu
+from planner.inputs.frameworks import capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 from planner.search.cpsat import diagnose
@@ -24,15 +25,34 @@ def _fits(problem: Problem) -> bool:
     return True
 
 
+# Capability rules whose fix would name a knob the framework has no value for at all (DeepSpeed's ds_config has no CP,
+# TP/PP/EP or recompute): suggesting them sends the user in a loop, so they become one "other framework" hint.
+_NO_SUCH_KNOB = {
+    "framework_context_parallel": ("context parallelism", lambda c: not c.cp_comm),
+    "framework_model_parallel": ("tensor/pipeline/expert parallelism",
+                                 lambda c: not (c.tensor_parallel or c.pipeline_parallel or c.expert_parallel)),
+    "framework_recompute": ("activation recomputation", lambda c: c.recompute == (Recompute.NONE,)),
+}
+
+
+def _batch_with(problem: Problem, gbs: int) -> Problem:
+    return replace(problem, training=problem.training.model_copy(update={"global_batch": gbs}))
+
+
 def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
     """The global batch closest to the asked one for which some layout satisfies every rule (CP-SAT check)."""
-    gbs = problem.training.global_batch
+    gbs, n = problem.training.global_batch, problem.num_gpus
+    caps = capabilities_for(problem.training.framework)
+    if not (caps.tensor_parallel or caps.pipeline_parallel or caps.cp_comm):
+        # Data parallelism only: dp is the GPU count, so the batch is a multiple of it.
+        for cand in sorted({max(n, gbs - gbs % n), gbs - gbs % n + n}, key=lambda b: (abs(b - gbs), b)):
+            if diagnose(_batch_with(problem, cand), time_limit_s=1.0).feasible:
+                return cand
     for delta in range(1, limit * 8):
         for cand in (gbs - delta, gbs + delta):
             if cand <= 0:
                 continue
-            trial = replace(problem, training=problem.training.model_copy(update={"global_batch": cand}))
-            if diagnose(trial, time_limit_s=1.0).feasible:
+            if diagnose(_batch_with(problem, cand), time_limit_s=1.0).feasible:
                 return cand
             limit -= 1
             if limit <= 0:
@@ -43,14 +63,19 @@ def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
 def explain_infeasible(problem: Problem) -> dict:
     core = diagnose(problem)
     if not core.feasible:
-        suggestions = [r.fix for r in core.core]
+        caps = capabilities_for(problem.training.framework)
+        absent = [r for r in core.core if r.name in _NO_SUCH_KNOB and _NO_SUCH_KNOB[r.name][1](caps)]
+        suggestions = [r.fix for r in core.core if r not in absent]
+        if absent:
+            what = " or ".join(_NO_SUCH_KNOB[r.name][0] for r in absent)
+            suggestions.append(f"{caps.name} runs no {what}; for those plan with --format megatron or torchtitan")
         if any(r.name in ("global_batch_divisible", "interleaved_microbatches") for r in core.core):
             batch = _nearest_feasible_batch(problem)
             if batch:
                 suggestions.append(f"--global-batch {batch} (the nearest batch every rule accepts)")
         return {
             "binding": [r.name for r in core.core],
-            "reasons": [f"{r.name}: {r.message} (fix: {r.fix})" for r in core.core],
+            "reasons": [f"{r.name}: {r.message}" + ("" if r in absent else f" (fix: {r.fix})") for r in core.core],
             "suggestions": suggestions,
         }
     # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
@@ -69,13 +94,17 @@ def explain_infeasible(problem: Problem) -> dict:
     }
     tried: list[tuple[str, Problem]] = []
     fixed = dict(problem.fixed)
-    if fixed.get("recompute", Recompute.FULL) != Recompute.FULL:
+    # Only knobs the framework runs: suggesting recompute or cp to a ds_config plan would send the user in a loop.
+    caps = capabilities_for(problem.training.framework)
+    if fixed.get("recompute", Recompute.FULL) != Recompute.FULL and Recompute.FULL in caps.recompute:
         tried.append(("recompute=full (unpin recompute)", replace(problem, fixed={**fixed, "recompute": 2})))
+    runs = {"tp": caps.tensor_parallel, "pp": caps.pipeline_parallel, "cp": bool(caps.cp_comm)}
     for key in ("zero", "mbs", "tp", "pp", "cp"):
-        if key in fixed:
+        if key in fixed and runs.get(key, True):
             rest = {k: v for k, v in fixed.items() if k != key}
             tried.append((f"leave {key} free (drop --fix {key})", replace(problem, fixed=rest)))
-    if problem.training.precision == "bf16":
+    if problem.training.precision == "bf16" and not precision_refusal(problem.training.framework, "fp8",
+                                                                       problem.model.is_moe):
         tried.append(("--precision fp8", replace(problem, training=problem.training.model_copy(
             update={"precision": "fp8"}))))
     for factor in (2, 4, 8):

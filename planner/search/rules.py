@@ -209,6 +209,16 @@ RULES: tuple[Rule, ...] = (
          | ((c["tp"] == 1) & (c["pp"] == 1) & (c["cp"] == 1) & (c["ep"] == 1)) | _trusted("zero", p),
          "the chosen framework runs replicated data parallelism (zero=0) only when it is the only parallelism",
          "use zero >= 2 with model parallelism", "torchtitan parallelize: DDP is applied only without TP/PP/CP"),
+    Rule("framework_recompute", ("recompute",),
+         lambda c, p: np.isin(c["recompute"], [int(r) for r in _caps(p).recompute]) | _trusted("recompute", p),
+         "the chosen training framework cannot switch on this activation recomputation",
+         "use recompute=none, or a framework that recomputes (megatron-core, torchtitan)",
+         "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch"),
+    Rule("framework_fp8_needs_zero", ("zero",),
+         lambda c, p: (p.training.precision != "fp8") | (not _caps(p).fp8_needs_zero) | (c["zero"] != Zero.NONE)
+         | _trusted("zero", p),
+         "the chosen framework's fp8 recipe gathers fp8 parameters, which needs the distributed optimizer or FSDP",
+         "use zero >= 1 with fp8", "Megatron-Bridge fp8 preset (fp8_param_gather needs use_distributed_optimizer)"),
 )
 
 MEMORY_RULE = Rule(
