@@ -10,7 +10,13 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
-from planner.inputs.layout import HSDP, CpComm, Zero, decode
+from planner.inputs.layout import (
+    HSDP,
+    CpComm,
+    Zero,
+    decode,
+    uneven_stage_layers,  # noqa: F401  (re-exported for launchers/tests)
+)
 from planner.inputs.problem import Problem
 from planner.report.plan_doc import SCHEMA_VERSION  # noqa: F401 - documents are written and read with one version
 from planner.search.search import Plan, SearchResult
@@ -19,23 +25,6 @@ from planner.search.search import Plan, SearchResult
 def sig(x: float, digits: int = 6) -> float:
     """Round to significant digits so documents are byte-stable across platforms."""
     return float(f"{x:.{digits}g}")
-
-
-def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
-    """First/last-stage layer counts for an uneven split (Megatron --decoder-first/last-pipeline-num-layers).
-
-    Middle stages get ceil(L/pp) layers, as the cost model assumes for the busiest stage; the rest is shared by the
-    first and last stages. None when the split is even or needs virtual stages (then only a pipeline layout fits).
-    """
-    if pp < 2 or layers % (pp * vpp) == 0 or vpp > 1:
-        return None
-    cap = -(-layers // pp)
-    for middle in (cap, layers // pp):
-        rest = layers - (pp - 2) * middle
-        first, last = rest // 2, rest - rest // 2
-        if 1 <= first <= cap and 1 <= last <= cap:
-            return first, last
-    return None
 
 
 def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
