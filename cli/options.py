@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from planner.errors import PlanInputError
-from planner.inputs.problem import Problem
+
+if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no pydantic specs
+    from planner.inputs.problem import Problem
 
 FORMATS_PLAN = ("table", "json", "yaml", "megatron", "torchtitan", "deepspeed", "nemo", "env")
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog name/alias (see 'plan models'), or a path to "
@@ -69,7 +71,7 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
     from planner.inputs.files import pydantic_error
     from planner.inputs.frameworks import precision_refusal
     from planner.inputs.layout import parse_pairs
-    from planner.inputs.problem import parse_compress
+    from planner.inputs.problem import Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
 
     if precision not in ("bf16", "fp8", "fp4"):

@@ -63,6 +63,18 @@ def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndar
     return micro * per_microbatch + np.maximum(ag - prof.dp_overlap * stage_f, 0.0)
 
 
+def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray], zero: np.ndarray,
+                      hsdp: np.ndarray, shard_group: np.ndarray, ranks: tuple[np.ndarray, np.ndarray], tp: np.ndarray,
+                      etp: np.ndarray, ep: np.ndarray, micro: np.ndarray, stage_f: np.ndarray,
+                      stage_b: np.ndarray) -> np.ndarray:
+    """Exposed data-parallel time per step for each ZeRO stage: ZeRO-2 reduces every micro-batch
+    (`zero2_exposed`); the others reduce once per step behind the last micro-batch (`dp_exposed`)."""
+    dp_time = grad_reduction_time(fab, prof, params, zero, hsdp, shard_group, ranks, tp, etp, ep)
+    return np.where(zero == Zero.GRADIENTS,
+                    zero2_exposed(fab, prof, params, ranks, tp, etp, ep, micro, stage_f, stage_b),
+                    dp_exposed(prof, dp_time, zero, stage_f, stage_b))
+
+
 def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float) -> np.ndarray:
     """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·params (/shard with ZeRO >= 1) / HBM."""
     shard_for_optim = np.where(zero >= Zero.OPTIMIZER, shard_group, 1.0)

@@ -17,7 +17,6 @@ from planner.cost import compute, context, data, expert, groups, memory, pipelin
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.cost.sharding import fsdp_exposed, sharding, stage_params, state_memory_floor_gib
-from planner.inputs.layout import Zero
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms", "sharding", "stage_params", "state_memory_floor_gib"]
@@ -89,10 +88,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
-    dp_time = data.grad_reduction_time(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep)
-    dp_exposed = np.where(zero == Zero.GRADIENTS,
-                          data.zero2_exposed(x.fab, prof, params, ranks, tp, etp, ep, micro, st.fwd, st.bwd),
-                          data.dp_exposed(prof, dp_time, zero, st.fwd, st.bwd))
+    dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
+                                        st.fwd, st.bwd)
     optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm)
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 

@@ -97,7 +97,8 @@ def explain_infeasible(problem: Problem) -> dict:
     # Only knobs the framework runs: suggesting recompute or cp to a ds_config plan would send the user in a loop.
     caps = capabilities_for(problem.training.framework)
     if fixed.get("recompute", Recompute.FULL) != Recompute.FULL and Recompute.FULL in caps.recompute:
-        tried.append(("recompute=full (unpin recompute)", replace(problem, fixed={**fixed, "recompute": 2})))
+        unpinned = replace(problem, fixed={**fixed, "recompute": Recompute.FULL})
+        tried.append(("recompute=full (unpin recompute)", unpinned))
     runs = {"tp": caps.tensor_parallel, "pp": caps.pipeline_parallel, "cp": bool(caps.cp_comm)}
     for key in ("zero", "mbs", "tp", "pp", "cp"):
         if key in fixed and runs.get(key, True):
