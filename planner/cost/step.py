@@ -16,10 +16,10 @@ import numpy as np
 from planner.cost import compute, context, data, expert, groups, memory, pipeline, tensor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.cost.sharding import fsdp_exposed, sharding, stage_params, state_memory_floor_gib
+from planner.cost.sharding import fsdp_exposed, sharding, stage_params
 from planner.inputs.problem import Problem
 
-__all__ = ["evaluate", "layer_terms", "sharding", "stage_params", "state_memory_floor_gib"]
+__all__ = ["evaluate", "layer_terms"]
 
 
 def _knobs(c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

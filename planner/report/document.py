@@ -15,7 +15,7 @@ from planner.inputs.layout import (
     CpComm,
     Zero,
     decode,
-    uneven_stage_layers,  # noqa: F401  (re-exported for launchers/tests)
+    uneven_stage_layers,
 )
 from planner.inputs.problem import Problem
 from planner.report.plan_doc import SCHEMA_VERSION  # noqa: F401 - documents are written and read with one version

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.cost.step import evaluate, state_memory_floor_gib
+from planner.cost.sharding import state_memory_floor_gib
+from planner.cost.step import evaluate
 from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS
 from planner.inputs.problem import Problem
