@@ -39,36 +39,57 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
     }
 
 
-def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
-                                     dropout: bool, fp8: bool = False) -> np.ndarray:
-    """Activations one layer saves for backward, per token, with fused (flash) attention.
+def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool, dropout: bool,
+                           fp8: bool = False) -> dict[str, np.ndarray]:
+    """Bytes per token one layer saves for backward, by term, with fused kernels (Megatron-Core + Transformer Engine).
 
     Korthikanti et al. 2022 §4.1 count 34·h bytes/token for a GPT layer plus 5·a·s for the s^2 softmax terms; fused
     attention keeps only Q, K, V, the output and a fp32 log-sum-exp per head (Dao et al. 2022), so the s^2 term goes.
-    Generalised to GQA and gated MLPs: each GEMM input and each stored elementwise input counts 2 bytes.
-    In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so the QKV,
-    fc1 and fc2 inputs cost 1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
-    Without sequence parallelism the layer-norm inputs, the two GEMM inputs after them and dropout masks stay
-    replicated across TP ranks (Korthikanti eq. 2: the 10·sbh term); everything else divides by tp.
+    Generalised, and checked tensor by tensor against PyTorch's saved tensors (tests/test_activation_memory.py):
+    - "replicated": the two norm inputs, the two GEMM inputs after them (QKV and fc1) and two 1-byte dropout masks
+      stay whole on every TP rank without sequence parallelism (Korthikanti eq. 2: the 10·sbh term), /tp with it;
+    - "attention": Q, K, V, output, LSE, /tp. MLA trains without weight absorption, so the per-head K (nope + rope)
+      and the kv up-projection output (K nope, V) are kept, and its down-projection latents and their norm outputs
+      are duplicated on every TP rank (Megatron-Core MLA, linear_q/kv_down_proj "duplicated");
+    - "mlp": gated: fc1's gate|up output (kept by the fused bias-SwiGLU, megatron/core/fusions/fused_bias_swiglu.py)
+      and the fc2 input; plain: activation input and fc2 input;
+    - MoE per routed copy (Megatron token dispatcher, moe_utils.permute/unpermute): the permuted expert input, the
+      expert MLP, the expert output the probability-weighted unpermute keeps for the probability gradient, the
+      permuted probability and two int64 index vectors (gather rows, probability order); per token the router's
+      int64 top-k indices and softmax over the k scores; shared experts as a dense MLP.
+    In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so those cost
+    1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
     """
-    h, q = m.hidden_size, m.num_attention_heads * m.d_head
-    kv = m.kv_heads * m.d_head if not m.is_mla else m.kv_lora_rank + m.qk_rope_head_dim
+    h, a = m.hidden_size, m.num_attention_heads
     gemm_in = 1 if fp8 else 2  # bytes per saved GEMM input element
-    replicated = 2 * h + 2 * h + gemm_in * 2 * h + (2 * h if dropout else 0)  # 2 norm inputs, QKV + fc1 inputs, masks
-    attn = 2 * (q + 2 * kv) + 2 * q + 4 * m.num_attention_heads  # Q, K, V, attention output, fp32 LSE
+    replicated = 2 * h + 2 * h + gemm_in * 2 * h + (2 * h if dropout else 0)
+    latent = 0.0
+    if m.is_mla:
+        qk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        attn = 2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + dv) + 2 * a * dv + 4 * a
+        latent = (4 * m.q_lora_rank if m.q_lora_rank else 0) + 2 * (m.kv_lora_rank + m.qk_rope_head_dim) \
+            + 2 * m.kv_lora_rank
+    else:
+        q, kv = a * m.d_head, m.kv_heads * m.d_head
+        attn = 2 * (q + 2 * kv) + 2 * q + 4 * a  # Q, K, V, attention output, fp32 LSE
     if moe:
-        width = m.expert_ffn
-        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width
-        mlp = m.num_experts_per_tok * per_copy + 2 * m.num_local_experts  # routed copies + router probabilities
+        k, width = m.num_experts_per_tok, m.expert_ffn
+        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 * h + 2 + 16
+        mlp = k * per_copy + 8 * k + 2 * k
         if m.n_shared_experts:
-            mlp += (6 if m.gated_mlp else 4) * width * m.n_shared_experts
+            mlp += ((4 if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
     else:
         f = m.intermediate_size
-        # gated: gate and up outputs + their product (fc2 input); plain: activation input and output (fc2 input)
         mlp = (4 if m.gated_mlp else 2) * f + gemm_in * f
-    sharded = attn + mlp
     tp = np.maximum(tp, 1)
-    return np.where(sp == 1, (replicated + sharded) / tp, replicated + sharded / tp)
+    return {"replicated": np.where(sp == 1, replicated / tp, float(replicated)), "latent": latent + 0 * tp,
+            "attention": attn / tp, "mlp": mlp / tp}
+
+
+def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
+                                     dropout: bool, fp8: bool = False) -> np.ndarray:
+    """Sum of layer_activation_terms: bytes per token one layer saves for backward without recompute."""
+    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8).values())
 
 
 def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
