@@ -102,6 +102,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "mfu": compute.mfu(problem, step, x.rates),
         "memory_peak_gib": mem["memory_peak_gib"],
         "memory_allocated_gib": mem["memory_allocated_gib"],
+        "memory_reserved_gib": mem["memory_reserved_gib"],
         "num_microbatches": micro,
         "compute_s": compute.compute_time(micro, layers, lt, recompute_b, head_f),
         "exposed_comm_s": pipeline.exposed_comm_time(micro, p2p_exposed, layers, lc, dp_exposed),
@@ -126,20 +127,30 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
 def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
             shard_group: np.ndarray, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Memory of the first and last stage of the busiest pipeline (planner.cost.memory), reported as GiB."""
+    """Memory of the first, second and last stage of the busiest pipeline (planner.cost.memory), as GiB: each
+    stage holds its own layer count (the launched split) times the micro-batches in flight at its rank."""
     prof = profile_for(problem.training.framework)
     fp8 = compute.is_fp8(problem)
-    tp, pp, layers = k["tp"], k["pp"], params["layers_per_stage"]
-    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, k["sp"], k["rc"])
-    inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], np.floor(micro))
-    acts_first, acts_last = memory.stage_activation_bytes(per_layer_act, working, layers, inflight)
+    tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
+    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
+    m = np.floor(micro)
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
+    ranks = (0, np.minimum(1, pp - 1), pp - 1)
     logits = memory.logits_bytes(tok, problem.model, tp)
-    buffer = memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)
-    first = memory.stage_memory(memory.state_bytes(params["first"], zero, shard_group, prof, fp8), acts_first,
-                                np.where(pp == 1, logits, 0.0), buffer)
-    last = memory.stage_memory(memory.state_bytes(params["last"], zero, shard_group, prof, fp8), acts_last, logits,
-                               buffer)
-    return memory.report(first, last, buffer, memory.active_groups(tp, pp, k["dp"], k["cp"], k["ep"]))
+    shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(
+        tok, problem.model.hidden_size, tp, sp, pp)
+    # the embedding/head parameters sit on the first/last stage; sharding.stage_params prices ceil(L/pp) layers
+    base = (params["first"] - params["layers_per_stage"] * per_layer, 0.0 * per_layer,
+            params["last"] - params["layers_per_stage"] * per_layer)
+    stages = []
+    for i, (n, rank, edge) in enumerate(zip(counts, ranks, base, strict=True)):
+        inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
+        acts = per_layer_act * n * inflight + working
+        states = memory.state_bytes(edge + n * per_layer, zero, shard_group, prof, fp8)
+        buffers = shared + memory.fp8_meta_bytes(n, problem.model.mlp_matrices + 4, fp8)
+        stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
+        stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
+    return memory.report(*stages, memory.active_groups(tp, pp, k["dp"], k["cp"], k["ep"]))
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
