@@ -123,6 +123,13 @@ def runtime_reserve(groups_active: np.ndarray, allocated: np.ndarray) -> np.ndar
     return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups_active + FRAGMENTATION * allocated
 
 
+def fixed_bytes(priced: dict[str, float]) -> float:
+    """Bytes a priced plan holds beyond (1 + FRAGMENTATION) x (states + activations + logits): CUDA context, NCCL
+    buffers and the transient buffers with their fragmentation share. For strategies that re-price the rest."""
+    bufs = (1 + FRAGMENTATION) * priced["mem_buffers_gib"]
+    return (priced["mem_context_gib"] + priced["mem_nccl_gib"] + bufs) * GIB
+
+
 def p2p_buffer_bytes(tok: np.ndarray, h: int, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray) -> np.ndarray:
     """Pipeline send/recv buffers: one micro-batch's hidden states received and one being sent (Megatron
     p2p_communication.py allocates the receive tensor per transfer), /tp with sequence parallelism."""
