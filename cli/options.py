@@ -62,7 +62,7 @@ def framework_for(framework: str | None, fmt: str) -> str:
 
 def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
-                  compress: list[str] | None = None) -> Problem:
+                  compress: list[str] | None = None, memory_headroom: float | None = None) -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from pydantic import ValidationError
 
@@ -71,7 +71,7 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
     from planner.inputs.files import pydantic_error
     from planner.inputs.frameworks import precision_refusal
     from planner.inputs.layout import parse_pairs
-    from planner.inputs.problem import Problem, parse_compress
+    from planner.inputs.problem import DEFAULT_MEMORY_HEADROOM, Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
 
     if precision not in ("bf16", "fp8", "fp4"):
@@ -95,5 +95,6 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
     if precision in ("fp8", "fp4") and not (c.gpu.fp8_tflops if precision == "fp8" else c.gpu.fp4_tflops):
         stderr().print(f"warning: {c.gpu.name} has no {precision} tensor cores; predicting at its bf16 rate")
     fixed = parse_pairs(fix or [], "--fix")
+    headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
     return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory,
-                   compress=parse_compress(compress))
+                   compress=parse_compress(compress), memory_headroom=headroom)

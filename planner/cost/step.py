@@ -127,8 +127,27 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
 def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
             shard_group: np.ndarray, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Memory of the first, second and last stage of the busiest pipeline (planner.cost.memory), as GiB: each
-    stage holds its own layer count (the launched split) times the micro-batches in flight at its rank."""
+    """Memory of the busiest pipeline's stages (planner.cost.memory.report), as GiB."""
+    stages = _stages(problem, k, tok, micro, zero, shard_group, params)
+    return memory.report(*stages, memory.active_groups(k["tp"], k["pp"], k["dp"], k["cp"], k["ep"]))
+
+
+def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
+    x = _layer(problem, c)
+    out = {}
+    for name, st in zip(("first", "second", "last"), _stages(problem, x.k, x.tok, x.micro, x.zero, x.shard_group,
+                                                               x.params), strict=True):
+        kinds = {**st.states, "activations": st.activations, "logits": st.logits, "buffers": st.buffers,
+                 "allocated": st.total}
+        out[name] = {kind: v / memory.GIB for kind, v in kinds.items()}
+    return out
+
+
+def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
+            shard_group: np.ndarray, params: dict[str, np.ndarray]) -> list[memory.StageMemory]:
+    """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
+    the micro-batches in flight at its rank."""
     prof = profile_for(problem.training.framework)
     fp8 = compute.is_fp8(problem)
     tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
@@ -150,7 +169,7 @@ def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
         buffers = shared + memory.fp8_meta_bytes(n, problem.model.mlp_matrices + 4, fp8)
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
         stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
-    return memory.report(*stages, memory.active_groups(tp, pp, k["dp"], k["cp"], k["ep"]))
+    return stages
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -14,6 +14,9 @@ COMPRESS_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 COMPRESS_RANGE = (1.0, 1000.0)  # a ratio of 4 sends a quarter of the bytes; below 1 would send more
 
 
+DEFAULT_MEMORY_HEADROOM = 0.05
+
+
 @dataclass(frozen=True)
 class Problem:
     model: ModelSpec
@@ -25,6 +28,10 @@ class Problem:
     # Pinned knobs come from a run that happened (validation): framework capability rules do not judge them.
     trust_pins: bool = False
     compress: dict[str, float] = field(default_factory=dict)  # what-if compression ratio per parallel dimension
+    # Share of GPU memory a plan should leave free: plans predicted above (1 - headroom) x capacity are "tight",
+    # ranked after every plan with room, and marked (planner.search.search). The memory model's median error on
+    # published runs is ~7% (plan validate), so a plan within 5% of the capacity may well not fit.
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
 
     @property
     def num_gpus(self) -> int:

@@ -9,7 +9,7 @@ from planner.cost import flops
 from planner.inputs.layout import CpComm, Recompute, Schedule
 from planner.report.document import layout_dict
 from planner.search.rules import RULES_BY_NAME
-from planner.search.search import Plan, SearchResult
+from planner.search.search import Plan, SearchResult, is_tight
 
 # Short names in the ranked table's layout column, by enum (not by trimming the labels).
 _RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompute.FULL: "full"}
@@ -78,7 +78,8 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
                  f"{_share(plan, 'bubble_s'):.0%}")
         table.add_row(str(i), layout_text(plan.layout, cl.nvlink_domain), f"{mt['step_time_s']:.2f}",
                       f"{mt['tokens_per_s_per_gpu']:,.0f}", f"{mt['mfu']:.1%}",
-                      f"{mt['memory_peak_gib']:.1f}/{cap:g}", split, why(plan, best))
+                      f"{mt['memory_peak_gib']:.1f}/{cap:g}" + (" tight" if is_tight(p, mt["memory_peak_gib"]) else ""),
+                      split, why(plan, best))
     console.print(table)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"
