@@ -62,14 +62,15 @@ def framework_for(framework: str | None, fmt: str) -> str:
 
 def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
-                  compress: list[str] | None = None, memory_headroom: float | None = None) -> Problem:
+                  compress: list[str] | None = None, memory_headroom: float | None = None,
+                  optimizer_offload: float = 0.0) -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from pydantic import ValidationError
 
     from planner.cost.profiles import PROFILES
     from planner.inputs.catalog import load_cluster, load_model
     from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import precision_refusal
+    from planner.inputs.frameworks import offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
     from planner.inputs.problem import DEFAULT_MEMORY_HEADROOM, Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
@@ -85,8 +86,13 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
     if refusal:
         raise PlanInputError(refusal, field="--precision",
                              fix="use --precision bf16, or a framework with this recipe (megatron-core, nemo)")
+    refusal = offload_refusal(framework, optimizer_offload)
+    if refusal:
+        raise PlanInputError(refusal, field="--optimizer-offload",
+                             fix="use 0 or 1 as the framework allows, or --framework megatron-core (any share)")
     try:
-        tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework)
+        tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
+                          optimizer_offload=optimizer_offload)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and seq_len > m.max_position_embeddings:

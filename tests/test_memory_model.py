@@ -89,3 +89,50 @@ def test_table_marks_tight_plans_and_the_option_is_checked():
     assert r.returncode == 0 and "tight" in r.stdout
     bad = run_plan_in_process("--model", "llama3-70b", "--cluster", "h100x64", "--memory-headroom", "0.9")
     assert bad.returncode == 2 and "--memory-headroom" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- optimizer offload ---------------------------------------------------------------------------------------------
+def _offload_problem(cluster: str, share: float, framework: str = "megatron-core") -> Problem:
+    return Problem(load_model("llama3-8b"), load_cluster(cluster),
+                   TrainingSpec(seq_len=4096, global_batch=64, framework=framework, optimizer_offload=share))
+
+
+def test_offload_moves_optimizer_states_and_costs_host_link_time():
+    c = cols(tp=1, dp=8, zero=1)
+    base, half = evaluate(_offload_problem("h100x8", 0.0), c), evaluate(_offload_problem("h100x8", 0.5), c)
+    assert half["mem_optimizer_gib"][0] == pytest.approx(base["mem_optimizer_gib"][0] / 2)
+    assert half["memory_peak_gib"][0] < base["memory_peak_gib"][0]
+    extra = half["optimizer_s"][0] - base["optimizer_s"][0]
+    params = load_model("llama3-8b")
+    from planner.cost.flops import total_params
+    from planner.cost.profiles import profile_for
+
+    prof = profile_for("megatron-core")
+    want = 0.5 * total_params(params) / 8 * (prof.grad_bytes + prof.weight_bytes) / 64e9  # PCIe Gen5 x16
+    assert extra == pytest.approx(want, rel=0.05)
+    assert half["step_time_s"][0] > base["step_time_s"][0]  # not free
+
+
+def test_grace_c2c_makes_offload_cheaper_than_pcie():
+    c = cols(tp=1, dp=8, zero=1)
+    pcie = evaluate(_offload_problem("b200x8", 1.0), c)["optimizer_s"][0]
+    c2c = evaluate(_offload_problem("gb200x8", 1.0), c)["optimizer_s"][0]
+    assert c2c < pcie / 3
+
+
+def test_offload_capabilities_and_launch_flags():
+    from planner.inputs.frameworks import offload_refusal
+
+    assert offload_refusal("megatron-core", 0.3) is None
+    assert offload_refusal("deepspeed", 1.0) is None and "whole optimizer" in offload_refusal("deepspeed", 0.5)
+    assert "no optimizer-state offload" in offload_refusal("torchtitan", 1.0)
+    args = ("--model", "llama3-70b", "--cluster", "h100x16", "--global-batch", "32", "--seq-len", "4096")
+    mega = run_plan_in_process(*args, "--optimizer-offload", "0.5", "-f", "megatron")
+    assert mega.returncode == 0
+    assert "--optimizer-cpu-offload" in mega.stdout and "--optimizer-offload-fraction 0.5" in mega.stdout
+    assert "--use-precision-aware-optimizer" in mega.stdout
+    ds = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x8", "--global-batch", "32", "--seq-len",
+                             "4096", "--optimizer-offload", "1", "-f", "deepspeed")
+    assert ds.returncode == 0 and '"offload_optimizer"' in ds.stdout
+    tt = run_plan_in_process(*args, "--optimizer-offload", "1", "-f", "torchtitan")
+    assert tt.returncode == 2 and "--optimizer-offload" in tt.stderr and "Traceback" not in tt.stderr

@@ -46,6 +46,9 @@ def main(
     memory_headroom: Annotated[float, typer.Option(
         "--memory-headroom", min=0.0, max=0.5, help="share of GPU memory a plan should leave free; plans above "
         "(1 - headroom) x capacity rank last and are marked tight")] = 0.05,
+    optimizer_offload: Annotated[float, typer.Option(
+        "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory; "
+        "priced as host-link traffic per step (PCIe or NVLink-C2C)")] = 0.0,
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
 ) -> None:
@@ -61,7 +64,7 @@ def main(
     from planner.search.search import search
 
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
-                            compress=compress, memory_headroom=memory_headroom)
+                            compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:

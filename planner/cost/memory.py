@@ -43,14 +43,15 @@ FP8_OPERANDS_PER_GEMM = 3
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
-                fp8: bool) -> dict[str, np.ndarray]:
+                fp8: bool, offload: float = 0.0) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states (Rajbhandari et al. 2020, ZeRO §5): stage k shards the first k of
     (optimizer, gradients, parameters) over `shard` data-parallel ranks. Transformer Engine keeps an extra fp8 copy of
-    GEMM weights (1 byte/param) in fp8 training."""
+    GEMM weights (1 byte/param) in fp8 training. `offload`: share of the optimizer states kept in CPU memory
+    (planner.cost.offload)."""
     shard = np.maximum(shard, 1)
     weights = params * (prof.weight_bytes + (1.0 if fp8 else 0.0))
     grads = params * prof.grad_bytes
-    optim = params * prof.optimizer_bytes
+    optim = params * prof.optimizer_bytes * (1.0 - offload)
     return {
         "weights": np.where(zero >= Zero.PARAMETERS, weights / shard, weights),
         "grads": np.where(zero >= Zero.GRADIENTS, grads / shard, grads),

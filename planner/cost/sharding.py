@@ -64,7 +64,8 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
     zero, _, shard = sharding(problem, c)
     stage = stage_params(problem, c)["stage"]
     fp8 = problem.training.precision in ("fp8", "fp4")
-    states = memory.state_bytes(stage, zero, shard, profile_for(problem.training.framework), fp8)
+    states = memory.state_bytes(stage, zero, shard, profile_for(problem.training.framework), fp8,
+                                problem.training.optimizer_offload)
     return sum(states.values()) / memory.GIB
 
 

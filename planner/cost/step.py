@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import compute, context, data, expert, groups, memory, pipeline, tensor
+from planner.cost import compute, context, data, expert, groups, memory, offload, pipeline, tensor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.cost.sharding import fsdp_exposed, sharding, stage_params
@@ -90,7 +90,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
                                         st.fwd, st.bwd)
-    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm)
+    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm) + offload.offload_time(
+        params["stage"], zero, shard_group, prof, problem.training.optimizer_offload,
+        problem.cluster.gpu.host_link_gbps)
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 
     mem = _memory(problem, k, x.tok, micro, zero, shard_group, params)
@@ -165,7 +167,8 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     for i, (n, rank, edge) in enumerate(zip(counts, ranks, base, strict=True)):
         inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
         acts = per_layer_act * n * inflight + working
-        states = memory.state_bytes(edge + n * per_layer, zero, shard_group, prof, fp8)
+        states = memory.state_bytes(edge + n * per_layer, zero, shard_group, prof, fp8,
+                                    problem.training.optimizer_offload)
         buffers = shared + memory.fp8_meta_bytes(n, problem.model.mlp_matrices + 4, fp8)
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
         stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
@@ -186,7 +189,8 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
     per_layer_act, working = memory.layer_activation_bytes(problem, x.tok, x.k["tp"], x.k["sp"], x.k["rc"])
 
     def states(params: np.ndarray) -> np.ndarray:
-        return sum(memory.state_bytes(params, x.zero, x.shard_group, x.prof, fp8).values())
+        return sum(memory.state_bytes(params, x.zero, x.shard_group, x.prof, fp8,
+                                      problem.training.optimizer_offload).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,
