@@ -56,7 +56,8 @@ TERMS: tuple[Term, ...] = (
     Term("p2p_s", "pipeline hand-off", "s", _C + "pipeline.hand_off_time",
          "latency + activation (/tp with SP) / link bandwidth when pp > 1 (Narayanan et al. 2021 §4.1)"),
     Term("optimizer_s", "optimizer update", "s", _C + "data.optimizer_time",
-         "30 B/param (Adam: fp32 master, 2 moments, grad, bf16 write) · params / shard / HBM"),
+         "30 B/param (Adam: fp32 master, 2 moments, grad, bf16 write)·params / shard / HBM + offloaded share's grads "
+         "down and weights up over the host link (ZeRO-Offload)"),
     Term("tp_comm_s", "exposed TP per step", "s", _C + "tensor.tp_exposed",
          "m·L·(4, +2 full recompute)·all-reduce(activation)·(1 - overlap) (Narayanan et al. 2021 §3.2)"),
     Term("cp_comm_s", "exposed CP per step", "s", _C + "context.cp_exposed",
