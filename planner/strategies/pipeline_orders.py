@@ -181,3 +181,72 @@ def _greedy_orders(spec: Spec, m: int, cap: float) -> list[list[Op]]:
 # ---------------------------------------------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def orders_dualpipe(p: int, m: int) -> list[list[Op]]:
+    """DualPipe (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe dualpipe.py `step`, read at bb214e8): p ranks (even),
+    m micro-batches (even, >= 2p), half fed from each end. Rank r holds stage r of the downward pipeline (chunk 0)
+    and stage r of the upward one (chunk 1, virtual stage 2p-1-r). The eight steps of `step` per rank, with
+    h = p/2 and j = min(r, p-1-r): nF0 (2(h-j-1)), nF0F1 (j+1), nB1W1F1 (h-j-1, backward split), main nF0B1F1B0
+    (m/2 - p + j + 1), nB1F1B0 (h-j-1), nB1B0 (j+1, second half split), nWB0 (h-j-1), nW (j+1). A paired "F&B" is
+    an F then a B here; the time model prices their overlap. Phase 0 is the downward direction on the first half of
+    the ranks and the upward one on the second half (dualpipe.py `phase ^= is_in_second_half`).
+    """
+    if p % 2 or m % 2 or m < 2 * p:
+        raise ValueError(f"DualPipe needs even p, even m and m >= 2p (p={p}, m={m})")
+    half, half_m = p // 2, m // 2
+    orders = []
+    for r in range(p):
+        j, second = min(r, p - 1 - r), int(r >= half)
+        nxt_f, nxt_b, pending_w = [0, 0], [0, 0], []
+        order: list[Op] = []
+
+        def f(phase: int) -> None:
+            d = phase ^ second
+            order.append(Op("F", d * half_m + nxt_f[d], d))
+            nxt_f[d] += 1
+
+        def b(phase: int, defer_w: bool) -> None:
+            d = phase ^ second
+            op = Op("B", d * half_m + nxt_b[d], d)
+            nxt_b[d] += 1
+            order.append(op)
+            if defer_w:
+                pending_w.append(Op("W", op.mb, op.chunk))
+            else:
+                order.append(Op("W", op.mb, op.chunk))
+
+        def w() -> None:
+            order.append(pending_w.pop(0))
+
+        for _ in range(2 * (half - j - 1)):
+            f(0)
+        for _ in range(j + 1):
+            f(0)
+            f(1)
+        for _ in range(half - j - 1):
+            b(1, True)
+            w()
+            f(1)
+        for _ in range(half_m - p + j + 1):
+            f(0)
+            b(1, False)
+            f(1)
+            b(0, False)
+        for _ in range(half - j - 1):
+            b(1, False)
+            f(1)
+            b(0, False)
+        split = False
+        for i in range(j + 1):
+            split = split or (i == (j + 1) // 2 and j % 2 == 1)
+            b(1, split)
+            split = split or (i == (j + 1) // 2 and j % 2 == 0)
+            b(0, split)
+        for _ in range(half - j - 1):
+            w()
+            b(0, True)
+        while pending_w:
+            w()
+        orders.append(order)
+    return orders
