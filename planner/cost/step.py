@@ -16,8 +16,14 @@ import numpy as np
 from planner.cost import compute, context, data, expert, groups, memory, pipeline, tensor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.cost.sharding import (expert_shard_group, fsdp_exposed, sharding, split_state_bytes,
-                                   stage_expert_params, stage_params)
+from planner.cost.sharding import (
+    expert_shard_group,
+    fsdp_exposed,
+    sharding,
+    split_state_bytes,
+    stage_expert_params,
+    stage_params,
+)
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms"]
@@ -169,6 +175,7 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,
-            "head_s": 3 * x.head_f, "params": x.params["per_layer"], "state_bytes": states(x.params["per_layer"], x.params["layer_expert_part"]),
+            "head_s": 3 * x.head_f, "params": x.params["per_layer"],
+            "state_bytes": states(x.params["per_layer"], x.params["layer_expert_part"]),
             "edge_state_bytes": states(x.params["embedding"] + x.params["head"]), "act_bytes": per_layer_act,
             "working_bytes": working, "logits_bytes": memory.logits_bytes(x.tok, problem.model, x.k["tp"])}

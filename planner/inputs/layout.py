@@ -148,7 +148,8 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
     if name == "schedule":
         value = {"interleaved-1f1b": "interleaved", "zb1p": "zb-h1", "zb2p": "zb-h2", "zb-1p": "zb-h1",
                  "zb-2p": "zb-h2", "zbv": "zb-v", "zbvzerobubble": "zb-v", "seq-1f1b": "seq1f1b",
-                 "combined1f1b": "combined-1f1b", "ep-overlap": "combined-1f1b", "dualpipev": "dualpipe-v"}.get(value, value)
+                 "combined1f1b": "combined-1f1b", "ep-overlap": "combined-1f1b",
+                 "dualpipev": "dualpipe-v"}.get(value, value)
         if value not in SCHEDULES:
             raise PlanInputError(f"schedule must be one of {', '.join(SCHEDULES)} (got '{raw}')", field=where,
                                  fix="e.g. schedule=interleaved")

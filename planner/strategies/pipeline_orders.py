@@ -183,6 +183,31 @@ def _greedy_orders(spec: Spec, m: int, cap: float) -> list[list[Op]]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class _DualPipeRank:
+    """One rank's op list while `orders_dualpipe` walks dualpipe.py's steps: F/B counters per direction, deferred W."""
+
+    def __init__(self, second_half: int, half_m: int) -> None:
+        self.second, self.half_m = second_half, half_m
+        self.next_f, self.next_b = [0, 0], [0, 0]
+        self.pending_w: list[Op] = []
+        self.order: list[Op] = []
+
+    def f(self, phase: int) -> None:
+        d = phase ^ self.second
+        self.order.append(Op("F", d * self.half_m + self.next_f[d], d))
+        self.next_f[d] += 1
+
+    def b(self, phase: int, defer_w: bool) -> None:
+        d = phase ^ self.second
+        op = Op("B", d * self.half_m + self.next_b[d], d)
+        self.next_b[d] += 1
+        self.order.append(op)
+        (self.pending_w if defer_w else self.order).append(Op("W", op.mb, op.chunk))
+
+    def w(self) -> None:
+        self.order.append(self.pending_w.pop(0))
+
+
 def orders_dualpipe(p: int, m: int) -> list[list[Op]]:
     """DualPipe (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe dualpipe.py `step`, read at bb214e8): p ranks (even),
     m micro-batches (even, >= 2p), half fed from each end. Rank r holds stage r of the downward pipeline (chunk 0)
@@ -194,59 +219,38 @@ def orders_dualpipe(p: int, m: int) -> list[list[Op]]:
     """
     if p % 2 or m % 2 or m < 2 * p:
         raise ValueError(f"DualPipe needs even p, even m and m >= 2p (p={p}, m={m})")
-    half, half_m = p // 2, m // 2
+    half = p // 2
     orders = []
     for r in range(p):
-        j, second = min(r, p - 1 - r), int(r >= half)
-        nxt_f, nxt_b, pending_w = [0, 0], [0, 0], []
-        order: list[Op] = []
-
-        def f(phase: int) -> None:
-            d = phase ^ second
-            order.append(Op("F", d * half_m + nxt_f[d], d))
-            nxt_f[d] += 1
-
-        def b(phase: int, defer_w: bool) -> None:
-            d = phase ^ second
-            op = Op("B", d * half_m + nxt_b[d], d)
-            nxt_b[d] += 1
-            order.append(op)
-            if defer_w:
-                pending_w.append(Op("W", op.mb, op.chunk))
-            else:
-                order.append(Op("W", op.mb, op.chunk))
-
-        def w() -> None:
-            order.append(pending_w.pop(0))
-
+        j, rank = min(r, p - 1 - r), _DualPipeRank(int(r >= half), m // 2)
         for _ in range(2 * (half - j - 1)):
-            f(0)
+            rank.f(0)
         for _ in range(j + 1):
-            f(0)
-            f(1)
+            rank.f(0)
+            rank.f(1)
         for _ in range(half - j - 1):
-            b(1, True)
-            w()
-            f(1)
-        for _ in range(half_m - p + j + 1):
-            f(0)
-            b(1, False)
-            f(1)
-            b(0, False)
+            rank.b(1, True)
+            rank.w()
+            rank.f(1)
+        for _ in range(m // 2 - p + j + 1):
+            rank.f(0)
+            rank.b(1, False)
+            rank.f(1)
+            rank.b(0, False)
         for _ in range(half - j - 1):
-            b(1, False)
-            f(1)
-            b(0, False)
+            rank.b(1, False)
+            rank.f(1)
+            rank.b(0, False)
         split = False
         for i in range(j + 1):
             split = split or (i == (j + 1) // 2 and j % 2 == 1)
-            b(1, split)
+            rank.b(1, split)
             split = split or (i == (j + 1) // 2 and j % 2 == 0)
-            b(0, split)
+            rank.b(0, split)
         for _ in range(half - j - 1):
-            w()
-            b(0, True)
-        while pending_w:
-            w()
-        orders.append(order)
+            rank.w()
+            rank.b(0, True)
+        while rank.pending_w:
+            rank.w()
+        orders.append(rank.order)
     return orders
