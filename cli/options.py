@@ -36,6 +36,18 @@ def stdout() -> Console:
                    width=None if sys.stdout.isatty() else 200)
 
 
+def table_console() -> Console:
+    """stdout for tables: a terminal's own width, or COLUMNS (80 when unset) when piped, so that output is the same
+    on every machine unless the caller asks for a width."""
+    width: int | None = None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) >= 40:
+        width = int(columns)
+    elif not sys.stdout.isatty():
+        width = 80
+    return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False, width=width)
+
+
 def stderr() -> Console:
     return Console(stderr=True, no_color="NO_COLOR" in os.environ or None, soft_wrap=True)
 
