@@ -98,7 +98,7 @@ def _parallelism(cfg: LaunchConfig, par: dict[str, Any], text: str) -> None:
         zero = 3 if reshard == "always" or (reshard == "default" and degree["pp"] == 1) else 2
         if zero == 2 and stated:
             zero = int(stated["stage"])
-        if zero == 3 and rep > 1 and shard > 1:
+        if zero == 3 and rep > 1:
             zero = 4  # HSDP: sharded inside a group, replicated across groups
         cfg.layout["zero"] = zero
     else:  # torchtitan applies DDP when data parallelism is the only dimension, FSDP (degree 1) otherwise
