@@ -72,6 +72,18 @@ def test_frontier_keeps_only_undominated_points():
     assert [p.frontier for p in pts] == [False, True, True, False, False]
 
 
+def test_frontier_treats_near_equal_cost_as_a_tie():
+    slow = SweepPoint("a", 1, 512, layout={"tp": 1}, metrics={})
+    fast = SweepPoint("a", 8, 512, layout={"tp": 1}, metrics={})
+    slow.days, slow.gpu_hours = 80.0, 1000.0
+    fast.days, fast.gpu_hours = 10.0, 1001.0  # 0.1 % more GPU-hours, 8x sooner
+    mark_frontier([slow, fast])
+    assert (slow.frontier, fast.frontier) == (False, True)
+    fast.gpu_hours = 1100.0  # 10 % more: a real trade-off, both stay
+    mark_frontier([slow, fast])
+    assert (slow.frontier, fast.frontier) == (True, True)
+
+
 def test_sweep_json_is_deterministic_and_stdout_only(tmp_path):
     first = plan(*SMALL, "--gpu-hour-price", "h100=2.5,b200=4", "--format", "json")
     second = plan(*SMALL, "--gpu-hour-price", "h100=2.5", "--gpu-hour-price", "b200=4", "--format", "json")
@@ -117,3 +129,18 @@ def test_bad_sweep_input_is_one_line_exit_2(args, field):
     r = plan("sweep", *flat)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and field in r.stderr, r.stderr
     assert r.stdout == ""
+
+
+def test_progress_goes_to_stderr_only_for_slow_sweeps(monkeypatch, capsys):
+    from cli.commands import sweep as command
+
+    monkeypatch.setattr(command, "PROGRESS_AFTER_S", 1e9)
+    with command._progress() as report:
+        report(1, 4, "h100x8")
+    assert capsys.readouterr().err == ""  # a quick sweep says nothing
+    monkeypatch.setattr(command, "PROGRESS_AFTER_S", 0.0)
+    with command._progress() as report:
+        report(1, 4, "h100x8")
+        report(4, 4, "")
+    captured = capsys.readouterr()
+    assert captured.err == "sweep: 1/4 done, searching h100x8\n" and captured.out == ""

@@ -24,6 +24,7 @@ from planner.search.search import search
 
 SWEEP_SCHEMA_VERSION = 1
 SECONDS_PER_DAY = 86_400.0
+FRONTIER_TIE = 0.005  # relative cost difference treated as a tie when deciding dominance
 
 
 @dataclass(frozen=True)
@@ -105,13 +106,16 @@ def frontier_axis(points: list[SweepPoint]) -> str:
 
 
 def mark_frontier(points: list[SweepPoint]) -> str:
-    """Mark the points no other point beats on both days and the frontier axis (ties on both keep both)."""
+    """Mark the points no other point beats: q dominates p when it takes no more days, costs no more (within
+    FRONTIER_TIE: a cost model is not that precise, so 0.01 % cheaper at 8x the days is no reason to pick p), and is
+    strictly better in one of the two."""
     axis = frontier_axis(points)
     feasible = [p for p in points if p.feasible]
     for p in feasible:
         p_cost = getattr(p, axis)
         p.frontier = not any(
-            q.days <= p.days and getattr(q, axis) <= p_cost and (q.days < p.days or getattr(q, axis) < p_cost)
+            q.days <= p.days and getattr(q, axis) <= p_cost * (1 + FRONTIER_TIE)
+            and (q.days < p.days or getattr(q, axis) < p_cost)
             for q in feasible if q is not p
         )
     return axis
