@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cli.exit_codes import ExitCode
-from cli.options import PlanFwOpt, build_problem, check_format, framework_for, problem_for, stdout
+from cli.options import PlanFwOpt, build_problem, check_format, framework_for, problem_for, stdout, table_console
 from planner.errors import PlanInputError
 
 
@@ -91,6 +91,6 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
         out = {"schema_version": document.SCHEMA_VERSION, "inputs": document.inputs_dict(problem, {}), **out}
         sys.stdout.write(document.dumps(out, fmt))
     else:
-        render_from(out, stdout())
+        render_from(out, table_console())
     if not out["yours"]["feasible"]:
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)

@@ -13,6 +13,9 @@ import typer
 from cli.options import ModelOpt, PrecOpt, SeqOpt, build_problem, check_format, stderr, table_console
 
 PROGRESS_AFTER_S = 2.0  # a sweep quicker than this prints no progress at all
+# Default tokens per optimizer step: Llama 3 405B's batch after 2.87T tokens of its pre-training (Dubey et al. 2024,
+# "The Llama 3 Herd of Models", section 3.4.1: 4M, then 8M, then 16M tokens per batch).
+DEFAULT_TOKENS_PER_BATCH = "16M"
 
 
 @contextmanager
@@ -50,7 +53,7 @@ def sweep(
         "the frontier trades days against dollars when every GPU has a price, else against GPU-hours")] = None,
     tokens_per_batch: Annotated[str, typer.Option(
         "--tokens-per-batch", help="target tokens per optimizer step; global batch = this / seq_len, rounded so "
-        "every count's layouts divide it")] = "16M",
+        "every count's layouts divide it")] = DEFAULT_TOKENS_PER_BATCH,
     seq_len: SeqOpt = 8192,
     precision: PrecOpt = "bf16",
     framework: Annotated[str, typer.Option("--framework", help="training stack to plan for (see plan --help)")] = (

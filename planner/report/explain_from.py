@@ -27,6 +27,13 @@ def _knobs(layout: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in layout.items() if k not in _DERIVED}
 
 
+def _follows(change_key: str, new: dict[str, Any]) -> bool:
+    """A change that only follows from another one: no virtual stages or schedule without a pipeline, no
+    sequence parallelism without TP, no CP exchange without CP."""
+    return ((change_key in ("vpp", "schedule") and new["pp"] == 1) or (change_key == "sequence_parallel"
+            and new["tp"] == 1) or (change_key == "cp_comm" and new["cp"] == 1))
+
+
 def explain_from(problem: Problem, given: dict[str, int], cfg: LaunchConfig, top: int = 3) -> dict[str, Any]:
     """The file's layout priced, and up to `top` better (or equal) layouts with their changes and gains."""
     yours = explain(problem, given)
@@ -54,7 +61,7 @@ def explain_from(problem: Problem, given: dict[str, int], cfg: LaunchConfig, top
         alternatives.append({
             "rank": rank, "layout": lay, "compact": text, "metrics": metrics_dict(plan.metrics, cap),
             "mfu_gain": sig(plan.metrics["mfu"] - mfu, 4), "speedup": sig(step / plan.metrics["step_time_s"], 4),
-            "changes": [c.to_dict() for c in moved],
+            "changes": [c.to_dict() for c in moved if not _follows(c.key, lay)],
         })
     return {
         "from": {"file": cfg.source, "dialect": cfg.dialect, "ignored": list(cfg.ignored)},
