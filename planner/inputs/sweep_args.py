@@ -53,14 +53,42 @@ def parse_gpus(raw: str) -> list[str]:
     return out
 
 
+def _count(item: str) -> int:
+    if not item.isdigit() or not 0 < int(item[:12]) <= MAX_SIZE:
+        raise PlanInputError(f"'{item[:40]}' is not a GPU count between 1 and {MAX_SIZE:,}", field="--counts",
+                             fix="e.g. --counts 256,512,1024 or 256,512,...,8192")
+    return int(item)
+
+
+def _series(first: int, second: int, last: int) -> list[int]:
+    """'a,b,...,c': doubling-style when b is a whole multiple of a (256,512,...,8192), else evenly spaced."""
+    if second <= first or last < second:
+        raise PlanInputError(f"'{first},{second},...,{last}' does not grow", field="--counts",
+                             fix="e.g. --counts 256,512,...,8192 (two counts, '...', the last count)")
+    out = [first]
+    while len(out) <= 10_000:
+        step = out[-1] * (second // first) if second % first == 0 else out[-1] + (second - first)
+        if step > last:
+            break
+        out.append(step)
+    if out[-1] != last:
+        raise PlanInputError(f"the series {first},{second},... does not reach {last}", field="--counts",
+                             fix=f"end it at a count of the series (e.g. {out[-1]})")
+    return out
+
+
 def parse_counts(raw: str) -> list[int]:
-    """Comma-separated GPU counts ('256,512,1024'), ascending, each once."""
+    """Comma-separated GPU counts ('256,512,1024', or '256,512,...,8192' for the series), ascending, each once."""
+    items = _items(raw, "--counts", "256,512,1024")
     counts: set[int] = set()
-    for item in _items(raw, "--counts", "256,512,1024"):
-        if not item.isdigit() or not 0 < int(item[:12]) <= MAX_SIZE:
-            raise PlanInputError(f"'{item[:40]}' is not a GPU count between 1 and {MAX_SIZE:,}", field="--counts",
-                                 fix="e.g. --counts 256,512,1024")
-        counts.add(int(item))
+    i = 0
+    while i < len(items):
+        if items[i + 2:i + 3] == ["..."] and i + 3 < len(items):
+            counts.update(_series(_count(items[i]), _count(items[i + 1]), _count(items[i + 3])))
+            i += 4
+            continue
+        counts.add(_count(items[i]))
+        i += 1
     return sorted(counts)
 
 

@@ -60,6 +60,7 @@ class SweepPoint:
     gpu_hours: float | None = None
     cost_usd: float | None = None
     reason: str | None = None  # why nothing is feasible
+    binding: list[str] = field(default_factory=list)  # the rules that leave nothing feasible
     frontier: bool = False
 
     @property
@@ -85,9 +86,11 @@ def price_point(spec: SweepSpec, gpu: str, count: int) -> SweepPoint:
     try:
         best = search(problem, top=1).plans[0]
     except NoFeasiblePlan as exc:
-        pruned = exc.diagnosis.get("pruned", {})
-        binding = max(pruned, key=lambda k: pruned[k]) if pruned else None
-        point.reason = exc.message + (f" (most pruned by {binding})" if binding else "")
+        from planner.search.diagnosis import explain_infeasible
+
+        diagnosis = explain_infeasible(problem)
+        point.binding = list(diagnosis.get("binding", []))
+        point.reason = "; ".join(diagnosis.get("reasons", [])) or exc.message
         return point
     point.layout, point.metrics = best.layout, best.metrics
     point.steps = math.ceil(spec.train_tokens / (gbs * spec.seq_len))
@@ -146,7 +149,7 @@ def point_dict(point: SweepPoint, layers: int) -> dict[str, Any]:
         "feasible": point.feasible, "frontier": point.frontier,
     }
     if point.layout is None or point.metrics is None:
-        return {**out, "reason": point.reason}
+        return {**out, "reason": point.reason, "binding": point.binding}
     return {
         **out,
         "layout": layout_dict(point.layout, point.metrics, layers),

@@ -19,7 +19,7 @@ def _amount(x: float) -> str:
 def _row(p: SweepPoint) -> dict[str, str]:
     mark = "*" if p.frontier else " "
     if p.layout is None or p.metrics is None or p.days is None or p.gpu_hours is None:
-        return {"cluster": f"{mark}{p.cluster}", "layout": f"none fits: {p.reason or ''}"}
+        return {"cluster": f"{mark}{p.cluster}", "layout": "none fits: " + (", ".join(p.binding) or "see JSON")}
     return {
         "cluster": f"{mark}{p.cluster}", "layout": compact_layout(p.layout)[0], "days": f"{p.days:.1f}",
         "GPU-h": _amount(p.gpu_hours), "cost": "-" if p.cost_usd is None else "$" + _amount(p.cost_usd),
