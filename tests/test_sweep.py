@@ -43,7 +43,8 @@ def test_lists_are_checked_and_normalised():
     assert parse_counts("100,250,...,700") == [100, 250, 400, 550, 700]
     assert parse_prices(["h100=2.5", "b200=4"], ["h100", "b200"]) == {"h100": 2.5, "b200": 4.0}
     for bad in (lambda: parse_gpus("h1000"), lambda: parse_counts("256,x"), lambda: parse_counts("-8"),
-                lambda: parse_counts("256,512,...,1000"), lambda: parse_counts("512,256,...,8192"), lambda: parse_counts("256,...,512"),
+                lambda: parse_counts("256,512,...,1000"), lambda: parse_counts("512,256,...,8192"),
+                lambda: parse_counts("256,...,512"),
                 lambda: parse_prices(["a100=1"], ["h100"]), lambda: parse_prices(["h100=free"], ["h100"])):
         with pytest.raises(PlanInputError):
             bad()
