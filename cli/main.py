@@ -26,6 +26,8 @@ Examples:
 
   plan explain --model llama70b --cluster h100x512 --layout "tp=8,pp=4,vpp=5,mbs=1,zero=1,recompute=selective"
 
+  plan explain --from launch.sh --cluster h100x512
+
   plan sweep --model llama70b --gpus h100,b200 --counts 256,512,1024 --train-tokens 15T
 
   plan validate --format json
