@@ -32,7 +32,7 @@ def render_sweep(spec: SweepSpec, points: list[SweepPoint], console: Console) ->
     """Header, table (cluster, layout, days, GPU-hours[, cost]; MFU, step, batch, tok/s/GPU as width allows), legend."""
     m = spec.model
     console.print(f"[bold]sweep[/]    {m.name}, {spec.train_tokens / 1e12:g}T tokens, seq_len {spec.seq_len}, "
-                  f"~{spec.tokens_per_batch / 1e6:g}M tokens/batch, {spec.precision}, {spec.framework}")
+                  f"~{spec.tokens_per_batch / 1e6:.3g}M tokens/batch, {spec.precision}, {spec.framework}")
     priced = any(p.cost_usd is not None for p in points)
     if spec.prices:
         console.print("[bold]prices[/]   " + ", ".join(f"{k} ${v:g}/GPU-hour" for k, v in sorted(spec.prices.items())))
