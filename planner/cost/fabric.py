@@ -134,9 +134,11 @@ class Fabric:
     def collective(self, kind: str, nbytes: np.ndarray | float, size: np.ndarray, stride: np.ndarray,
                    dim: str) -> np.ndarray:
         """Time of one collective `kind` (all_reduce, all_gather, reduce_scatter, all_to_all) of uncompressed size
-        `nbytes` over `size` ranks `stride` apart, for parallel dimension `dim`: t(S / r) + codec(S)."""
+        `nbytes` over `size` ranks `stride` apart, for parallel dimension `dim`: t(S / r) + codec(S). A group of one
+        rank sends nothing, so it encodes nothing either: compressing a dimension of size 1 changes nothing."""
         sq = self.squeeze
-        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster) + sq.codec(dim, nbytes)
+        codec = np.where(np.asarray(size) > 1, sq.codec(dim, nbytes), 0.0)
+        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster) + codec
 
     def routed_all_to_all(self, copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
                           stride: np.ndarray, dim: str) -> np.ndarray:
