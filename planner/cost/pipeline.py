@@ -30,8 +30,9 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     (p-1)(t_f+t_b)/k (Sun et al. 2024, arXiv 2406.03488 §3.3). Equal-length segments would instead stall on the
     heaviest last segment; planner.strategies.pipeline_sim shows both.
     Combined 1F1B (Megatron-Core EP overlap) keeps 1F1B's or, with vpp > 1, interleaving's bubble.
-    DualPipe / DualPipe-V: (p/2 - 1)(F&B + B - 3W), F&B the overlapped forward+backward pair, here t_f + t_b with the
-    all-to-all already hidden (DeepSeek-V3 report Table 2; deepseek-ai/DualPipe README).
+    DualPipe: (p/2 - 1)(F&B + B - 3W), F&B the overlapped forward+backward pair, here t_f + t_b with the
+    all-to-all already hidden (DeepSeek-V3 report Table 2; deepseek-ai/DualPipe README). DualPipe-V: the same with
+    PP = 2p stages of half a rank's work each, (p - 1)(F&B + B - 3W)/2 in rank times.
     """
     t_bi = t_b - t_w
     base = (p - 1) * (t_f + t_b)
@@ -46,8 +47,10 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     out = np.where(schedule == Schedule.ZB_H1, base - (base - zb1) * fill1, out)
     out = np.where((schedule == Schedule.ZB_H2) | (schedule == Schedule.ZB_V), base - (base - zb2) * fill2, out)
     out = np.where(schedule == Schedule.SEQ1F1B, base / SEQ1F1B_SEGMENTS, out)
-    dualpipe = (p / 2 - 1) * np.maximum(t_f + 2 * t_b - 3 * t_w, 0.0)
-    out = np.where(np.isin(schedule, DUALPIPES), np.maximum(dualpipe, 0.0), out)
+    pair = np.maximum(t_f + 2 * t_b - 3 * t_w, 0.0)
+    out = np.where(schedule == Schedule.DUALPIPE, np.maximum(p / 2 - 1, 0.0) * pair, out)
+    # DualPipe-V folds 2p stages onto p ranks: the table's PP is 2p and each stage does half a rank's work.
+    out = np.where(schedule == Schedule.DUALPIPE_V, (p - 1) * pair / 2, out)
     return np.where(p > 1, out, 0.0)
 
 

@@ -38,6 +38,7 @@ _HANDLED = {
     "--recompute-activations", "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--swiglu",
     "--squared-relu", "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
 }
@@ -176,6 +177,8 @@ def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) 
     cfg.set_knob("recompute", granularity or "none", "--recompute-granularity")
     tp = cfg.layout.get("tp", 1)
     cfg.layout["sp"] = int("--sequence-parallel" in found and tp > 1)
+    if "--overlap-moe-expert-parallel-comm" in found:  # Megatron-Core's combined 1F1B (EP all-to-all overlap)
+        cfg.set_knob("schedule", "combined-1f1b", "--overlap-moe-expert-parallel-comm")
     if "--cp-comm-type" in found:
         kind = value("--cp-comm-type")
         if kind not in _CP_COMM:

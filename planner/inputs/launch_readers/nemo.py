@@ -96,6 +96,8 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.layout["zero"] = int(flag("ddp.use_distributed_optimizer") or flag("optimizer.use_distributed_optimizer"))
     granularity = found.get("model.recompute_granularity")
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
+    if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
+        cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:
         cfg.layout["sp"] = int(flag("model.sequence_parallel") and cfg.layout.get("tp", 1) > 1)
     kind = found.get("model.cp_comm_type")

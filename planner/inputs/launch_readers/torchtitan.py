@@ -18,7 +18,7 @@ else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport (pypr
 
 # torch.distributed.pipelining schedule -> plan schedule (the inverse of the torchtitan launcher's table).
 _SCHEDULES = {"1f1b": "1f1b", "gpipe": "1f1b", "interleaved1f1b": "interleaved", "loopedbfs": "interleaved",
-              "interleavedzerobubble": "zb-h1", "zbvzerobubble": "zb-v"}
+              "interleavedzerobubble": "zb-h1", "zbvzerobubble": "zb-v", "dualpipev": "dualpipe-v"}
 _SECTIONS = {
     "training": {"local_batch_size", "global_batch_size", "seq_len", "mixed_precision_param", "batch_size", "steps",
                  "max_norm", "warmup_steps", "dataset", "dataset_path", "mixed_precision_reduce", "gc_freq", "seed",
@@ -109,7 +109,7 @@ def _parallelism(cfg: LaunchConfig, par: dict[str, Any], text: str) -> None:
         if name not in _SCHEDULES:
             raise PlanInputError(f"schedule '{name[:40]}' is not one the planner prices",
                                  field="parallelism.pipeline_parallel_schedule", source=src,
-                                 fix="use 1F1B, Interleaved1F1B, InterleavedZeroBubble or ZBVZeroBubble")
+                                 fix="use 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble or DualPipeV")
         cfg.set_knob("schedule", _SCHEDULES[name], "parallelism.pipeline_parallel_schedule")
         parts = par.get("module_fqns_per_model_part")
         if isinstance(parts, list) and parts:
@@ -117,5 +117,5 @@ def _parallelism(cfg: LaunchConfig, par: dict[str, Any], text: str) -> None:
         elif par.get("pipeline_parallel_layers_per_stage") is not None:
             cfg.layers_per_stage = as_int(par["pipeline_parallel_layers_per_stage"],
                                           "parallelism.pipeline_parallel_layers_per_stage", src)
-        elif _SCHEDULES[name] in ("interleaved", "zb-h1", "zb-v"):
+        elif _SCHEDULES[name] in ("interleaved", "zb-h1", "zb-v", "dualpipe-v"):
             cfg.set_knob("vpp", 2, "parallelism.pipeline_parallel_schedule")  # torchtitan's default: 2 per rank
