@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, validate
+from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, sweep, validate
 from cli.exit_codes import ExitCode
 from cli.options import stderr
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
@@ -25,6 +25,10 @@ Examples:
   plan --model mixtral-8x22b --cluster h100x256 --fix ep=8 --fix tp=2 --format json
 
   plan explain --model llama70b --cluster h100x512 --layout "tp=8,pp=4,vpp=5,mbs=1,zero=1,recompute=selective"
+
+  plan explain --from launch.sh --cluster h100x512
+
+  plan sweep --model llama70b --gpus h100,b200 --counts 256,512,1024 --train-tokens 15T
 
   plan validate --format json
 """
@@ -44,6 +48,7 @@ app.command("validate")(validate.validate)
 app.command("dsp")(dsp.dsp)
 check.register(app)
 diff.register(app)
+sweep.register(app)
 calibrate.register(app)
 
 

@@ -16,7 +16,14 @@ import numpy as np
 from planner.cost import compute, context, data, expert, groups, memory, offload, pipeline, tensor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.cost.sharding import fsdp_exposed, sharding, stage_params
+from planner.cost.sharding import (
+    expert_shard_group,
+    fsdp_exposed,
+    sharding,
+    split_state_bytes,
+    stage_expert_params,
+    stage_params,
+)
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms"]
@@ -67,7 +74,9 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
-    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp)
+    share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
+    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp, compute.is_fp8(problem), share,
+                                           lt.fwd + lt.bwd)
     z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
     lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, z3_f, z3_b)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
@@ -83,19 +92,20 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f)
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
-    p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"])
+    p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
                                         st.fwd, st.bwd)
-    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm) + offload.offload_time(
+    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm, stage_expert_params(params),
+                                     expert_shard_group(c, shard_group)) + offload.offload_time(
         params["stage"], zero, shard_group, prof, problem.training.optimizer_offload,
         problem.cluster.gpu.host_link_gbps)
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 
-    mem = _memory(problem, k, x.tok, micro, zero, shard_group, params)
+    mem = _memory(problem, c, k, x.tok, micro, zero, shard_group, params)
     first_mb, last_mb = pipeline.stage_microbatch_times(pp, layers, st)
     per_step = micro * layers
     return {
@@ -127,10 +137,11 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     }
 
 
-def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
-            shard_group: np.ndarray, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
+            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
+            params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Memory of the busiest pipeline's stages (planner.cost.memory.report), as GiB."""
-    stages = _stages(problem, k, tok, micro, zero, shard_group, params)
+    stages = _stages(problem, c, k, tok, micro, zero, shard_group, params)
     return memory.report(*stages, memory.active_groups(k["tp"], k["pp"], k["dp"], k["cp"], k["ep"]))
 
 
@@ -138,7 +149,7 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
     """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
     x = _layer(problem, c)
     out = {}
-    for name, st in zip(("first", "second", "last"), _stages(problem, x.k, x.tok, x.micro, x.zero, x.shard_group,
+    for name, st in zip(("first", "second", "last"), _stages(problem, c, x.k, x.tok, x.micro, x.zero, x.shard_group,
                                                                x.params), strict=True):
         kinds = {**st.states, "activations": st.activations, "logits": st.logits, "buffers": st.buffers,
                  "allocated": st.total}
@@ -146,10 +157,11 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
     return out
 
 
-def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
-            shard_group: np.ndarray, params: dict[str, np.ndarray]) -> list[memory.StageMemory]:
+def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
+            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
+            params: dict[str, np.ndarray]) -> list[memory.StageMemory]:
     """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
-    the micro-batches in flight at its rank."""
+    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group."""
     prof = profile_for(problem.training.framework)
     fp8 = compute.is_fp8(problem)
     tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
@@ -161,15 +173,19 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(
         tok, problem.model.hidden_size, tp, sp, pp)
     # the embedding/head parameters sit on the first/last stage; sharding.stage_params prices ceil(L/pp) layers
-    base = (params["first"] - params["layers_per_stage"] * per_layer, 0.0 * per_layer,
-            params["last"] - params["layers_per_stage"] * per_layer)
+    # (x copies: DualPipe holds two stages per rank)
+    copies = params["held_layers"] / params["layers_per_stage"]
+    base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
+            params["last"] - params["held_layers"] * per_layer)
+    expert_shard = expert_shard_group(c, shard_group)
     stages = []
     for i, (n, rank, edge) in enumerate(zip(counts, ranks, base, strict=True)):
         inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
         acts = per_layer_act * n * inflight + working
-        states = memory.state_bytes(edge + n * per_layer, zero, shard_group, prof, fp8,
-                                    problem.training.optimizer_offload)
-        buffers = shared + memory.fp8_meta_bytes(n, problem.model.mlp_matrices + 4, fp8)
+        held = n * copies
+        states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
+                                   expert_shard, prof, fp8, problem.training.optimizer_offload)
+        buffers = shared + memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8)
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
         stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
     return stages
@@ -188,12 +204,15 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
     fp8 = compute.is_fp8(problem)
     per_layer_act, working = memory.layer_activation_bytes(problem, x.tok, x.k["tp"], x.k["sp"], x.k["rc"])
 
-    def states(params: np.ndarray) -> np.ndarray:
-        return sum(memory.state_bytes(params, x.zero, x.shard_group, x.prof, fp8,
-                                      problem.training.optimizer_offload).values())
+    expert_shard = expert_shard_group(c, x.shard_group)
+
+    def states(params: np.ndarray, expert_params: np.ndarray | float = 0.0) -> np.ndarray:
+        return sum(split_state_bytes(params, expert_params, x.zero, x.shard_group, expert_shard, x.prof,
+                                     fp8, problem.training.optimizer_offload).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,
-            "head_s": 3 * x.head_f, "params": x.params["per_layer"], "state_bytes": states(x.params["per_layer"]),
+            "head_s": 3 * x.head_f, "params": x.params["per_layer"],
+            "state_bytes": states(x.params["per_layer"], x.params["layer_expert_part"]),
             "edge_state_bytes": states(x.params["embedding"] + x.params["head"]), "act_bytes": per_layer_act,
             "working_bytes": working, "logits_bytes": memory.logits_bytes(x.tok, problem.model, x.k["tp"])}
