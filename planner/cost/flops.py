@@ -29,14 +29,20 @@ def norm_params(m: ModelSpec) -> int:
     return 2 * m.hidden_size  # two RMS/LayerNorm weight vectors per layer (biases ignored)
 
 
+def expert_mlp_params(m: ModelSpec) -> int:
+    """One routed expert; a LatentMoE expert (Nemotron-3, moe_latent_size) maps latent -> latent instead of h -> h."""
+    return m.mlp_matrices * (m.moe_latent_size or m.hidden_size) * m.expert_ffn
+
+
 def expert_params(m: ModelSpec) -> int:
     """All routed experts of one MoE layer."""
-    return m.num_local_experts * mlp_params(m, m.expert_ffn)
+    return m.num_local_experts * expert_mlp_params(m)
 
 
 def _moe_non_expert(m: ModelSpec) -> int:
-    """Router (h x E) and shared experts of one MoE layer."""
-    return m.hidden_size * m.num_local_experts + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0)
+    """Router (h x E), shared experts and LatentMoE's h -> latent -> h projections of one MoE layer."""
+    latent = 2 * m.hidden_size * m.moe_latent_size
+    return m.hidden_size * m.num_local_experts + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0) + latent
 
 
 def _mlp_part(m: ModelSpec, i: int) -> int:
@@ -123,7 +129,7 @@ def active_params(m: ModelSpec) -> int:
     if not m.is_moe:
         return total_params(m)
     sums = layer_sums(m)
-    routed = m.num_experts_per_tok * mlp_params(m, m.expert_ffn)
+    routed = m.num_experts_per_tok * expert_mlp_params(m)
     layers = sums.dense_params + sums.moe_shared_params + sums.moe * routed
     return layers + embedding_params(m) + lm_head_params(m) + m.hidden_size
 
@@ -158,7 +164,7 @@ def attention_core_flops(m: ModelSpec, seq_len: int, causal: bool = True) -> flo
 
 def routed_flops(m: ModelSpec) -> float:
     """Top-k routed experts of one MoE layer."""
-    return 2.0 * m.num_experts_per_tok * mlp_params(m, m.expert_ffn)
+    return 2.0 * m.num_experts_per_tok * expert_mlp_params(m)
 
 
 def lm_head_flops(m: ModelSpec) -> float:

@@ -22,7 +22,7 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     """Parameters one GPU of the busiest pipeline stage holds (before any ZeRO sharding).
 
     The busiest stage holds ceil(L/pp) layers (uneven splits via first/last-stage counts or a pipeline layout);
-    the first stage adds the embedding, the last the LM head (and the tied embedding's copy).
+    the first stage adds the embedding, the last the LM head (and the tied embedding's copy) and any MTP modules.
     """
     m = problem.model
     tp, pp, ep = (c[k].astype(float) for k in ("tp", "pp", "ep"))
@@ -34,7 +34,8 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     layers_per_stage = np.ceil(m.num_hidden_layers / pp)
     per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
     emb_p = flops.embedding_params(m) / tp
-    head_p = flops.lm_head_params(m) / tp
+    mtp_p, mtp_experts = flops.mtp_params(m)  # MTP modules live with the LM head (Megatron-Core: last stage)
+    head_p = flops.lm_head_params(m) / tp + mtp_p / tp + mtp_experts / (etp * ep)
     first_p = layers_per_stage * per_layer_p + emb_p + np.where(pp == 1, head_p, 0.0)
     last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
     return {"per_layer": per_layer_p, "layer_expert_part": frac_moe * experts_p, "first": first_p, "last": last_p,

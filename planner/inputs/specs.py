@@ -70,6 +70,7 @@ class ModelSpec(_Spec):
     moe_intermediate_size: Count = 0
     n_shared_experts: Count = 0
     first_k_dense_replace: Count = 0
+    moe_latent_size: Count = 0  # Nemotron-3 LatentMoE: experts run in this width between shared h<->latent projections
     # Multi-head latent attention (DeepSeek-V2/V3); 0 = standard attention.
     kv_lora_rank: Count = 0
     q_lora_rank: Count = 0
