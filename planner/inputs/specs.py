@@ -162,6 +162,15 @@ class ModelSpec(_Spec):
         if "moe" in self.mlp_kinds and not self.num_local_experts:
             raise ValueError("mlp_layer_types has MoE layers but num_local_experts is 0")
 
+    def dump(self) -> dict[str, Any]:
+        """The spec as reports print it: set fields only, and the per-layer / hybrid keys only where they differ
+        from their defaults (a dense Llama's block does not list Mamba and linear-attention keys)."""
+        out = self.model_dump(exclude_none=True)
+        for key in _OPTIONAL_FIELDS:
+            if key in out and out[key] == ModelSpec.model_fields[key].default:
+                del out[key]
+        return out
+
     # --- derived shapes ---------------------------------------------------------------------------------------
     @property
     def kv_heads(self) -> int:
@@ -225,6 +234,17 @@ class ModelSpec(_Spec):
     @property
     def dense_layers(self) -> int:
         return self.num_hidden_layers - self.moe_layers
+
+
+# Keys a report omits while at their defaults: everything from moe_latent_size and the sparse-attention keys on.
+_OPTIONAL_FIELDS = ("moe_latent_size", "index_n_heads", "index_head_dim", "index_topk", "layer_types",
+                    "mlp_layer_types", "layer_intermediate_sizes", "sliding_window", "attention_chunk_size",
+                    "attn_output_gate", "shared_expert_intermediate_size", "swa_num_attention_heads",
+                    "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "num_global_key_value_heads",
+                    "global_head_dim", "attention_k_eq_v", "linear_num_key_heads", "linear_num_value_heads",
+                    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
+                    "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
+                    "num_nextn_predict_layers")
 
 
 class GPUSpec(_Spec):
