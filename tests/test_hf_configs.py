@@ -173,3 +173,38 @@ def test_plan_runs_on_every_real_config(name):
     doc = json.loads(r.stdout)  # stdout is JSON only; warnings went to stderr
     assert doc["plans"] and doc["plans"][0]["metrics"]["tokens_per_s_per_gpu"] > 0
     assert all(line.startswith("warning:") for line in r.stderr.splitlines())
+
+
+def test_pipeline_partition_weighs_layers_by_kind():
+    from planner.strategies.partition import PartitionInputs, solve_partition
+
+    def inputs(weights):
+        return PartitionInputs(num_layers=6, pp=2, layer_time=1.0, head_time=0.0, embed_time=0.0, act_bytes=0.0,
+                               act_bytes_recompute=0.0, recompute_time=0.0, layer_static_bytes=0.0,
+                               embed_static_bytes=0.0, head_static_bytes=0.0, head_act_bytes=0.0, working_bytes=0.0,
+                               stage_fixed_bytes=0.0, capacity_bytes=float("inf"), inflight=(1, 1),
+                               layer_time_weights=weights)
+
+    heavy_first = (2.0, 2.0, 0.5, 0.5, 0.5, 0.5)  # e.g. two MoE layers, then four light (Mamba) blocks
+    part = solve_partition(inputs(heavy_first))
+    assert part.bottleneck_s == pytest.approx(4.0) and part.even_bottleneck_s == pytest.approx(4.5)
+    assert sum(part.stage_times_s) == pytest.approx(6.0)
+    assert solve_partition(inputs(None)).layers == (3, 3)
+
+
+def test_partition_inputs_carry_per_layer_weights():
+    from planner.inputs.catalog import load_cluster
+    from planner.inputs.problem import Problem
+    from planner.inputs.specs import TrainingSpec
+    from planner.strategies.partition import layer_weights
+
+    m = load_model(str(DATA / "llama-4-maverick.json"))
+    problem = Problem(m, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
+    w = layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 2})
+    t, mem = w["layer_time_weights"], w["layer_static_weights"]
+    assert len(t) == 48 and sum(t) == pytest.approx(48) and sum(mem) == pytest.approx(48)
+    assert mem[1] > 2 * mem[0]  # a MoE layer holds 64 experts per GPU, a dense one only its MLP
+    uniform = load_model("llama3-8b")
+    problem = Problem(uniform, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
+    assert layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 1}) == {
+        "layer_time_weights": None, "layer_static_weights": None}

@@ -108,6 +108,22 @@ def moe_layer_shared_params(m: ModelSpec) -> int:
     return round(sums.moe_shared_params / sums.moe)
 
 
+def layer_params(m: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(non-expert, routed-expert) parameters of each layer, in order."""
+    experts = expert_params(m)
+    return tuple((mixers.mixer_params(m, mix) + _mlp_part(m, i) + _layer_norms(m, i), experts if mlp == "moe" else 0)
+                 for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)))
+
+
+def layer_forward_flops(m: ModelSpec, seq_len: int) -> tuple[float, ...]:
+    """Forward FLOPs per token of each layer, in order: its mixer's projections and core, its MLP (top-k routed
+    experts, shared experts and router for a MoE layer). The pipeline partition weighs layers by these."""
+    routed = routed_flops(m)
+    return tuple(mixers.mixer_gemm_flops(m, mix) + mixers.attention_core_flops(m, seq_len, mix)
+                 + 2.0 * _mlp_part(m, i) + (routed if mlp == "moe" else 0.0)
+                 for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)))
+
+
 def embedding_params(m: ModelSpec) -> int:
     return m.vocab_size * m.hidden_size
 
