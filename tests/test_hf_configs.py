@@ -208,3 +208,9 @@ def test_partition_inputs_carry_per_layer_weights():
     problem = Problem(uniform, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
     assert layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 1}) == {
         "layer_time_weights": None, "layer_static_weights": None}
+
+
+def test_megatron_launcher_writes_the_interleaved_moe_pattern():
+    r = run_plan_in_process("--model", "llama4-maverick", "--cluster", "h100x256", "--format", "megatron")
+    assert r.returncode == 0, r.stderr
+    assert "--moe-layer-freq '[0,1,0,1," in r.stdout
