@@ -214,3 +214,17 @@ def test_megatron_launcher_writes_the_interleaved_moe_pattern():
     r = run_plan_in_process("--model", "llama4-maverick", "--cluster", "h100x256", "--format", "megatron")
     assert r.returncode == 0, r.stderr
     assert "--moe-layer-freq '[0,1,0,1," in r.stdout
+
+
+@pytest.mark.parametrize("name", ["nemotron-h-56b.json", "llama-3.3-nemotron-super-49b.json", "gemma-4-26b-a4b.json"])
+def test_a_plans_model_block_reads_back_as_the_same_model(name, capsys):
+    m = load_model(str(DATA / name))
+    again = model_from_mapping(json.loads(json.dumps(m.dump())), "plan.json")
+    assert flops.total_params(again) == flops.total_params(m)
+    assert flops.model_flops_per_token(again, 8192) == flops.model_flops_per_token(m, 8192)
+    assert "unknown key" not in capsys.readouterr().err
+
+
+def test_latent_moe_says_what_it_approximates(capsys):
+    load_model(str(DATA / "nemotron-3-super-120b-a12b.json"))
+    assert "moe_latent_size (1024)" in capsys.readouterr().err

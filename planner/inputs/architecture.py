@@ -8,9 +8,10 @@ assumption, and printed as a warning once the model has validated.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, get_args
 
 from planner.errors import PlanInputError
+from planner.inputs.specs import MixerKind
 
 # Keys renamed to the spec's (first present wins; the spec's own key always wins).
 _ALIASES = {
@@ -29,7 +30,7 @@ CONSUMED = {
     "mtp_num_hidden_layers", "num_mtp_modules", "mtp_transformer_layers", "use_mtp", "text_config",
 }
 _PATTERN = {"M": ("mamba", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
-_HF_LAYER_TYPES = {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
+_HF_LAYER_TYPES = set(get_args(MixerKind))  # HF's kinds plus ours (a plan's own model block reads back)
 
 
 def _fail(key: str, msg: str, fix: str, source: str) -> PlanInputError:
@@ -68,7 +69,7 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
             _block_configs(doc, n, source, notes)
         else:
             _moe_placement(doc, n, source)
-            _attention_kinds(doc, n, source)
+            _attention_kinds(doc, n, source, notes)
     _shared_experts(doc, notes)
     _mtp(doc)
     _unmodelled(doc, notes)
@@ -118,7 +119,11 @@ def _block_configs(doc: dict, n: int, source: str, notes: list[str]) -> None:
             mixers.append("linear")
         else:
             mixers.append("full_attention")
-            groups[attn.get("n_heads_in_group") or 1] += 1
+            group = attn.get("n_heads_in_group") or 1
+            if not isinstance(group, int) or isinstance(group, bool) or group <= 0:
+                raise _fail("block_configs.attention.n_heads_in_group", f"must be a positive integer (got {group!r})",
+                            "e.g. 8", source)
+            groups[group] += 1
             if attn.get("window_length") or attn.get("num_sink_tokens"):
                 notes.append("block_configs.attention.window_length/num_sink_tokens: priced as full attention")
         width = 0
@@ -184,14 +189,18 @@ def _moe_placement(doc: dict, n: int, source: str) -> None:
         doc["mlp_layer_types"] = ["moe" if x else "dense" for x in moe]
 
 
-def _attention_kinds(doc: dict, n: int, source: str) -> None:
+def _attention_kinds(doc: dict, n: int, source: str, notes: list[str]) -> None:
     """Each layer's attention kind from layer_types, or the family rule that implies it."""
     kinds: list[str] | None = None
     if doc.get("layer_types") is not None:
         kinds = doc["layer_types"]
-        if not isinstance(kinds, list) or len(kinds) != n or set(kinds) - _HF_LAYER_TYPES:
-            raise _fail("layer_types", f"must list {n} of {sorted(_HF_LAYER_TYPES)}", "give one kind per layer",
-                        source)
+        if not isinstance(kinds, list) or len(kinds) != n or not all(isinstance(k, str) for k in kinds):
+            raise _fail("layer_types", f"must list {n} layer kinds, e.g. {sorted(_HF_LAYER_TYPES)}",
+                        "give one kind per layer", source)
+        other = sorted(set(kinds) - _HF_LAYER_TYPES)
+        if other:
+            notes.append(f"layer_types {other}: not a kind the planner prices; those layers priced as full attention")
+            kinds = [k if k in _HF_LAYER_TYPES else "full_attention" for k in kinds]
     elif "full_attention_interval" in doc:  # HF Qwen3NextConfig: every interval-th layer full, the rest linear
         every = doc["full_attention_interval"]
         if not isinstance(every, int) or isinstance(every, bool) or every <= 0:
@@ -257,6 +266,9 @@ def _unmodelled(doc: dict, notes: list[str]) -> None:
         if doc.get(key):
             notes.append(f"{key} ({doc[key]}): {what}")
         doc.pop(key, None)
+    if doc.get("moe_latent_size"):
+        notes.append(f"moe_latent_size ({doc['moe_latent_size']}): expert parameters and FLOPs use the latent width; "
+                     "the expert all-to-all and expert activations are priced at hidden_size")
     if doc.get("attention_chunk_size") and "chunked_attention" not in (doc.get("layer_types") or []):
         if not str(doc.get("model_type", "")).startswith("mimo"):
             notes.append(f"attention_chunk_size ({doc['attention_chunk_size']}): chunked attention is only read "
