@@ -267,8 +267,9 @@ def _unmodelled(doc: dict, notes: list[str]) -> None:
             notes.append(f"{key} ({doc[key]}): {what}")
         doc.pop(key, None)
     if doc.get("moe_latent_size"):
-        notes.append(f"moe_latent_size ({doc['moe_latent_size']}): expert parameters and FLOPs use the latent width; "
-                     "the expert all-to-all and expert activations are priced at hidden_size")
+        notes.append(f"moe_latent_size ({doc['moe_latent_size']}): expert parameters and FLOPs use the latent "
+                     "width; the expert all-to-all, the busiest-expert surplus and expert activations are priced at "
+                     "hidden_size")
     if doc.get("attention_chunk_size") and "chunked_attention" not in (doc.get("layer_types") or []):
         if not str(doc.get("model_type", "")).startswith("mimo"):
             notes.append(f"attention_chunk_size ({doc['attention_chunk_size']}): chunked attention is only read "
