@@ -215,13 +215,17 @@ def _attention_kinds(doc: dict, n: int, source: str, notes: list[str]) -> None:
         rope = doc.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
         kinds = ["chunked_attention" if r else "full_attention" for r in rope][:n]
     elif doc.get("sliding_window") and doc.get("use_sliding_window", True):
-        if isinstance(doc.get("sliding_window_pattern"), int) and doc["sliding_window_pattern"] > 0:  # Gemma 2/3
-            kinds = ["full_attention" if (i + 1) % doc["sliding_window_pattern"] == 0 else "sliding_attention"
-                     for i in range(n)]
+        every = doc.get("sliding_window_pattern")
+        if str(doc.get("model_type", "")) == "gemma2" and every is None:
+            every = 2  # HF Gemma2Config: sliding and full layers alternate
+        if isinstance(every, int) and not isinstance(every, bool) and every > 0:  # Gemma 2/3, Cohere 2
+            kinds = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)]
         elif isinstance(doc.get("max_window_layers"), int) and doc.get("use_sliding_window"):  # HF Qwen2
             kinds = ["sliding_attention" if i >= doc["max_window_layers"] else "full_attention" for i in range(n)]
         else:  # Mistral: every layer
             kinds = ["sliding_attention"] * n
+            notes.append(f"sliding_window ({doc['sliding_window']}) without layer_types: every layer priced with "
+                         "the window (Mistral's rule)")
     if str(doc.get("model_type", "")).startswith("qwen3_next"):
         doc.setdefault("attn_output_gate", True)  # HF Qwen3NextAttention: q_proj emits the query and a gate
     if kinds is not None:
