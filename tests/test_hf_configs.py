@@ -228,3 +228,11 @@ def test_a_plans_model_block_reads_back_as_the_same_model(name, capsys):
 def test_latent_moe_says_what_it_approximates(capsys):
     load_model(str(DATA / "nemotron-3-super-120b-a12b.json"))
     assert "moe_latent_size (1024)" in capsys.readouterr().err
+
+
+def test_table_says_how_a_mixed_config_was_read():
+    r = run_plan_in_process("--model", str(DATA / "nemotron-h-56b.json"), "--cluster", "h100x64", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    assert "mixers 10 full_attention + 54 mamba + 54 none; MLPs 54 dense + 64 none" in r.stdout
+    r = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x64", "--top", "1")
+    assert "mixers" not in r.stdout  # uniform models print as before
