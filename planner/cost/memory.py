@@ -157,6 +157,7 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8)
     moe_act = layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8) if m.is_moe else dense_act
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
+    act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == Recompute.SELECTIVE, 0.0, 5.0 * m.num_attention_heads * s / tp)
     else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input)
@@ -261,3 +262,39 @@ def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: n
         "mem_first_stage_gib": (first.total * (1 + FRAGMENTATION) + fixed) / GIB,
         "mem_last_stage_gib": (last.total * (1 + FRAGMENTATION) + fixed) / GIB,
     }
+
+
+def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
+    """Mean per-layer change, in TP-sharded bytes per token, from layers that differ from the uniform layer priced by
+    layer_activation_bytes_per_token: no-op mixers or MLPs (Nemotron-H blocks, block_configs), per-layer MLP widths,
+    and linear-time mixers whose saved tensors replace attention's Q, K, V, output and LSE.
+
+    Gated DeltaNet keeps its projection outputs (q, k, v, gate z, beta, decay), the conv outputs, the core output
+    and the gated-norm output (HF Qwen3NextGatedDeltaNet; fla recomputes the chunk states in backward). Mamba-2
+    keeps the in_proj output (z, x, B, C, dt), the conv output, the scan output and the gated-norm output
+    (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). 2 bytes each; GEMM inputs 1 in fp8.
+    """
+    gemm_in = 1 if fp8 else 2
+    one = np.array([1])
+    terms = layer_activation_terms(m, one, one * 0, False, False, fp8)
+    attn = float(terms["attention"][0] + terms["latent"][0])  # what an attention layer keeps, as priced above
+    per_width = (4 if m.gated_mlp else 2) + gemm_in
+    total = 0.0
+    for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)):
+        if mix in ("none", "linear"):
+            total -= attn
+        elif mix == "linear_attention":
+            kd = m.linear_num_key_heads * m.linear_key_head_dim
+            vd = m.linear_num_value_heads * m.linear_value_head_dim
+            total += 2 * (2 * kd + 2 * vd + 2 * m.linear_num_value_heads) + 2 * (2 * kd + vd) + 2 * vd + gemm_in * vd
+            total -= attn
+        elif mix == "mamba":
+            inner = m.mamba_num_heads * m.mamba_head_dim
+            conv_dim = inner + 2 * m.n_groups * m.ssm_state_size
+            total += 2 * (inner + conv_dim + m.mamba_num_heads) + 2 * conv_dim + 2 * inner + gemm_in * inner
+            total -= attn
+        if mlp in ("none", "linear"):
+            total -= per_width * m.intermediate_size
+        elif mlp == "dense":
+            total += per_width * (m.layer_ffn(i) - m.intermediate_size)
+    return total / m.num_hidden_layers
