@@ -191,7 +191,8 @@ def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np
     --decoder-first/last-pipeline-num-layers); ceil(L/pp) everywhere when the split is even or needs a layout."""
     middle = np.ceil(layers / np.maximum(pp, 1))
     first, last = middle.copy(), middle.copy()
-    for p, v in {(int(a), int(b)) for a, b in zip(np.ravel(pp), np.ravel(vpp), strict=True)}:
+    pairs = np.unique(np.ravel(pp).astype(np.int64) * 100_000 + np.ravel(vpp).astype(np.int64))
+    for p, v in ((int(k) // 100_000, int(k) % 100_000) for k in pairs):
         split = uneven_stage_layers(layers, p, v)
         if split is not None:
             rows = (pp == p) & (vpp == v)
