@@ -186,15 +186,30 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     return LayerTimes(layer_f, layer_b, gemm_f, attn_f, attn_b, elem_f, launch_f)
 
 
-def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes) -> np.ndarray:
+def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray | None = None,
+                   tp: np.ndarray | None = None) -> np.ndarray:
     """Extra backward work per layer: full = one forward; selective = see below; none = 0.
 
     Selective recompute: with unfused attention it is Korthikanti et al.'s (re-run the attention core); with fused
     attention there is no s^2 state to drop, and Megatron-Core's selective modules re-run the memory-bound
     norms and activation functions instead (`--recompute-modules layernorm mlp/moe_act`): one forward of them.
+    With multi-head latent attention the up-projections are re-run too (`--recompute-modules mla_up_proj`; DeepSeek-V3
+    report §3.2.3 recomputes them): their GEMMs once more, f_mla·tok·2·a·(q_lora·qk + kv_lora·(nope + v))/tp.
     """
     selective_cost = lt.elem_f if profile_for(problem.training.framework).flash_attention else lt.attn_f
+    if tok is not None and tp is not None and problem.model.is_mla:
+        r = rates(problem)
+        selective_cost = selective_cost + tok * mla_up_proj_flops(problem.model) / tp / (r.peak * r.eff)
     return np.where(rc == Recompute.FULL, lt.fwd, np.where(rc == Recompute.SELECTIVE, selective_cost, 0.0))
+
+
+def mla_up_proj_flops(m: ModelSpec) -> float:
+    """Forward FLOPs per token of MLA's up-projections (query from its latent, per-head keys/values from theirs),
+    averaged over the layers that have MLA: 2·a·(q_lora·(nope + rope) + kv_lora·(nope + v))."""
+    a = m.num_attention_heads
+    q_in = m.q_lora_rank or m.hidden_size
+    return 2.0 * a * (q_in * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+                      + m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim))
 
 
 def head_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
