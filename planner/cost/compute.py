@@ -87,13 +87,19 @@ def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
     return h + q + h + width, (q + kv) + h + up + h
 
 
-def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
+def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
+              ep: np.ndarray | None = None) -> np.ndarray:
     """Forward GEMMs of an average layer: tok·((1-f_moe)·dense + f_moe·moe)/tp / (peak·eff); the MoE share carries
-    the busiest expert's extra load (planner.cost.expert)."""
+    the busiest expert's extra load, and its routed-expert part runs at the grouped-GEMM rate of its tokens per
+    expert (planner.cost.expert)."""
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
     moe_layer = expert.moe_layer_flops(m, tf)
+    if m.is_moe and ep is not None:
+        routed = expert.EXPERT_IMBALANCE * flops.routed_flops(m)
+        slow = 1.0 / expert.grouped_gemm_rate(m, tok, tp, ep) - 1.0
+        moe_layer = moe_layer + routed * slow
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
     return gemm_flops / (r.peak * r.eff)
 
@@ -176,7 +182,7 @@ class LayerTimes:
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
                 ep: np.ndarray, attn_len: np.ndarray | float | None = None) -> LayerTimes:
     """t_f = gemm + attn + elem + launch; t_b = 2·gemm + attn_b + 2·elem_bytes/HBM + 2·launch; W = gemm."""
-    gemm_f = gemm_time(problem, r, tok, tp)
+    gemm_f = gemm_time(problem, r, tok, tp, ep)
     attn_f, attn_b = attention_time(problem, r, tok, tp, attn_len)
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
