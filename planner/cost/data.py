@@ -70,9 +70,16 @@ def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.
     """Exposed data-parallel time per step for each ZeRO stage: ZeRO-2 reduces every micro-batch
     (`zero2_exposed`); the others reduce once per step behind the last micro-batch (`dp_exposed`)."""
     dp_time = grad_reduction_time(fab, prof, params, zero, hsdp, shard_group, ranks, tp, etp, ep)
-    return np.where(zero == Zero.GRADIENTS,
-                    zero2_exposed(fab, prof, params, ranks, tp, etp, ep, micro, stage_f, stage_b),
-                    dp_exposed(prof, dp_time, zero, stage_f, stage_b))
+    out = dp_exposed(prof, dp_time, zero, stage_f, stage_b)
+    z2 = np.asarray(zero == Zero.GRADIENTS)
+    if z2.any():  # priced on the ZeRO-2 rows only (a search table holds every stage)
+
+        def rows(a):  # noqa: ANN001, ANN202 - arrays shaped like the table, scalars as they are
+            return a[z2] if isinstance(a, np.ndarray) and a.shape == z2.shape else a
+        out = np.array(out, dtype=float, copy=True)
+        out[z2] = zero2_exposed(fab, prof, {k: rows(v) for k, v in params.items()}, tuple(rows(r) for r in ranks),
+                                rows(tp), rows(etp), rows(ep), rows(micro), rows(stage_f), rows(stage_b))
+    return out
 
 
 def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float,

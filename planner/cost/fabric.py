@@ -48,35 +48,50 @@ def _latency(size: np.ndarray, local: np.ndarray) -> np.ndarray:
                     + 2 * np.log2(nodes) * NETWORK_HOP_S, 0.0)
 
 
-def all_reduce_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+Geometry = tuple[np.ndarray, np.ndarray]  # (peers per NVLink domain g, latency) of one (size, stride) group
+
+
+def geometry(size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> Geometry:
+    """(g, latency) of a group of `size` ranks `stride` apart: peers sharing a domain, and the tree latency."""
+    size = np.asarray(size)
+    g = peers_within(cluster.nvlink_domain, stride, size)
+    return g, _latency(size, g)
+
+
+def all_reduce_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
+                    geo: Geometry | None = None) -> np.ndarray:
     """Hierarchical all-reduce: reduce-scatter + all-gather inside the domain, all-reduce of 1/g across domains:
     2(g-1)/g·S/nvlink + 2(k-1)/k·(S/g)/network + latency, g peers per domain, k = n/g domains."""
     nvlink, network = _bandwidths(cluster)
     size = np.asarray(size)
-    g = peers_within(cluster.nvlink_domain, stride, size)
+    g, lat = geo if geo is not None else geometry(size, stride, cluster)
     k = np.maximum(size // g, 1)
     intra = 2.0 * (g - 1) / np.maximum(g, 1) * nbytes / nvlink
     inter = 2.0 * (k - 1) / np.maximum(k, 1) * (nbytes / g) / network
-    return np.where(size > 1, intra + inter + _latency(size, g), 0.0)
+    return np.where(size > 1, intra + inter + lat, 0.0)
 
 
-def all_gather_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
-    """All-gather (or reduce-scatter) of a buffer whose full, gathered size is `nbytes`: half an all-reduce."""
-    return np.where(np.asarray(size) > 1, 0.5 * all_reduce_time(nbytes, size, stride, cluster)
-                    + 0.5 * _latency(np.asarray(size), peers_within(cluster.nvlink_domain, stride, size)), 0.0)
+def all_gather_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
+                    geo: Geometry | None = None) -> np.ndarray:
+    """All-gather (or reduce-scatter) of a buffer whose full, gathered size is `nbytes`: half an all-reduce's
+    bandwidth term, with the whole latency."""
+    geo = geo if geo is not None else geometry(size, stride, cluster)
+    return np.where(np.asarray(size) > 1, 0.5 * all_reduce_time(nbytes, size, stride, cluster, geo)
+                    + 0.5 * geo[1], 0.0)
 
 
-def all_to_all_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+def all_to_all_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
+                    geo: Geometry | None = None) -> np.ndarray:
     """All-to-all where each rank holds `nbytes` and keeps 1/n: the off-domain share goes over the NIC,
     max(S(g-1)/n / nvlink, S(n-g)/n / network) + latency."""
     nvlink, network = _bandwidths(cluster)
     size = np.asarray(size)
-    g = peers_within(cluster.nvlink_domain, stride, size)
+    g, lat = geo if geo is not None else geometry(size, stride, cluster)
     n = np.maximum(size, 1)
     intra_bytes = nbytes * (g - 1) / n
     inter_bytes = nbytes * (n - g) / n
     t = np.maximum(intra_bytes / nvlink, inter_bytes / network)
-    return np.where(size > 1, t + _latency(size, g), 0.0)
+    return np.where(size > 1, t + lat, 0.0)
 
 
 def routed_all_to_all_time(copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
@@ -130,6 +145,7 @@ class Fabric:
     def __init__(self, cluster: ClusterSpec, ratios: Mapping[str, float], hbm_bytes_per_s: float) -> None:
         self.cluster = cluster
         self.squeeze = Squeezer(ratios, hbm_bytes_per_s)
+        self._geo: dict[tuple[int, int], tuple[object, object, Geometry]] = {}
 
     def collective(self, kind: str, nbytes: np.ndarray | float, size: np.ndarray, stride: np.ndarray,
                    dim: str) -> np.ndarray:
@@ -138,7 +154,17 @@ class Fabric:
         rank sends nothing, so it encodes nothing either: compressing a dimension of size 1 changes nothing."""
         sq = self.squeeze
         codec = np.where(np.asarray(size) > 1, sq.codec(dim, nbytes), 0.0)
-        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster) + codec
+        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster, self._geometry(size, stride)) + codec
+
+    def _geometry(self, size: np.ndarray, stride: np.ndarray) -> Geometry:
+        """Group geometry, computed once per (size, stride) pair of arrays: the same group columns are priced by
+        several collectives. Keyed by identity, with the arrays kept alive so that an id is never reused."""
+        key = (id(size), id(stride))
+        hit = self._geo.get(key)
+        if hit is None:
+            hit = (size, stride, geometry(size, stride, self.cluster))
+            self._geo[key] = hit
+        return hit[2]
 
     def routed_all_to_all(self, copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
                           stride: np.ndarray, dim: str) -> np.ndarray:
