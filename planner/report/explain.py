@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
@@ -41,20 +41,12 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     Capped at 4 x pp micro-batches so the chart stays readable; the bubble does not grow past that point.
     """
     from planner.report.timeline import render_timeline
-    from planner.strategies.pipeline_sim import simulate_schedule
+    from planner.strategies.pipeline_sim import simulate_layout
 
-    name = Schedule(lay["schedule"]).label
-    p, v = lay["pp"], lay["vpp"]
-    if p < 2:
+    sim = simulate_layout(lay, metrics, max_microbatches=4 * lay["pp"])
+    if sim is None:
         return "no pipeline (pp = 1): nothing to schedule"
-    m = max(1, min(int(round(metrics["num_microbatches"])), 4 * p))
-    if name == "interleaved":
-        m = max(p, m - m % p)
-    t_f, t_b, t_w = metrics["stage_fwd_s"], metrics["stage_bwd_s"], metrics["stage_wgrad_s"]
-    split = name in ("zb-h1", "zb-h2", "zb-v")
-    kwargs = {"t_b": t_b - t_w, "t_w": t_w} if split else {"t_b": t_b}
-    k = SEQ1F1B_SEGMENTS if name == "seq1f1b" else 1
-    sim = simulate_schedule(name, p, m, t_f=t_f, v=v, k=k, t_comm=metrics["p2p_s"], **kwargs)
+    name, p, m, v = sim.schedule, sim.p, sim.m, sim.v
     head = (f"{name} timeline, {p} stages x {m} micro-batches (simulated): bubble {sim.bubble * 1e3:.1f} ms, "
             f"peak in-flight on stage 0 {sim.peak_inflight[0] / v:.2f} micro-batches")
     return head + "\n" + render_timeline(sim, width=width)
