@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, validate
+from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, report, validate
 from cli.exit_codes import ExitCode
 from cli.options import stderr
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
@@ -26,6 +26,8 @@ Examples:
 
   plan explain --model llama70b --cluster h100x512 --layout "tp=8,pp=4,vpp=5,mbs=1,zero=1,recompute=selective"
 
+  plan report --model llama70b --cluster h100x512 -o report.html
+
   plan validate --format json
 """
 
@@ -38,6 +40,7 @@ app = typer.Typer(
 # The order here is the order of `plan --help`.
 app.callback(invoke_without_command=True)(plan.main)
 app.command("explain")(explain.explain)
+app.command("report")(report.report)
 app.command("models")(models.models)
 app.command("clusters")(clusters.clusters)
 app.command("validate")(validate.validate)

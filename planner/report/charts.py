@@ -1,7 +1,8 @@
 """The report's charts as SVG (matplotlib, headless Agg backend): search-space scatter with its Pareto front, the time
 breakdown of the top plans, and memory per pipeline stage. The pipeline timeline is in timeline_chart.
 
-Each `draw_*` fills one matplotlib Axes, so the HTML report and `plan explain --svg` compose the same drawings.
+Each `draw_*` fills one matplotlib Axes (call them inside `style()`), so the HTML report and `plan explain --svg`
+compose the same drawings.
 Text is drawn as glyph paths so that a chart looks the same in every browser, with or without the font installed;
 dense point clouds are rasterised inside the SVG so the file stays small however many layouts were priced.
 """
@@ -9,19 +10,14 @@ dense point clouds are rasterised inside the SVG so the file stays small however
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import matplotlib
-
-matplotlib.use("Agg")  # headless: no display, no GUI toolkit
-
-import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from planner.inputs.layout import RECOMPUTE, SCHEDULES  # noqa: E402
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
+from matplotlib.figure import Figure
 
 RC = {"svg.fonttype": "path", "svg.hashsalt": "plan-report", "font.size": 9, "axes.titlesize": 10,
       "axes.spines.top": False, "axes.spines.right": False, "figure.dpi": 100}
@@ -39,41 +35,34 @@ MEMORY_KINDS: tuple[tuple[str, str, str], ...] = (
     ("activations", "activations", "#C44E52"), ("logits", "logits", "#8172B3"),
     ("reserve", "runtime reserve", "#B0B0B0"),
 )
-FAMILY_COLOURS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
-                  "#64B5CD")
+# The seven parallelism mixes with the fastest layouts get a colour each; the rest are grey.
+FAMILY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
+OTHER_COLOUR = "#C7C7C7"
 SCATTER_GRID = (480, 320)  # one kept point per family and cell of this grid: the cloud looks the same, 100x fewer
 
 
+@contextmanager
+def style() -> Iterator[None]:
+    """The charts' look (fonts, spines, glyphs as paths, stable ids); draw and save inside it."""
+    with matplotlib.rc_context(RC):
+        yield
+
+
 def new_figure(width: float, height: float) -> Figure:
-    with plt.rc_context(RC):
-        return Figure(figsize=(width, height), layout="constrained")
+    """A figure with no pyplot state (nothing global, nothing to close), laid out without overlaps."""
+    return Figure(figsize=(width, height), layout="constrained")
 
 
 def to_svg(fig: Figure) -> str:
     """The figure as one <svg> element (no XML prolog), byte-stable across runs."""
     buf = io.StringIO()
-    with plt.rc_context(RC):
+    with style():
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, dpi=150)
     text = buf.getvalue()
     return text[text.index("<svg"):]
 
 
-def layout_label(lay: dict[str, Any]) -> str:
-    """Compact layout name, e.g. 'tp8 pp4 dp16 vpp5 mbs1 z1 sel'."""
-    parts = [f"{k}{lay[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "vpp") if k in ("tp", "pp", "dp") or lay[k] > 1]
-    parts.append(f"mbs{lay.get('micro_batch', lay.get('mbs'))}")
-    zero = lay["zero"]
-    parts.append("hsdp" if zero in (4, "hsdp") else f"z{zero}")
-    rc = lay["recompute"] if isinstance(lay["recompute"], str) else RECOMPUTE[lay["recompute"]]
-    if rc != "none":
-        parts.append(rc[:3])
-    sched = lay["schedule"] if isinstance(lay["schedule"], str) else SCHEDULES[lay["schedule"]]
-    if lay["pp"] > 1 and sched not in ("1f1b", "interleaved"):
-        parts.append(sched)
-    return " ".join(parts)
-
-
-# --- search-space scatter -----------------------------------------------------------------------------------------------
+# --- search-space scatter -------------------------------------------------------------------------
 def families(priced: dict[str, np.ndarray]) -> np.ndarray:
     """Each layout's parallelism mix, e.g. 'TP+PP+DP': the dimensions larger than one."""
     dims = ("tp", "pp", "cp", "ep", "dp")
@@ -107,30 +96,38 @@ def draw_scatter(ax: Axes, priced: dict[str, np.ndarray], top: dict[str, float],
     fam = families(priced)
     kept = thin(mem, tput, fam)
     names = sorted(set(fam), key=lambda n: -tput[fam == n].max())
-    shown = names[:len(FAMILY_COLOURS) - 1]
-    for i, name in enumerate(names):
+    shown = names[:len(FAMILY_COLOURS)]
+    rest = kept[~np.isin(fam[kept], shown)]
+    if len(rest):  # the families that never come near the top, grey and underneath
+        ax.scatter(mem[rest], tput[rest], s=6, color=OTHER_COLOUR, alpha=0.5, linewidths=0, rasterized=True,
+                   label="other mixes")
+    for i, name in reversed(list(enumerate(shown))):  # the best family drawn last, on top
         sel = kept[fam[kept] == name]
-        colour, label = (FAMILY_COLOURS[i], name) if name in shown else (FAMILY_COLOURS[-1], "other")
-        ax.scatter(mem[sel], tput[sel], s=7, color=colour, alpha=0.55, linewidths=0, rasterized=True,
-                   label=label if name in shown or name == names[len(shown)] else None)
+        ax.scatter(mem[sel], tput[sel], s=7, color=FAMILY_COLOURS[i], alpha=0.6, linewidths=0, rasterized=True,
+                   label=name)
     front = pareto_front(mem, tput)
     line = ax.step(mem[front], tput[front], where="post", color="black", lw=1.2, label="Pareto front")[0]
     line.set_gid("pareto-front")
     ax.plot(mem[front], tput[front], "o", color="black", ms=3)
-    star = ax.plot([top["memory_peak_gib"]], [top["tokens_per_s_per_gpu"]], marker="*", ms=16, color="#E3242B",
+    star = ax.plot([top["memory_peak_gib"]], [top["tokens_per_s_per_gpu"]], marker="*", ms=15, color="#E3242B",
                    markeredgecolor="black", ls="none", label="top pick (#1)", zorder=5)[0]
     star.set_gid("top-pick")
-    ax.axvline(capacity, color="#E3242B", ls="--", lw=1)
-    ax.annotate(f"GPU memory {capacity:g} GiB", (capacity, ax.get_ylim()[0]), rotation=90, ha="right", va="bottom",
-                fontsize=8, color="#E3242B", xytext=(-3, 4), textcoords="offset points")
+    ax.axvline(capacity, color="#E3242B", ls="--", lw=1, label=f"GPU memory ({capacity:g} GiB)")
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("tokens/s per GPU")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="parallelism mix", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: (labels[i] not in shown, shown.index(labels[i])
+                                                      if labels[i] in shown else i))
+    legend = ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
+                       bbox_to_anchor=(1.01, 1.0), frameon=False, title="parallelism mix\n(best first)", fontsize=8)
+    for handle in legend.legend_handles:  # legend dots readable, whatever the cloud's point size
+        if isinstance(handle, PathCollection):
+            handle.set_sizes([30])
     return {"layouts": len(mem), "points": len(kept), "front": len(front)}
 
 
-# --- time breakdown ------------------------------------------------------------------------------------------------------
+# --- time breakdown -------------------------------------------------------------------------------
 def time_terms(metrics: dict[str, float]) -> dict[str, float]:
     """Seconds per step by TIME_TERMS key; 'other' closes the sum to step_time_s (Seq1F1B segment launches)."""
     out = {"kernels": metrics["compute_s"] - metrics["recompute_s"]}
@@ -159,7 +156,7 @@ def draw_breakdown(ax: Axes, plans: Sequence[tuple[str, dict[str, float]]]) -> N
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, frameon=False, fontsize=8)
 
 
-# --- memory per stage ----------------------------------------------------------------------------------------------------
+# --- memory per stage -----------------------------------------------------------------------------
 def draw_stage_memory(ax: Axes, stages: Sequence[dict[str, float]], capacity: float) -> None:
     """Stacked bars per pipeline rank: weights, gradients, optimizer states, activations, logits, reserve."""
     x = np.arange(len(stages))
@@ -172,11 +169,11 @@ def draw_stage_memory(ax: Axes, stages: Sequence[dict[str, float]], capacity: fl
                linewidth=0.4 if len(stages) <= 32 else 0)
         bottom += h
     ax.axhline(capacity, color="#E3242B", ls="--", lw=1)
-    ax.text(len(stages) - 0.5, capacity, f"GPU memory {capacity:g} GiB", ha="right", va="bottom", fontsize=8,
+    ax.text(max(len(stages), 6) - 0.5, capacity, f"GPU memory {capacity:g} GiB", ha="right", va="bottom", fontsize=8,
             color="#E3242B")
     step = max(1, int(np.ceil(len(stages) / 16)))
     ax.set_xticks(x[::step], [str(i) for i in x[::step]])
-    ax.set_xlim(-0.6, len(stages) - 0.4)
+    ax.set_xlim(-0.6, max(len(stages), 6) - 0.4)  # a lone pp = 1 bar stays bar-sized
     ax.set_ylim(0, max(capacity, bottom.max()) * 1.12)
     ax.set_xlabel("pipeline stage (rank)")
     ax.set_ylabel("GiB per GPU")

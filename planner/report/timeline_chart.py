@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, FigureBase
 from matplotlib.patches import Patch
 
 from planner.report.charts import new_figure
@@ -112,7 +112,7 @@ def draw_gantt(ax: Axes, ops: Ops, p: int, window: tuple[float, float] | None = 
     return int(inside.sum())
 
 
-def _legend(fig: Figure, ops: Ops, v: int) -> None:
+def _legend(fig: FigureBase, ops: Ops, v: int) -> None:
     present = [k for i, k in enumerate(KINDS) if (ops.kind == i).any()]
     handles = [Patch(color=KIND_COLOURS[k], label=KIND_NAMES[k]) for k in present]
     if v > 1:
@@ -136,16 +136,21 @@ def zoom_windows(ops: Ops, p: int, span: float) -> tuple[tuple[float, float], tu
     return (0.0, width), (span - width, span)
 
 
-def timeline_figure(sim: PipelineSimResult, m_total: int, width: float = 11.0) -> Figure:
-    """The whole timeline chart: Gantt, or heat strip + warm-up and cool-down zooms when there are too many ops."""
+def timeline_height(sim: PipelineSimResult) -> float:
+    """Inches the chart needs: rows grow with pp up to a cap; the zoom panels only when the ops are too many."""
+    top_h = float(np.clip(0.2 * sim.p + 1.2, 2.0, 6.0))
+    dense = len(sim.timeline) > GANTT_MAX_OPS
+    return top_h + (float(np.clip(0.05 * sim.p + 1.8, 2.2, 4.5)) if dense else 0.0) + 0.6
+
+
+def draw_timeline(fig: FigureBase, sim: PipelineSimResult, m_total: int) -> None:
+    """The whole timeline chart into `fig` (a figure or subfigure): Gantt, or heat strip + warm-up and cool-down zooms
+    when there are too many ops to draw one by one."""
     ops = ops_of(sim)
     p, span = sim.p, float(ops.end.max())
-    dense = len(ops.start) > GANTT_MAX_OPS
-    top_h = float(np.clip(0.2 * p + 1.2, 2.0, 6.0))
-    zoom_h = float(np.clip(0.05 * p + 1.8, 2.2, 4.5)) if dense else 0.0
-    fig = new_figure(width, top_h + zoom_h + 0.6)
-    if dense:
-        grid = fig.add_gridspec(2, 2, height_ratios=[top_h, zoom_h])
+    if len(ops.start) > GANTT_MAX_OPS:
+        grid = fig.add_gridspec(2, 2, height_ratios=[float(np.clip(0.2 * p + 1.2, 2.0, 6.0)),
+                                                     float(np.clip(0.05 * p + 1.8, 2.2, 4.5))])
         ax = fig.add_subplot(grid[0, :])
         img = heat_image(ops, p, span)
         ax.imshow(img, aspect="auto", interpolation="nearest", extent=(0, span * 1e3, p - 0.5, -0.5)).set_gid(
@@ -159,11 +164,17 @@ def timeline_figure(sim: PipelineSimResult, m_total: int, width: float = 11.0) -
             zax.set_title(f"zoom: {name}, {win[0] * 1e3:.0f}-{win[1] * 1e3:.0f} ms", loc="left")
             zax.set_xlabel("time (ms)")
             ax.axvspan(win[0] * 1e3, win[1] * 1e3, fill=False, edgecolor="black", ls=":", lw=1.2)
-            ax.text(win[0] * 1e3, p - 0.5, f" {name}", va="bottom", fontsize=8)
+            ax.text(win[i] * 1e3, p - 0.5, f" {name} " if i else f" {name}", va="bottom", ha="right" if i else "left",
+                    fontsize=8)
     else:
         ax = fig.add_subplot()
         draw_gantt(ax, ops, p, labels=len(ops.start) <= 300)
         ax.set_title(title(sim, m_total), loc="left")
     ax.set_xlabel("time (ms)")
     _legend(fig, ops, sim.v)
+
+
+def timeline_figure(sim: PipelineSimResult, m_total: int, width: float = 11.0) -> Figure:
+    fig = new_figure(width, timeline_height(sim))
+    draw_timeline(fig, sim, m_total)
     return fig
