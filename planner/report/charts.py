@@ -10,6 +10,7 @@ dense point clouds are rasterised inside the SVG so the file stays small however
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -59,6 +60,7 @@ def to_svg(fig: Figure) -> str:
     with style():
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, dpi=150)
     text = buf.getvalue()
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)  # RDF boilerplate, no content
     return text[text.index("<svg"):]
 
 
