@@ -39,7 +39,7 @@ MEMORY_KINDS: tuple[tuple[str, str, str], ...] = (
 # The seven parallelism mixes with the fastest layouts get a colour each; the rest are grey.
 FAMILY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 OTHER_COLOUR = "#C7C7C7"
-SCATTER_GRID = (480, 320)  # one kept point per family and cell of this grid: the cloud looks the same, 100x fewer
+SCATTER_GRID = (320, 220)  # one kept point per family and cell of this grid: the cloud looks the same, 100x fewer
 
 
 @contextmanager
@@ -91,24 +91,35 @@ def thin(x: np.ndarray, y: np.ndarray, fam: np.ndarray) -> np.ndarray:
     return np.unique(key, return_index=True)[1]
 
 
-def draw_scatter(ax: Axes, priced: dict[str, np.ndarray], top: dict[str, float], capacity: float) -> dict[str, int]:
-    """Throughput vs peak memory of every feasible layout, by parallelism mix; Pareto front and top pick marked.
-    Returns counts (layouts, drawn points, front size) for the caption."""
-    mem, tput = priced["memory_peak_gib"], priced["tokens_per_s_per_gpu"]
-    fam = families(priced)
+def _draw_families(ax: Axes, mem: np.ndarray, tput: np.ndarray, fam: np.ndarray) -> tuple[list[str], int]:
+    """The cloud, faint, one colour per parallelism mix (the best mixes on top, the rest grey underneath), and each
+    coloured mix's own Pareto front as a line of its colour: what each mix can reach at each memory budget.
+    Returns the coloured mixes, best first, and how many points were drawn."""
     kept = thin(mem, tput, fam)
     names = sorted(set(fam), key=lambda n: -tput[fam == n].max())
     shown = names[:len(FAMILY_COLOURS)]
     rest = kept[~np.isin(fam[kept], shown)]
-    if len(rest):  # the families that never come near the top, grey and underneath
-        ax.scatter(mem[rest], tput[rest], s=6, color=OTHER_COLOUR, alpha=0.5, linewidths=0, rasterized=True,
+    alpha = 0.35 if len(kept) > 20_000 else 0.6  # a dense cloud fainter, so the lines stay visible through it
+    if len(rest):
+        ax.scatter(mem[rest], tput[rest], s=5, color=OTHER_COLOUR, alpha=0.4, linewidths=0, rasterized=True,
                    label="other mixes")
-    for i, name in reversed(list(enumerate(shown))):  # the best family drawn last, on top
+    for i, name in reversed(list(enumerate(shown))):
         sel = kept[fam[kept] == name]
-        ax.scatter(mem[sel], tput[sel], s=7, color=FAMILY_COLOURS[i], alpha=0.6, linewidths=0, rasterized=True,
+        ax.scatter(mem[sel], tput[sel], s=5, color=FAMILY_COLOURS[i], alpha=alpha, linewidths=0, rasterized=True,
                    label=name)
+        members = np.flatnonzero(fam == name)
+        own = members[pareto_front(mem[members], tput[members])]
+        ax.step(mem[own], tput[own], where="post", color=FAMILY_COLOURS[i], lw=1.1)
+    return shown, len(kept)
+
+
+def draw_scatter(ax: Axes, priced: dict[str, np.ndarray], top: dict[str, float], capacity: float) -> dict[str, int]:
+    """Throughput vs peak memory of every feasible layout, by parallelism mix; Pareto front and top pick marked.
+    Returns counts (layouts, drawn points, front size) for the caption."""
+    mem, tput = priced["memory_peak_gib"], priced["tokens_per_s_per_gpu"]
+    shown, points = _draw_families(ax, mem, tput, families(priced))
     front = pareto_front(mem, tput)
-    line = ax.step(mem[front], tput[front], where="post", color="black", lw=1.2, label="Pareto front")[0]
+    line = ax.step(mem[front], tput[front], where="post", color="black", lw=1.6, label="Pareto front")[0]
     line.set_gid("pareto-front")
     ax.plot(mem[front], tput[front], "o", color="black", ms=3)
     star = ax.plot([top["memory_peak_gib"]], [top["tokens_per_s_per_gpu"]], marker="*", ms=15, color="#E3242B",
@@ -123,10 +134,11 @@ def draw_scatter(ax: Axes, priced: dict[str, np.ndarray], top: dict[str, float],
                                                       if labels[i] in shown else i))
     legend = ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper left",
                        bbox_to_anchor=(1.01, 1.0), frameon=False, title="parallelism mix\n(best first)", fontsize=8)
-    for handle in legend.legend_handles:  # legend dots readable, whatever the cloud's point size
+    for handle in legend.legend_handles:  # legend dots readable, whatever the cloud's point size and alpha
         if isinstance(handle, PathCollection):
             handle.set_sizes([30])
-    return {"layouts": len(mem), "points": len(kept), "front": len(front)}
+            handle.set_alpha(1.0)
+    return {"layouts": len(mem), "points": points, "front": len(front)}
 
 
 # --- time breakdown -------------------------------------------------------------------------------
@@ -170,12 +182,13 @@ def draw_stage_memory(ax: Axes, stages: Sequence[dict[str, float]], capacity: fl
         ax.bar(x, h, bottom=bottom, color=colour, label=label, width=0.8, edgecolor="white",
                linewidth=0.4 if len(stages) <= 32 else 0)
         bottom += h
+    pad = max(6 - len(stages), 0) / 2  # a lone pp = 1 bar stays bar-sized, in the middle
     ax.axhline(capacity, color="#E3242B", ls="--", lw=1)
-    ax.text(max(len(stages), 6) - 0.5, capacity, f"GPU memory {capacity:g} GiB", ha="right", va="bottom", fontsize=8,
+    ax.text(len(stages) - 0.5 + pad, capacity, f"GPU memory {capacity:g} GiB", ha="right", va="bottom", fontsize=8,
             color="#E3242B")
     step = max(1, int(np.ceil(len(stages) / 16)))
     ax.set_xticks(x[::step], [str(i) for i in x[::step]])
-    ax.set_xlim(-0.6, max(len(stages), 6) - 0.4)  # a lone pp = 1 bar stays bar-sized
+    ax.set_xlim(-0.6 - pad, len(stages) - 0.4 + pad)
     ax.set_ylim(0, max(capacity, bottom.max()) * 1.12)
     ax.set_xlabel("pipeline stage (rank)")
     ax.set_ylabel("GiB per GPU")

@@ -100,8 +100,9 @@ def _charts(result: SearchResult) -> list[Chart]:
             out.append(Chart("scatter", "Every feasible layout", charts.to_svg(fig), (
                 f"All {counts['layouts']:,} layouts that satisfy every rule and fit in memory, priced by the cost "
                 f"model ({counts['points']:,} distinct points at this resolution), coloured by which parallel "
-                f"dimensions are larger than one. The black staircase is the Pareto front ({counts['front']} layouts: "
-                "none is both faster and smaller); the star is the top pick.")))
+                "dimensions are larger than one; each coloured line is the best that mix reaches within a memory "
+                f"budget. The black staircase is the Pareto front ({counts['front']} layouts: no other is both faster "
+                "and smaller); the star is the top pick.")))
         plans = [(f"#{i + 1} {layout_text(p.layout, nvlink)}", p.metrics)
                  for i, p in enumerate(result.plans[:BREAKDOWN_PLANS])]
         fig = charts.new_figure(11, 1.3 + 0.42 * len(plans))
@@ -114,7 +115,8 @@ def _charts(result: SearchResult) -> list[Chart]:
         fig = charts.new_figure(11, 3.8)
         charts.draw_stage_memory(fig.add_subplot(), stages, cap)
         out.append(Chart("memory", "Memory per pipeline stage (top pick)", charts.to_svg(fig), (
-            f"Peak GiB per GPU on each of the {len(stages)} pipeline ranks of {layout_text(top.layout, nvlink)}: model "
+            (f"Peak GiB per GPU on each of the {len(stages)} pipeline ranks of " if len(stages) > 1 else
+             "Peak GiB per GPU (no pipeline: one stage) of ") + f"{layout_text(top.layout, nvlink)}: model "
             "states after ZeRO sharding, the activations of the micro-batches each rank holds at its peak (deepest on "
             "the first rank), the last rank's logits, and the runtime reserve (CUDA context, NCCL buffers, "
             "fragmentation, ZeRO-3 buffers).")))

@@ -124,7 +124,7 @@ def _legend(fig: FigureBase, ops: Ops, v: int) -> None:
 def title(sim: PipelineSimResult, m_total: int) -> str:
     capped = f" (first {sim.m} of {m_total} simulated)" if sim.m < m_total else ""
     chunks = f", {sim.v} chunks per rank" if sim.v > 1 else ""
-    return (f"{sim.schedule}: {sim.p} stages x {sim.m} micro-batches{capped}{chunks}; "
+    return (f"{sim.schedule}: {sim.p} stages x {sim.m} micro-batch{'es' if sim.m != 1 else ''}{capped}{chunks}; "
             f"bubble {sim.bubble * 1e3:.0f} ms ({100 * sim.bubble_fraction:.1f} % of {sim.makespan * 1e3:.0f} ms)")
 
 
