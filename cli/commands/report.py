@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cli.options import ClusterOpt, GbsOpt, ModelOpt, PlanFwOpt, PrecOpt, SeqOpt, build_problem, stderr
+from cli.options import ClusterOpt, GbsOpt, ModelOpt, PrecOpt, SeqOpt, build_problem, stderr
 from planner.errors import NoFeasiblePlan, PlanInputError
 
 OutOpt = Annotated[str, typer.Option("--output", "-o", help="HTML file to write (self-contained: inline SVG, no "
@@ -44,7 +44,8 @@ def report(
     seq_len: SeqOpt = 8192,
     global_batch: GbsOpt = 512,
     precision: PrecOpt = "bf16",
-    framework: PlanFwOpt = None,
+    framework: Annotated[str, typer.Option("--framework", help="training stack to plan for, as in plan: its "
+                                           "capabilities limit the search and its behaviour prices it")] = "generic",
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
                                                   "ep vpp mbs zero recompute sp schedule cp_comm")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to rank")] = 10,
@@ -60,7 +61,7 @@ def report(
     from planner.search.search import search
 
     out = writable_path(output, "--output", ".html")
-    problem = build_problem(model, cluster, seq_len, global_batch, precision, framework or "generic", fix,
+    problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix,
                             allow_tp_across_nodes, compress=compress)
     try:
         result = search(problem, top=top, time_limit_s=time_limit, keep_priced=True)
