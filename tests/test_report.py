@@ -227,3 +227,16 @@ def test_timeline_at_pp64_with_256_microbatches_stays_readable_and_bounded() -> 
     ids = {e.get("id") for e in root.iter() if e.get("id")}
     assert "timeline-heat" in ids and len([i for i in ids if i.startswith("axes_")]) == 3
     assert len(list(root.iter(SVG_NS + "image"))) >= 1
+
+
+def test_simulation_is_capped_to_a_budget_and_the_title_says_so() -> None:
+    from planner.report.html import SIM_OPS_BUDGET, sim_microbatch_cap
+    from planner.report.timeline_chart import title
+
+    base = {"tp": 8, "dp": 4, "cp": 1, "ep": 1, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1, "cp_comm": 0}
+    one = {**base, "pp": 64, "vpp": 1, "schedule": int(Schedule.ONE_F_ONE_B)}
+    assert sim_microbatch_cap(one) * 64 * 2 <= SIM_OPS_BUDGET < (sim_microbatch_cap(one) + 1) * 64 * 2
+    inter = {**base, "pp": 64, "vpp": 16, "schedule": int(Schedule.INTERLEAVED)}
+    assert sim_microbatch_cap(inter) == 64  # Megatron needs a multiple of pp micro-batches: at least one round
+    sim = simulate_schedule("1f1b", 4, 8, t_f=1.0, t_b=2.0)
+    assert "(first 8 of 300 simulated)" in title(sim, 300) and "first" not in title(sim, 8)

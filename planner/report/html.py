@@ -24,7 +24,8 @@ from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, PipelineSimResult, 
 
 BREAKDOWN_PLANS = 8  # bars in the time-breakdown chart
 # Simulated ops the timeline may cost (~1 s of simulation per 60k ops on one core); above it the micro-batches are
-# capped and the chart says so. ZB-V's order builder grows with pp^2, so it gets a smaller budget.
+# capped and the chart says so. ZB-V's greedy order builder (strategies/pipeline_orders.py) grows faster than pp^2
+# (pp = 32: 3 s; pp = 64: over 20 s even for 16 micro-batches), so it gets a smaller budget.
 SIM_OPS_BUDGET = 70_000
 SIM_OPS_BUDGET_ZB_V = 12_000
 
@@ -45,7 +46,7 @@ def sim_microbatch_cap(lay: dict[str, int]) -> int:
     per_mb = lay["pp"] * max(lay["vpp"], 1) * (3 if sched.label in SPLIT_SCHEDULES else 2)
     per_mb *= SEQ1F1B_SEGMENTS if sched == Schedule.SEQ1F1B else 1
     budget = SIM_OPS_BUDGET_ZB_V if sched == Schedule.ZB_V else SIM_OPS_BUDGET
-    return max(lay["pp"], budget // per_mb)
+    return max(lay["pp"] if sched == Schedule.INTERLEAVED else 1, budget // per_mb)
 
 
 def simulate(lay: dict[str, int], metrics: dict[str, float]) -> PipelineSimResult | None:
