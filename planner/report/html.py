@@ -80,9 +80,10 @@ def timeline_chart(lay: dict[str, int], metrics: dict[str, float], who: str, nvl
     with charts.style():
         svg = charts.to_svg(timeline_figure(sim, m_total))
     dense = len(sim.timeline) > 2500
-    how = ("Each column is a slice of time; its colour is the op kind that fills most of it, faded by the share of the "
-           "slice the rank computes, so idle time (the bubble) is white. The two panels below zoom into the warm-up "
-           "and the cool-down." if dense else "One box per forward / backward op, numbered by micro-batch.")
+    how = ("Each column is a slice of time whose colour mixes forward (blue), backward (orange) and weight-gradient "
+           "(green) by the share of the slice each fills, and white by the idle share, so the bubble is white. The two "
+           "panels below zoom into the warm-up and the cool-down." if dense
+           else "One box per forward / backward op, numbered by micro-batch.")
     caption = (f"Simulated op by op ({sim.schedule}, planner.strategies.pipeline_sim) with the per-stage times the "
                f"cost model priced for {who}: {layout_text(lay, nvlink)}. {how}")
     return Chart("timeline", "Pipeline timeline", svg, caption)

@@ -1,9 +1,10 @@
 """The simulated pipeline timeline as a chart (planner.strategies.pipeline_sim).
 
 Few ops: a Gantt chart, one row per pipeline rank, one box per forward / backward / weight-gradient op. Many ops (deep
-pipelines, hundreds of micro-batches): a heat strip, time cut into HEAT_BINS columns, each cell coloured by the op kind
-that fills most of it and shaded by the share of the cell the rank computes (white = idle, so the bubble reads as
-white wedges), plus two zoomed Gantt panels on the warm-up and the cool-down where the bubble lives. The drawing is
+pipelines, hundreds of micro-batches): a heat strip, time cut into HEAT_BINS columns, each cell's colour mixing the op
+kinds by the share of the cell each fills, and white by the idle share (so the bubble reads as white wedges, the
+warm-up as forward blue, the steady state as the forward/backward mix), plus two zoomed Gantt panels on the warm-up
+and the cool-down where the bubble lives. The drawing is
 bounded by the bins and the zoom windows, not by pp x micro-batches.
 """
 
@@ -70,12 +71,13 @@ def busy_bins(ops: Ops, p: int, span: float, bins: int) -> np.ndarray:
 
 
 def heat_image(ops: Ops, p: int, span: float, bins: int = HEAT_BINS) -> np.ndarray:
-    """RGB image (p, bins, 3): the dominant op kind's colour, faded to white by the rank's idle share of the bin."""
-    busy = busy_bins(ops, p, span, bins)
-    frac = np.clip(busy.sum(axis=0) / (span / bins), 0.0, 1.0)
+    """RGB image (p, bins, 3): each cell mixes the op kinds' colours by the share of the cell each fills, and white
+    by the idle share. (Painting the dominant kind instead would show a steady 1F1B state as all backward, since B
+    is twice F.)"""
+    share = busy_bins(ops, p, span, bins) / (span / bins)
+    share /= np.maximum(share.sum(axis=0), 1.0)  # float noise: never more than the whole cell
     colours = np.array([to_rgb(KIND_COLOURS[k]) for k in KINDS])
-    dominant = colours[busy.argmax(axis=0)]
-    return 1.0 - frac[..., None] * (1.0 - dominant)
+    return 1.0 - np.einsum("kpb,kc->pbc", share, 1.0 - colours)
 
 
 def _stage_ticks(ax: Axes, p: int) -> None:
@@ -112,9 +114,12 @@ def draw_gantt(ax: Axes, ops: Ops, p: int, window: tuple[float, float] | None = 
     return int(inside.sum())
 
 
-def _legend(fig: FigureBase, ops: Ops, v: int) -> None:
+def _legend(fig: FigureBase, ops: Ops, v: int, dense: bool) -> None:
     present = [k for i, k in enumerate(KINDS) if (ops.kind == i).any()]
     handles = [Patch(color=KIND_COLOURS[k], label=KIND_NAMES[k]) for k in present]
+    if dense:  # what a steady-state heat-strip cell looks like: one forward and one twice-as-long backward
+        mix = (np.array(to_rgb(KIND_COLOURS["F"])) + 2 * np.array(to_rgb(KIND_COLOURS["B"]))) / 3
+        handles.append(Patch(color=tuple(mix), label="mixed (steady state)"))
     if v > 1:
         handles.append(Patch(color="#C8C8C8", label="lighter: model chunks 2..v"))
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
@@ -156,8 +161,8 @@ def draw_timeline(fig: FigureBase, sim: PipelineSimResult, m_total: int) -> None
         ax.imshow(img, aspect="auto", interpolation="nearest", extent=(0, span * 1e3, p - 0.5, -0.5)).set_gid(
             "timeline-heat")
         _stage_ticks(ax, p)
-        ax.set_title(title(sim, m_total) + f"\neach column = {span / HEAT_BINS * 1e3:.2g} ms; shade = share of it "
-                     "the rank computes", loc="left")
+        ax.set_title(title(sim, m_total) + f"\neach column = {span / HEAT_BINS * 1e3:.2g} ms, coloured by the "
+                     "share of it each op kind fills (white: idle)", loc="left")
         for i, (win, name) in enumerate(zip(zoom_windows(ops, p, span), ("warm-up", "cool-down"), strict=True)):
             zax = fig.add_subplot(grid[1, i])
             draw_gantt(zax, ops, p, win)
@@ -171,7 +176,7 @@ def draw_timeline(fig: FigureBase, sim: PipelineSimResult, m_total: int) -> None
         draw_gantt(ax, ops, p, labels=len(ops.start) <= 300)
         ax.set_title(title(sim, m_total), loc="left")
     ax.set_xlabel("time (ms)")
-    _legend(fig, ops, sim.v)
+    _legend(fig, ops, sim.v, len(ops.start) > GANTT_MAX_OPS)
 
 
 def timeline_figure(sim: PipelineSimResult, m_total: int, width: float = 11.0) -> Figure:
