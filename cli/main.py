@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, report, validate
+from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, report, sweep, validate
 from cli.exit_codes import ExitCode
 from cli.options import stderr
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
@@ -26,7 +26,11 @@ Examples:
 
   plan explain --model llama70b --cluster h100x512 --layout "tp=8,pp=4,vpp=5,mbs=1,zero=1,recompute=selective"
 
+  plan explain --from launch.sh --cluster h100x512
+
   plan report --model llama70b --cluster h100x512 -o report.html
+
+  plan sweep --model llama70b --gpus h100,b200 --counts 256,512,1024 --train-tokens 15T
 
   plan validate --format json
 """
@@ -47,6 +51,7 @@ app.command("validate")(validate.validate)
 app.command("dsp")(dsp.dsp)
 check.register(app)
 diff.register(app)
+sweep.register(app)
 calibrate.register(app)
 
 

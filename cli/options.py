@@ -13,6 +13,7 @@ from planner.errors import PlanInputError
 
 if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no pydantic specs
     from planner.inputs.problem import Problem
+    from planner.inputs.specs import ClusterSpec, ModelSpec
 
 FORMATS_PLAN = ("table", "json", "yaml", "megatron", "torchtitan", "deepspeed", "nemo", "env")
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog name/alias (see 'plan models'), or a path to "
@@ -34,6 +35,18 @@ PlanFwOpt = Annotated[str | None, typer.Option(
 def stdout() -> Console:
     return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False,
                    width=None if sys.stdout.isatty() else 200)
+
+
+def table_console() -> Console:
+    """stdout for tables: a terminal's own width, or COLUMNS (80 when unset) when piped, so that output is the same
+    on every machine unless the caller asks for a width."""
+    width: int | None = None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) >= 40:
+        width = int(columns)
+    elif not sys.stdout.isatty():
+        width = 80
+    return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False, width=width)
 
 
 def stderr() -> Console:
@@ -64,23 +77,36 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                   compress: list[str] | None = None) -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
-    from pydantic import ValidationError
-
-    from planner.cost.profiles import PROFILES
     from planner.inputs.catalog import load_cluster, load_model
-    from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import precision_refusal
-    from planner.inputs.layout import parse_pairs
-    from planner.inputs.problem import Problem, parse_compress
-    from planner.inputs.specs import TrainingSpec
+
+    _check_names(precision, framework)
+    return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
+                       allow_tp_across_nodes, enforce_memory, compress)
+
+
+def _check_names(precision: str, framework: str) -> None:
+    from planner.cost.profiles import PROFILES
 
     if precision not in ("bf16", "fp8", "fp4"):
         raise PlanInputError(f"unknown precision '{precision}'", field="--precision", fix="use bf16, fp8 or fp4")
     if framework not in PROFILES:
         raise PlanInputError(f"unknown framework '{framework}'", field="--framework",
                              fix=f"use one of {', '.join(sorted(PROFILES))}")
-    m = load_model(model)
-    c = load_cluster(cluster)
+
+
+def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, precision: str, framework: str,
+                fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
+                compress: list[str] | None = None) -> Problem:
+    """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
+    from pydantic import ValidationError
+
+    from planner.inputs.files import pydantic_error
+    from planner.inputs.frameworks import precision_refusal
+    from planner.inputs.layout import parse_pairs
+    from planner.inputs.problem import Problem, parse_compress
+    from planner.inputs.specs import TrainingSpec
+
+    _check_names(precision, framework)
     refusal = precision_refusal(framework, precision, m.is_moe)
     if refusal:
         raise PlanInputError(refusal, field="--precision",

@@ -74,7 +74,8 @@ def test_zero2_hand_worked_per_micro_batch():
     problem = _deepspeed(512)
     prof = profile_for("deepspeed")
     fab = Fabric(problem.cluster, {}, 3.35e12 * 0.85)
-    params = {"stage": np.array([8e9]), "layers_per_stage": np.array([32.0]), "layer_expert_part": np.array([0.0])}
+    params = {"stage": np.array([8e9]), "layers_per_stage": np.array([32.0]), "held_layers": np.array([32.0]),
+              "layer_expert_part": np.array([0.0])}
     ranks = (np.array([64.0]), np.array([64.0]))
     one = np.array([1.0])
     rs = fab.collective("reduce_scatter", np.array([8e9 * prof.grad_reduce_bytes]), ranks[0], one, "dp")

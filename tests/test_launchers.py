@@ -247,7 +247,9 @@ def test_megatron_moe_fp8_uneven() -> None:
     assert flag_value(args, "--moe-ffn-hidden-size") == "2048"
     assert flag_value(args, "--moe-shared-expert-intermediate-size") == "2048"
     assert flag_value(args, "--moe-layer-freq") == "([0]*3+[1]*58)"  # shell-quoted in the text, one argv word
-    assert flag_value(args, "--moe-token-dispatcher-type") == "alltoall"
+    # EP 64 x expert TP 2 leaves the 8-GPU node: node-deduplicated DeepEP dispatch through the flex dispatcher
+    assert flag_value(args, "--moe-token-dispatcher-type") == "flex"
+    assert flag_value(args, "--moe-flex-dispatcher-backend") == "deepep"
     assert flag_value(args, "--decoder-first-pipeline-num-layers") == "5"
     assert flag_value(args, "--decoder-last-pipeline-num-layers") == "8"
     assert flag_value(args, "--kv-lora-rank") == "512"

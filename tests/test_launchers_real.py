@@ -125,7 +125,8 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--recompute-num-layers", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
         "--no-gradient-accumulation-fusion", "--ckpt-format", "--use-distributed-optimizer", "--overlap-grad-reduce",
         "--overlap-param-gather", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-amax-history-len",
-        "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear",
+        "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear", "--moe-flex-dispatcher-backend",
+        "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -171,7 +172,11 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
             moe_token_dispatcher_type=_str(flags, "--moe-token-dispatcher-type") or "allgather",
             moe_grouped_gemm="--moe-grouped-gemm" in flags,
             moe_shared_expert_intermediate_size=_int(flags, "--moe-shared-expert-intermediate-size"),
+            overlap_moe_expert_parallel_comm="--overlap-moe-expert-parallel-comm" in flags,
+            delay_wgrad_compute="--delay-wgrad-compute" in flags,
         )
+        if "--moe-flex-dispatcher-backend" in flags:
+            kw["moe_flex_dispatcher_backend"] = _str(flags, "--moe-flex-dispatcher-backend")
         if "--moe-layer-freq" in flags:
             # Megatron-LM's moe_freq_type: an int, or a Python list expression such as ([0]*3+[1]*58).
             kw["moe_layer_freq"] = eval(_str(flags, "--moe-layer-freq"), {"__builtins__": {}})  # noqa: S307
@@ -350,7 +355,8 @@ def test_megatron_moe_layout_reaches_megatron_core(mcore):
     flags = megatron_check(doc)
     config, _ = megatron_configs(flags)
     assert config.num_moe_experts == 8 and config.expert_model_parallel_size == 8
-    assert config.moe_token_dispatcher_type == "alltoall"
+    # ep 8 x expert tp 2 spans two 8-GPU nodes: the node-deduplicated (DeepEP) dispatch the planner prices there
+    assert config.moe_token_dispatcher_type == "flex" and config.moe_flex_dispatcher_backend == "deepep"
     _, expert = rank_groups(256, config)
     assert all(len(g) == 8 for g in expert["ep"])
 

@@ -48,7 +48,7 @@ def test_report_has_every_section_with_its_content(page: str) -> None:
         assert text in inputs
     plans = _section(page, "plans")
     assert len(re.findall(r"<tr( class=\"top\")?><td class=\"num\">\d+</td>", plans)) == 6
-    assert 'class="top"' in plans and "tp8 pp2/v4" in plans
+    assert 'class="top"' in plans and "tp8 pp2 v4" in plans and "legend: " in plans
     for sid, gid in (("scatter", "pareto-front"), ("scatter", "top-pick"), ("breakdown", None), ("memory", None),
                      ("timeline", None)):
         sec = _section(page, sid)
@@ -240,3 +240,15 @@ def test_simulation_is_capped_to_a_budget_and_the_title_says_so() -> None:
     assert sim_microbatch_cap(inter) == 64  # Megatron needs a multiple of pp micro-batches: at least one round
     sim = simulate_schedule("1f1b", 4, 8, t_f=1.0, t_b=2.0)
     assert "(first 8 of 300 simulated)" in title(sim, 300) and "first" not in title(sim, 8)
+
+
+def test_every_schedule_has_a_table_abbreviation_and_legend() -> None:
+    """The ranked table, the report and its legend name every schedule (a missing one was an internal error)."""
+    from planner.report.table import LEGEND, compact_layout
+
+    base = {"tp": 2, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "vpp": 2, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1,
+            "cp_comm": 0}
+    for sched in Schedule:
+        text, used = compact_layout({**base, "schedule": int(sched)})
+        assert used <= set(LEGEND), sched
+        assert text.split()[-1] in used

@@ -61,12 +61,23 @@ CASES = {
     "ulysses_heads_divisible": (prob("llama3-70b", "h100x64"), dict(tp=8, cp=2, dp=4, cp_comm=1),
                                 dict(tp=4, cp=2, dp=8, cp_comm=1)),
     "hsdp_spans_domains": (prob(cluster="h100x8"), dict(dp=8, zero=4), dict(tp=1, dp=8, zero=3)),
+    "ep_overlap_needs_experts": (prob("mixtral-8x7b"), dict(dp=64, ep=1, schedule=6),
+                                 dict(dp=64, ep=8, schedule=6)),
+    "ep_overlap_needs_experts_no_full_recompute": (prob("mixtral-8x7b"), dict(dp=64, ep=8, schedule=6, recompute=2),
+                                                   dict(dp=64, ep=8, schedule=6, recompute=1)),
+    "schedule_matches_vpp_combined": (prob("mixtral-8x7b"), dict(pp=2, dp=32, ep=8, vpp=1, schedule=6),
+                                      dict(pp=2, dp=32, ep=8, vpp=2, schedule=6)),
+    "dualpipe_shape": (prob(gbs=256), dict(pp=8, dp=8, mbs=4, schedule=7), dict(pp=8, dp=8, mbs=1, schedule=7)),
+    "dualpipe_shape_even_ranks": (prob("llama2-7b", "h100x48", gbs=96), dict(pp=3, dp=16, schedule=7),
+                                  dict(pp=2, dp=24, schedule=7)),
     "seq1f1b_segments_divide": (prob(seq=8196), dict(pp=2, dp=32, schedule=5), dict(pp=2, dp=32, schedule=0)),
 }
 
 
 def _rule_name(case: str) -> str:
-    return case.removesuffix("_zbv").removesuffix("_paper")
+    for suffix in ("_zbv", "_paper", "_no_full_recompute", "_combined", "_even_ranks"):
+        case = case.removesuffix(suffix)
+    return case
 
 
 def test_every_rule_has_a_test():

@@ -43,6 +43,8 @@ NOT_FEASIBLE: dict[tuple[str, int, str], str] = {
     "layers plus 47B ZeRO-3 shards exceed 80 GiB on 64 GPUs (it fits on 512)",
     **{("deepseek-v3", n, "deepspeed"): "671B MoE without expert parallelism: ZeRO-3 shards plus activations "
        "exceed 80 GiB" for n in (64, 512, 2048)},
+    # 671B parameters need ~10 TiB of weights, fp32 grads and Adam states; 64 x 80 GiB is 5 TiB.
+    **{("deepseek-v3", 64, f): "671B parameters: states alone exceed 64 x 80 GiB at any layout" for f in FORMATS},
 }
 
 

@@ -1,4 +1,4 @@
-"""`plan explain`: one layout priced in full."""
+"""`plan explain`: one layout priced in full, given as --layout or read from a launch file (--from)."""
 
 from __future__ import annotations
 
@@ -11,31 +11,41 @@ import typer
 from cli.commands.report import writable_path, write_text
 from cli.exit_codes import ExitCode
 from cli.options import (
-    ClusterOpt,
-    FwOpt,
-    GbsOpt,
-    ModelOpt,
-    PrecOpt,
-    SeqOpt,
+    PlanFwOpt,
     build_problem,
     check_format,
+    framework_for,
+    problem_for,
     stderr,
     stdout,
+    table_console,
 )
+from planner.errors import PlanInputError
 
 if TYPE_CHECKING:
     from planner.inputs.problem import Problem
 
 
 def explain(
-    model: ModelOpt,
-    cluster: ClusterOpt,
-    layout: Annotated[str, typer.Option("--layout", "-l", help="knobs as 'tp=8,pp=4,vpp=5,mbs=1,zero=1,"
-                                        "recompute=selective'; the rest take defaults")],
-    seq_len: SeqOpt = 8192,
-    global_batch: GbsOpt = 512,
-    precision: PrecOpt = "bf16",
-    framework: FwOpt = "generic",
+    model: Annotated[str | None, typer.Option("--model", "-m", help="catalog name/alias, or a model YAML / HF "
+                                              "config.json path (with --from: only if the file does not say)")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="{gpu}x{count} or a cluster YAML (with "
+                                                "--from: only if the file does not say)")] = None,
+    layout: Annotated[str | None, typer.Option("--layout", "-l", help="knobs as 'tp=8,pp=4,vpp=5,mbs=1,zero=1,"
+                                               "recompute=selective'; the rest take defaults")] = None,
+    from_file: Annotated[str | None, typer.Option(
+        "--from", help="a launch configuration to price instead of --layout: Megatron-LM flags or script, torchtitan "
+        "TOML, DeepSpeed ds_config JSON or Megatron-Bridge (NeMo) overrides; the best alternatives are shown "
+        "with what changes")] = None,
+    dialect: Annotated[str | None, typer.Option("--dialect", help="with --from: megatron | torchtitan | deepspeed | "
+                                                "nemo (default: detected)")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence (default: the file's, "
+                                                "else 8192)")] = None,
+    global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per optimizer step "
+                                                     "(default: the file's, else 512)")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="bf16 | fp8 | fp4 (default: the file's, "
+                                                  "else bf16)")] = None,
+    framework: PlanFwOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
@@ -45,15 +55,26 @@ def explain(
                                             "and memory per stage as an SVG file")] = None,
 ) -> None:
     """Price one layout in full: time and memory breakdown, schedule timeline, every rule it breaks."""
-    from planner.inputs.layout import parse_pairs
     from planner.report import document
     from planner.report.explain import explain as run_explain
     from planner.report.explain import explain_extras, render
 
     check_format(fmt, ("table", "json", "yaml"))
+    if (layout is None) == (from_file is None):
+        raise PlanInputError("give exactly one of --layout and --from", field="--layout",
+                             fix='e.g. --layout "tp=8,pp=4" or --from launch.sh')
     svg_path = writable_path(svg, "--svg", ".svg") if svg is not None else None
-    problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, None)
-    given = parse_pairs([layout], "--layout")
+    if from_file is not None:
+        _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path)
+        return
+    if model is None or cluster is None:
+        raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
+                             fix="e.g. --model llama70b --cluster h100x512")
+    from planner.inputs.layout import parse_pairs
+
+    problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
+                            framework or "generic", None)
+    given = parse_pairs([layout or ""], "--layout")
     out = run_explain(problem, given)
     if svg_path is not None:
         write_svg(problem, given, svg_path)
@@ -76,3 +97,33 @@ def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
     lay = complete_layout(problem, given)
     write_text(path, layout_svg(problem, lay, price_layout(problem, lay)), "--svg")
     stderr().print(f"wrote {path}")
+
+
+def _explain_from(path: str, dialect: str | None, model: str | None, cluster: str | None, seq_len: int | None,
+                  global_batch: int | None, precision: str | None, framework: str | None, fmt: str,
+                  svg_path: Path | None = None) -> None:
+    """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best."""
+    from planner.inputs.files import warn
+    from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
+    from planner.report import document
+    from planner.report.explain_from import explain_from, render_from
+
+    cfg = read_launch_file(path, dialect)
+    if cfg.ignored:
+        warn(f"{cfg.source}: not understood, ignored: {', '.join(cfg.ignored)}")
+    resolved_model = resolve_model(cfg, model)
+    resolved_cluster = resolve_cluster(cfg, cluster)
+    given = layout_for(cfg, resolved_model, resolved_cluster.num_gpus)
+    problem = problem_for(resolved_model, resolved_cluster, seq_len or cfg.seq_len or 8192,
+                          global_batch or cfg.global_batch or 512, precision or cfg.precision or "bf16",
+                          framework_for(framework, cfg.dialect), None)
+    out = explain_from(problem, given, cfg)
+    if svg_path is not None:
+        write_svg(problem, given, svg_path)
+    if fmt != "table":
+        out = {"schema_version": document.SCHEMA_VERSION, "inputs": document.inputs_dict(problem, {}), **out}
+        sys.stdout.write(document.dumps(out, fmt))
+    else:
+        render_from(out, table_console())
+    if not out["yours"]["feasible"]:
+        raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)

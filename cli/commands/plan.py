@@ -16,7 +16,7 @@ from cli.options import (
     build_problem,
     check_format,
     framework_for,
-    stdout,
+    table_console,
 )
 from planner.errors import NoFeasiblePlan, PlanInputError
 
@@ -74,7 +74,7 @@ def main(
     if fmt == "table":
         from planner.report.table import render
 
-        render(result, stdout())
+        render(result, table_console())
     elif fmt in ("json", "yaml"):
         sys.stdout.write(document.dumps(doc, fmt))
     else:

@@ -22,7 +22,7 @@ def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, n
     grads across the replicas of its shard group. `params` is sharding.stage_params; `ranks` (data, expert data).
     """
     data_ranks, expert_ranks = ranks
-    stage_p, layers, layer_expert_part = params["stage"], params["layers_per_stage"], params["layer_expert_part"]
+    stage_p, layers, layer_expert_part = params["stage"], params["held_layers"], params["layer_expert_part"]
     dense_local = stage_p - layers * layer_expert_part
     expert_local = layers * layer_expert_part
     dense_grads, expert_grads = dense_local * prof.grad_reduce_bytes, expert_local * prof.grad_reduce_bytes
@@ -50,7 +50,7 @@ def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndar
     backward; after the update each rank all-gathers the bf16 parameters it owns, behind the next forward.
     Exposed: m·max(RS - overlap·t_b, 0) + max(AG - overlap·t_f, 0)."""
     data_ranks, expert_ranks = ranks
-    stage_p, layers, layer_expert_part = params["stage"], params["layers_per_stage"], params["layer_expert_part"]
+    stage_p, layers, layer_expert_part = params["stage"], params["held_layers"], params["layer_expert_part"]
     expert_local = layers * layer_expert_part
     dense_local = stage_p - expert_local
     moe = expert_local > 0  # dense models launch no expert collectives
@@ -75,7 +75,11 @@ def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.
                     dp_exposed(prof, dp_time, zero, stage_f, stage_b))
 
 
-def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float) -> np.ndarray:
-    """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·params (/shard with ZeRO >= 1) / HBM."""
-    shard_for_optim = np.where(zero >= Zero.OPTIMIZER, shard_group, 1.0)
-    return OPTIMIZER_BYTES_PER_PARAM * stage_p / shard_for_optim / (hbm)
+def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float,
+                   expert_p: np.ndarray | float = 0.0, expert_shard: np.ndarray | float = 1.0) -> np.ndarray:
+    """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·(dense/shard + experts/expert shard) / HBM; the shards
+    apply with ZeRO >= 1 (expert states shard over the expert data-parallel group)."""
+    sharded = zero >= Zero.OPTIMIZER
+    dense = (stage_p - expert_p) / np.where(sharded, shard_group, 1.0)
+    experts = expert_p / np.where(sharded, expert_shard, 1.0)
+    return OPTIMIZER_BYTES_PER_PARAM * (dense + experts) / hbm

@@ -1,6 +1,7 @@
-"""Mixture-of-experts terms: the busiest expert's extra load, grouped-GEMM launches and host sync, token all-to-all.
+"""Mixture-of-experts terms: the busiest expert's extra load, grouped-GEMM launches and host sync, and the token
+all-to-all (dispatch and combine) with the share of it the schedule hides.
 
-The constants are read at call time (bench/fit_profiles.py --moe sets them while fitting).
+The fitted constants are read at call time (bench/fit_profiles.py --moe sets them while fitting).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from planner.cost import flops
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
+from planner.inputs.layout import DUALPIPES, Schedule
 from planner.inputs.specs import ModelSpec
 
 # Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
@@ -23,6 +25,11 @@ EXPERT_IMBALANCE = 1.2
 # launched the following kernels again: eager PyTorch enqueues the layer's remaining ~50-100 ops at ~10 us each.
 # Fitted together with EXPERT_IMBALANCE on the MoE cases (bench/fit_profiles.py --moe): 0.8 ms per layer and pass.
 MOE_HOST_SYNC_S = 0.8e-3
+# While the all-to-all overlaps the other micro-batch's compute, its kernels occupy SMs the GEMMs then lack:
+# DeepSeek-V3 dedicates 20 of H800's 132 SMs to dispatch/combine (report §3.2.2); DeepEP's example reserves 24.
+COMM_SM_SHARE = 20 / 132
+# Fp8 dispatch sends 1 byte per value plus one fp32 scale per 128 values (DeepSeek-V3 report §3.3.3, 1x128 tiles).
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 
 
 def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops) -> float:
@@ -39,13 +46,69 @@ def moe_launch_time(m: ModelSpec, ep: np.ndarray) -> np.ndarray:
     return frac_moe * (KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep + MOE_HOST_SYNC_S)
 
 
+def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
+    """Expected NVLink domains (nodes) one token's k routed experts land in, over the D domains of its EP group.
+
+    Uniform routing: D·(1 - (1 - 1/D)^k). Group-limited routing (DeepSeek-V3 `n_group` / `topk_group`, Megatron
+    `--moe-router-num-groups` / `--moe-router-group-topk`; report §2.1.2 "node-limited routing", M = 4 nodes) caps
+    it at topk_group groups, i.e. topk_group·D/n_group domains when the groups tile the domains.
+    """
+    d = np.maximum(np.asarray(domains, dtype=float), 1.0)
+    k = float(max(m.num_experts_per_tok, 1))
+    uniform = d * (1.0 - (1.0 - 1.0 / d) ** k)
+    n_group, topk_group = getattr(m, "n_group", 0) or 0, getattr(m, "topk_group", 0) or 0
+    if n_group and topk_group:
+        uniform = np.minimum(uniform, topk_group * np.maximum(d / n_group, 1.0))
+    return np.minimum(uniform, d)
+
+
+def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
+                  ep: np.ndarray, etp: np.ndarray, fp8: bool) -> np.ndarray:
+    """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of
+    h values each. Dispatch carries fp8 where the stack quantises it, combine bf16. A plain all-to-all
+    (Megatron's alltoall dispatcher) sends every copy; node-deduplicated kernels (DeepEP) send a token once per
+    remote domain and forward its copies over NVLink (planner.cost.fabric.routed_all_to_all_time)."""
+    tokens = tok / tp
+    dispatch_elt = FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
+    copies = tokens * m.num_experts_per_tok * m.hidden_size
+    if not prof.deepep:
+        return (fab.collective("all_to_all", copies * dispatch_elt, ep, etp, "ep")
+                + fab.collective("all_to_all", copies * 2.0, ep, etp, "ep"))
+    g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
+    domains = np.maximum(ep / g, 1.0)
+    remote = domains_reached(m, domains) * (domains - 1) / domains
+    per_remote = tokens * m.hidden_size * remote
+    return (fab.routed_all_to_all(copies * dispatch_elt, per_remote * dispatch_elt, ep, etp, "ep")
+            + fab.routed_all_to_all(copies * 2.0, per_remote * 2.0, ep, etp, "ep"))
+
+
+def overlapped_share(schedule: np.ndarray, micro: np.ndarray, pp: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """Share of micro-batch passes that run paired with another micro-batch's opposite pass.
+
+    Combined 1F1B (Megatron-Core combined_1f1b.py): every chunk after the warm-up (2(p-1) + (v-1)p + 1 chunks on
+    the first rank, none without a pipeline but the first forward) pairs with a backward. DualPipe / DualPipe-V pair
+    all but their p warm-up and cool-down chunks (dualpipe.py steps 1-3 and 6-8 run unpaired). Other schedules: 0.
+    """
+    chunks = micro * np.maximum(vpp, 1)
+    warm = np.where(pp > 1, 2 * (pp - 1) + (np.maximum(vpp, 1) - 1) * pp + 1, 1.0)
+    combined = np.clip((chunks - warm) / np.maximum(chunks, 1), 0.0, 1.0)
+    dual = np.clip((micro - pp) / np.maximum(micro, 1), 0.0, 1.0)
+    return np.where(schedule == Schedule.COMBINED_1F1B, combined, np.where(np.isin(schedule, DUALPIPES), dual, 0.0))
+
+
 def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
-                     ep: np.ndarray, etp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(forward + backward, forward) exposed token all-to-all per average layer: dispatch and combine each way,
-    k·h bf16 values per token over the ep group (strided by etp), less the profile's overlap."""
+                     ep: np.ndarray, etp: np.ndarray, fp8: bool, share: np.ndarray | float = 0.0,
+                     pair_compute: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(forward + backward, forward) exposed all-to-all per average layer and micro-batch.
+
+    A = a2a forward + backward (2 x `a2a_pass_time`). Unpaired passes expose all of it; a paired pass hides it behind
+    the other micro-batch's layer compute C (forward + backward kernels) and pays for the SMs the communication takes:
+    exposed = (1 - s)·A + s·(max(A - C, 0) + COMM_SM_SHARE·min(A, C)), s = `overlapped_share`.
+    """
     if not m.is_moe:
         return np.zeros_like(tp), np.zeros_like(tp)
     frac_moe = m.moe_layers / m.num_hidden_layers
-    a2a_bytes = tok * m.num_experts_per_tok * m.hidden_size * 2.0 / tp
-    a2a = fab.collective("all_to_all", a2a_bytes, ep, etp, "ep") * (1 - prof.ep_overlap)
-    return frac_moe * 4 * a2a, frac_moe * 2 * a2a
+    a2a = 2.0 * a2a_pass_time(m, fab, prof, tok, tp, ep, etp, fp8)
+    hidden = np.maximum(a2a - pair_compute, 0.0) + COMM_SM_SHARE * np.minimum(a2a, pair_compute)
+    exposed = frac_moe * ((1.0 - share) * a2a + share * hidden)
+    return exposed, 0.5 * exposed

@@ -79,6 +79,20 @@ def all_to_all_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cl
     return np.where(size > 1, t + _latency(size, g), 0.0)
 
 
+def routed_all_to_all_time(copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
+                           stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Node-deduplicated token dispatch (DeepEP normal kernels; DeepSeek-V3 report §3.2.2): a token crosses the
+    network once per remote NVLink domain it is routed to (to the same-index GPU there), then NVLink forwards its
+    copies to the experts' GPUs: max(copies·(g-1)/g / nvlink, remote / network) + latency.
+    `copies_bytes`: all k routed copies of the rank's tokens; `remote_bytes`: one copy per remote domain reached."""
+    nvlink, network = _bandwidths(cluster)
+    size = np.asarray(size)
+    g = peers_within(cluster.nvlink_domain, stride, size)
+    intra = copies_bytes * (g - 1) / np.maximum(g, 1)
+    t = np.maximum(intra / nvlink, remote_bytes / network)
+    return np.where(size > 1, t + _latency(size, g), 0.0)
+
+
 def p2p_time(nbytes: np.ndarray, crosses_domain: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
     """Point-to-point send: base latency + S / bandwidth of the tier it crosses."""
     nvlink, network = _bandwidths(cluster)
@@ -120,9 +134,18 @@ class Fabric:
     def collective(self, kind: str, nbytes: np.ndarray | float, size: np.ndarray, stride: np.ndarray,
                    dim: str) -> np.ndarray:
         """Time of one collective `kind` (all_reduce, all_gather, reduce_scatter, all_to_all) of uncompressed size
-        `nbytes` over `size` ranks `stride` apart, for parallel dimension `dim`: t(S / r) + codec(S)."""
+        `nbytes` over `size` ranks `stride` apart, for parallel dimension `dim`: t(S / r) + codec(S). A group of one
+        rank sends nothing, so it encodes nothing either: compressing a dimension of size 1 changes nothing."""
         sq = self.squeeze
-        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster) + sq.codec(dim, nbytes)
+        codec = np.where(np.asarray(size) > 1, sq.codec(dim, nbytes), 0.0)
+        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster) + codec
+
+    def routed_all_to_all(self, copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
+                          stride: np.ndarray, dim: str) -> np.ndarray:
+        """Node-deduplicated dispatch/combine (`routed_all_to_all_time`), compressed like any collective."""
+        sq = self.squeeze
+        return (routed_all_to_all_time(sq.wire(dim, copies_bytes), sq.wire(dim, remote_bytes), size, stride,
+                                       self.cluster) + sq.codec(dim, copies_bytes))
 
     def send(self, nbytes: np.ndarray | float, crosses_domain: np.ndarray, dim: str) -> np.ndarray:
         """Point-to-point hand-off of uncompressed size `nbytes`: p2p(S / r) + codec(S)."""

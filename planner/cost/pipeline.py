@@ -13,7 +13,7 @@ import numpy as np
 
 from planner.cost.compute import LayerTimes
 from planner.cost.fabric import Fabric
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, Schedule
+from planner.inputs.layout import DUALPIPES, SEQ1F1B_SEGMENTS, Schedule
 
 
 def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
@@ -29,10 +29,15 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     lengths chosen so each costs 1/k of the sequence despite causal attention) warm-up and cool-down shrink to
     (p-1)(t_f+t_b)/k (Sun et al. 2024, arXiv 2406.03488 §3.3). Equal-length segments would instead stall on the
     heaviest last segment; planner.strategies.pipeline_sim shows both.
+    Combined 1F1B (Megatron-Core EP overlap) keeps 1F1B's or, with vpp > 1, interleaving's bubble.
+    DualPipe: (p/2 - 1)(F&B + B - 3W), F&B the overlapped forward+backward pair, here t_f + t_b with the
+    all-to-all already hidden (DeepSeek-V3 report Table 2; deepseek-ai/DualPipe README). DualPipe-V: the same with
+    PP = 2p stages of half a rank's work each, (p - 1)(F&B + B - 3W)/2 in rank times.
     """
     t_bi = t_b - t_w
     base = (p - 1) * (t_f + t_b)
-    out = np.where(schedule == Schedule.INTERLEAVED, base / np.maximum(v, 1), base)
+    interleaved = (schedule == Schedule.INTERLEAVED) | (schedule == Schedule.COMBINED_1F1B)
+    out = np.where(interleaved, base / np.maximum(v, 1), base)
     # Zero-bubble schedules fill idle slots with deferred W passes; with fewer micro-batches than the fill needs
     # (p - 1 for ZB-H1, 2p - 1 for ZB-H2 / ZB-V) only that share of the saving is available.
     zb1 = (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0)
@@ -42,20 +47,25 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     out = np.where(schedule == Schedule.ZB_H1, base - (base - zb1) * fill1, out)
     out = np.where((schedule == Schedule.ZB_H2) | (schedule == Schedule.ZB_V), base - (base - zb2) * fill2, out)
     out = np.where(schedule == Schedule.SEQ1F1B, base / SEQ1F1B_SEGMENTS, out)
+    pair = np.maximum(t_f + 2 * t_b - 3 * t_w, 0.0)
+    out = np.where(schedule == Schedule.DUALPIPE, np.maximum(p / 2 - 1, 0.0) * pair, out)
+    # DualPipe-V folds 2p stages onto p ranks: the table's PP is 2p and each stage does half a rank's work.
+    out = np.where(schedule == Schedule.DUALPIPE_V, (p - 1) * pair / 2, out)
     return np.where(p > 1, out, 0.0)
 
 
 def interleaved_inflight_chunks(p: np.ndarray, v: np.ndarray, m: np.ndarray, rank: np.ndarray | int = 0,
-                                group: np.ndarray | None = None) -> np.ndarray:
+                                group: np.ndarray | None = None, extra: np.ndarray | int = 0) -> np.ndarray:
     """Model chunks' activations rank `rank` holds at its peak under Megatron's interleaved 1F1B.
 
     Megatron-Core schedules.py `get_pp_rank_microbatches` warms rank r up with 2(p - r - 1) + (v - 1)·N
     chunk-forwards, N the micro-batch group size (--microbatch-group-size-per-virtual-pipeline-stage, default p),
     capped at m·v, when every forward runs in the warm-up; the steady state's first forward adds one more:
-    min(2(p - r - 1) + (v - 1)·N + 1, m·v). Each chunk is 1/v of the rank's layers.
+    min(2(p - r - 1) + (v - 1)·N + 1, m·v). Each chunk is 1/v of the rank's layers. `extra` = 1 under
+    `--overlap-moe-expert-parallel-comm` (the combined schedule warms up one more chunk, same function).
     """
     n = p if group is None else group
-    return np.minimum(2 * (p - rank - 1) + (v - 1) * n + 1, m * v).astype(float)
+    return np.minimum(2 * (p - rank - 1) + (v - 1) * n + 1 + extra, m * v).astype(float)
 
 
 def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray,
@@ -67,17 +77,22 @@ def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m:
     p·(1 + (p-1)/(p v)) (Megatron theoretical_memory_usage.py) and is less when the m·v cap binds (m = p);
     ZB-H1 keeps 1F1B's peak; ZB-H2 holds up to 2(p - r) - 1 (Qi et al. 2024 §2.2); ZB-V keeps 1F1B's p on every
     rank; Seq1F1B holds p - r + k - 1 segments of 1/k of a sequence (its warm-up, checked by
-    planner.strategies.pipeline_sim; rank > 0 checked there for 1F1B and interleaved only). No pipeline: one
-    micro-batch at a time.
+    planner.strategies.pipeline_sim; rank > 0 checked there for 1F1B and interleaved only). Combined 1F1B: as
+    1F1B / interleaved with one more chunk in warm-up. DualPipe / DualPipe-V: p + 1 (DeepSeek-V3 report Table 2).
+    No pipeline: one micro-batch at a time (two under combined 1F1B, whose pairs overlap).
     """
     base = np.minimum(m, p - rank).astype(float)
     vv = np.maximum(v, 1)
+    combined = schedule == Schedule.COMBINED_1F1B
     out = np.where(schedule == Schedule.INTERLEAVED, interleaved_inflight_chunks(p, vv, m, rank) / vv, base)
+    out = np.where(combined & (vv > 1), interleaved_inflight_chunks(p, vv, m, rank, extra=1) / vv,
+                   np.where(combined, np.minimum(m, p - rank + 1), out))
+    out = np.where(np.isin(schedule, DUALPIPES), np.minimum(m, p + 1).astype(float), out)
     out = np.where(schedule == Schedule.ZB_H2, np.minimum(m, 2 * (p - rank) - 1).astype(float), out)
     out = np.where(schedule == Schedule.ZB_V, np.minimum(m, p).astype(float), out)
     k = SEQ1F1B_SEGMENTS
     out = np.where(schedule == Schedule.SEQ1F1B, np.minimum(m * k, p - rank + k - 1) / k, out)
-    return np.where(p > 1, out, 1.0)
+    return np.where(p > 1, out, np.where(combined, np.minimum(m, 2.0), 1.0))
 
 
 def microbatches(global_batch: int, mbs: np.ndarray, dp: np.ndarray) -> np.ndarray:
@@ -94,9 +109,13 @@ def hand_off_time(fab: Fabric, act_bytes: np.ndarray, tp: np.ndarray, sp: np.nda
     return np.where(pp > 1, fab.send(hand_off, pp_crosses, "pp"), 0.0)
 
 
-def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray) -> np.ndarray:
-    """Per micro-batch, one send each way; interleaving sends v times as many (Narayanan et al. 2021 §4.1)."""
-    return 2 * p2p * vpp
+def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray, schedule: np.ndarray | None = None) -> np.ndarray:
+    """Per micro-batch, one send each way; interleaving sends v times as many (Narayanan et al. 2021 §4.1).
+    DualPipe's paired chunks hide the pipeline sends as they hide the all-to-all (DeepSeek-V3 report §3.2.1)."""
+    exposed = 2 * p2p * vpp
+    if schedule is None:
+        return exposed
+    return np.where(np.isin(schedule, DUALPIPES), 0.0, exposed)
 
 
 @dataclass(frozen=True)

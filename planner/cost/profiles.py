@@ -17,7 +17,12 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
 - dp_overlap: share of the last micro-batch's backward that hides the gradient reduction (`--overlap-grad-reduce`,
   FSDP prefetch). DeepSpeed's overlap_comm (Megatron-DeepSpeed, GPT-NeoX) reduces earlier buckets during backward
   but leaves the last ones exposed: 0.5 there, a judgement rather than a fit.
-- ep_overlap: share of MoE all-to-all hidden (Megatron `--overlap-moe-expert-parallel-comm`, off by default).
+- deepep: the stack dispatches MoE tokens with DeepEP-style node-deduplicated kernels (Megatron-Core
+  `--moe-token-dispatcher-type flex` with the deepep backend, which Megatron-Bridge's MoE performance recipes and
+  NeMo AutoModel use; torchtitan's default is its "standard" all-to-all). Hiding the all-to-all behind compute is
+  the schedule's job (combined-1f1b, dualpipe), not the profile's.
+- fp8_dispatch: in fp8 training, tokens are quantised to fp8 before dispatch (DeepSeek-V3 report §3.3.3); combine
+  stays bf16. Only the generic profile (best published practice) assumes it.
 - optimizer_always_sharded: NeMo 2.0 / Megatron-Bridge recipes turn the distributed optimizer on by default
   (OptimizerConfig use_distributed_optimizer=True), so "no ZeRO" there still shards optimizer states (ZeRO-1).
 - flash_attention: fused attention kernels. Megatron-LM's `--use-flash-attn` was opt-in before Transformer Engine's
@@ -32,7 +37,7 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -44,13 +49,14 @@ class FrameworkProfile:
     grad_reduce_bytes: float = 4.0
     tp_overlap: float = 0.0
     dp_overlap: float = 1.0
-    ep_overlap: float = 0.0
+    deepep: bool = False
+    fp8_dispatch: bool = False
     kernel_efficiency: float = 1.0  # achieved / best-case (MAMF) rate of the stack's GEMM and attention kernels
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
 
 
-_GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875)
+_GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875, deepep=True, fp8_dispatch=True)
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 PROFILES: dict[str, FrameworkProfile] = {
@@ -58,21 +64,23 @@ PROFILES: dict[str, FrameworkProfile] = {
     "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False),
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
-    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775),
-    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True),
+    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775, deepep=True),
+    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True,
+                             deepep=True),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
                                            dp_overlap=0.5),
     "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675,
                                    **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.675, grad_reduce_bytes=2.0, **_FSDP),
-    "automodel": FrameworkProfile("automodel", kernel_efficiency=0.675, **_FSDP),
+    "automodel": FrameworkProfile("automodel", kernel_efficiency=0.675, deepep=True, **_FSDP),
     # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
     # borrows (no published ds_config run to fit); overlap_comm reduces early buckets during backward but leaves the
     # last ones exposed, as in Megatron-DeepSpeed.
     "deepspeed": FrameworkProfile("deepspeed", kernel_efficiency=0.675, dp_overlap=0.5),
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
     "metaseq": FrameworkProfile("metaseq", **_FSDP),
-    "other": _GENERIC,
+    # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
+    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False),
 }
 
 

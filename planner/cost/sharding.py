@@ -12,9 +12,9 @@ import numpy as np
 
 from planner.cost import flops, memory
 from planner.cost.fabric import Fabric
-from planner.cost.groups import expert_tp, hsdp_shard_group
+from planner.cost.groups import expert_data_ranks, expert_tp, hsdp_shard_group
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.inputs.layout import Zero
+from planner.inputs.layout import Schedule, Zero
 from planner.inputs.problem import Problem
 
 
@@ -22,7 +22,8 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     """Parameters one GPU of the busiest pipeline stage holds (before any ZeRO sharding).
 
     The busiest stage holds ceil(L/pp) layers (uneven splits via first/last-stage counts or a pipeline layout);
-    the first stage adds the embedding, the last the LM head (and the tied embedding's copy).
+    the first stage adds the embedding, the last the LM head (and the tied embedding's copy). DualPipe keeps two
+    stages on every rank, one per direction (2x parameters, DeepSeek-V3 report Table 2): `copies` = 2.
     """
     m = problem.model
     tp, pp, ep = (c[k].astype(float) for k in ("tp", "pp", "ep"))
@@ -32,14 +33,19 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
     experts_p = flops.expert_params(m) / (etp * ep) if m.is_moe else 0.0
     layers_per_stage = np.ceil(m.num_hidden_layers / pp)
+    copies = np.where(c["schedule"] == Schedule.DUALPIPE, 2.0, 1.0) if "schedule" in c else 1.0
+    held = layers_per_stage * copies
     per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
     emb_p = flops.embedding_params(m) / tp
     head_p = flops.lm_head_params(m) / tp
-    first_p = layers_per_stage * per_layer_p + emb_p + np.where(pp == 1, head_p, 0.0)
-    last_p = layers_per_stage * per_layer_p + np.where(pp == 1, emb_p, head_p + (emb_p if m.tie_word_embeddings else 0))
+    # DualPipe's second copy is the mirror stage: rank 0 also holds the last stage (LM head), so both edges count.
+    dual = copies > 1
+    first_p = held * per_layer_p + emb_p + np.where((pp == 1) | dual, head_p, 0.0)
+    last_p = held * per_layer_p + np.where(pp == 1, emb_p, head_p + np.where(
+        dual | m.tie_word_embeddings, emb_p, 0.0))
     return {"per_layer": per_layer_p, "layer_expert_part": frac_moe * experts_p, "first": first_p, "last": last_p,
             "stage": np.maximum(first_p, last_p), "embedding": emb_p, "head": head_p,
-            "layers_per_stage": layers_per_stage}
+            "layers_per_stage": layers_per_stage, "held_layers": held}
 
 
 def sharding(problem: Problem, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,13 +64,36 @@ def sharding(problem: Problem, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray,
     return zero, hsdp, shard
 
 
+def expert_shard_group(c: Mapping[str, np.ndarray], shard: np.ndarray) -> np.ndarray:
+    """Ranks that shard one expert's states: the expert data-parallel group, dp·cp·tp/(etp·ep) (Megatron-Core builds a
+    separate optimizer for expert parameters over `get_expert_data_parallel_group`, optimizer/__init__.py; torchtitan's
+    efsdp = dp_shard·cp·tp/ep), capped by the dense shard group (HSDP shards inside one NVLink domain)."""
+    tp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "dp", "cp", "ep"))
+    return np.minimum(expert_data_ranks(dp, cp, tp, expert_tp(c), ep), np.maximum(shard, 1))
+
+
+def split_state_bytes(params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray, shard: np.ndarray,
+                      expert_shard: np.ndarray, prof: FrameworkProfile, fp8: bool) -> dict[str, np.ndarray]:
+    """Weights, grads and optimizer states of a GPU holding `params` of which `expert_params` are routed experts:
+    dense states shard over the data ranks, expert states over the (smaller) expert data-parallel group."""
+    dense = memory.state_bytes(params - expert_params, zero, shard, prof, fp8)
+    experts = memory.state_bytes(expert_params, zero, expert_shard, prof, fp8)
+    return {key: dense[key] + experts[key] for key in dense}
+
+
+def stage_expert_params(params: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Routed-expert parameters one GPU of a stage holds: layers it holds x the expert share of a layer."""
+    return params["held_layers"] * params["layer_expert_part"]
+
+
 def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
     """A cheap lower bound on peak memory: model states alone (no activations, no reserve), with the layout's ZeRO
     sharding. The search drops layouts above capacity before pricing them in full; same accounting as `evaluate`."""
     zero, _, shard = sharding(problem, c)
-    stage = stage_params(problem, c)["stage"]
+    params = stage_params(problem, c)
     fp8 = problem.training.precision in ("fp8", "fp4")
-    states = memory.state_bytes(stage, zero, shard, profile_for(problem.training.framework), fp8)
+    states = split_state_bytes(params["stage"], stage_expert_params(params), zero, shard,
+                               expert_shard_group(c, shard), profile_for(problem.training.framework), fp8)
     return sum(states.values()) / memory.GIB
 
 

@@ -16,7 +16,14 @@ import numpy as np
 from planner.cost import compute, context, data, expert, groups, memory, pipeline, tensor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.cost.sharding import fsdp_exposed, sharding, stage_params
+from planner.cost.sharding import (
+    expert_shard_group,
+    fsdp_exposed,
+    sharding,
+    split_state_bytes,
+    stage_expert_params,
+    stage_params,
+)
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms"]
@@ -67,7 +74,9 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
-    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp)
+    share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
+    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp, compute.is_fp8(problem), share,
+                                           lt.fwd + lt.bwd)
     z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
     lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, z3_f, z3_b)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
@@ -83,17 +92,18 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f)
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
-    p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"])
+    p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
                                         st.fwd, st.bwd)
-    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm)
+    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm, stage_expert_params(params),
+                                     expert_shard_group(c, shard_group))
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 
-    mem = _memory(problem, k, x.tok, micro, zero, shard_group, params)
+    mem = _memory(problem, c, k, x.tok, micro, zero, shard_group, params)
     first_mb, last_mb = pipeline.stage_microbatch_times(pp, layers, st)
     per_step = micro * layers
     return {
@@ -124,8 +134,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     }
 
 
-def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray, zero: np.ndarray,
-            shard_group: np.ndarray, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
+            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
+            params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Memory of the first and last stage of the busiest pipeline (planner.cost.memory), reported as GiB."""
     prof = profile_for(problem.training.framework)
     fp8 = compute.is_fp8(problem)
@@ -135,10 +146,11 @@ def _memory(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     acts_first, acts_last = memory.stage_activation_bytes(per_layer_act, working, layers, inflight)
     logits = memory.logits_bytes(tok, problem.model, tp)
     buffer = memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)
-    first = memory.stage_memory(memory.state_bytes(params["first"], zero, shard_group, prof, fp8), acts_first,
-                                np.where(pp == 1, logits, 0.0), buffer)
-    last = memory.stage_memory(memory.state_bytes(params["last"], zero, shard_group, prof, fp8), acts_last, logits,
-                               buffer)
+    experts, expert_shard = stage_expert_params(params), expert_shard_group(c, shard_group)
+    first = memory.stage_memory(split_state_bytes(params["first"], experts, zero, shard_group, expert_shard, prof, fp8),
+                                acts_first, np.where(pp == 1, logits, 0.0), buffer)
+    last = memory.stage_memory(split_state_bytes(params["last"], experts, zero, shard_group, expert_shard, prof, fp8),
+                               acts_last, logits, buffer)
     return memory.report(first, last, buffer, memory.active_groups(tp, pp, k["dp"], k["cp"], k["ep"]))
 
 
@@ -155,11 +167,15 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
     fp8 = compute.is_fp8(problem)
     per_layer_act, working = memory.layer_activation_bytes(problem, x.tok, x.k["tp"], x.k["sp"], x.k["rc"])
 
-    def states(params: np.ndarray) -> np.ndarray:
-        return sum(memory.state_bytes(params, x.zero, x.shard_group, x.prof, fp8).values())
+    expert_shard = expert_shard_group(c, x.shard_group)
+
+    def states(params: np.ndarray, expert_params: np.ndarray | float = 0.0) -> np.ndarray:
+        return sum(split_state_bytes(params, expert_params, x.zero, x.shard_group, expert_shard, x.prof,
+                                     fp8).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,
-            "head_s": 3 * x.head_f, "params": x.params["per_layer"], "state_bytes": states(x.params["per_layer"]),
+            "head_s": 3 * x.head_f, "params": x.params["per_layer"],
+            "state_bytes": states(x.params["per_layer"], x.params["layer_expert_part"]),
             "edge_state_bytes": states(x.params["embedding"] + x.params["head"]), "act_bytes": per_layer_act,
             "working_bytes": working, "logits_bytes": memory.logits_bytes(x.tok, problem.model, x.k["tp"])}

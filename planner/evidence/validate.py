@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.catalog import data_dir, load_cluster, model_from_mapping
 from planner.inputs.files import read_structured_file
-from planner.inputs.layout import encode
+from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Schedule, encode
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.report.document import layout_dict, sig
@@ -69,9 +69,12 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
         if value is not None:
             name, enc = encode(knob, str(value), f"layout.{src_key}")
             fixed[name] = enc
+    # A schedule not stated is any schedule but the opt-in pairing ones (Megatron's EP overlap, DualPipe): those
+    # change the price a lot and a run that used them names them.
+    unstated = tuple(int(s) for s in Schedule if s not in EP_OVERLAP_SCHEDULES)
     if tr.get("micro_batch") is not None:
         fixed["mbs"] = encode("mbs", str(tr["micro_batch"]), "training.micro_batch")[1]
-    return Problem(model, cluster, training, fixed=fixed, trust_pins=True)
+    return Problem(model, cluster, training, fixed=fixed, trust_pins=True, schedule_choices=unstated)
 
 
 # Published peak memory comes from the framework's own report (Megatron's "max allocated", i.e.

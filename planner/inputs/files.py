@@ -30,8 +30,9 @@ def exists(path: Path) -> bool:
         return False
 
 
-def read_structured_file(path: Path) -> Any:
-    """Read YAML or JSON safely, turning every I/O or syntax problem into one PlanInputError line."""
+def read_text(path: Path, what: str = "describe the model or cluster in YAML or JSON") -> str:
+    """A user's text file, bounded and UTF-8, with every I/O problem as one PlanInputError line (`what`: the fix
+    for an empty file)."""
     src = str(path)
     if not exists(path):
         raise PlanInputError("file not found", source=src, fix="check the path")
@@ -55,7 +56,14 @@ def read_structured_file(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise PlanInputError(f"not UTF-8 text (byte {exc.start})", source=src, fix="save the file as UTF-8") from None
     if not text.strip():
-        raise PlanInputError("file is empty", source=src, fix="describe the model or cluster in YAML or JSON")
+        raise PlanInputError("file is empty", source=src, fix=what)
+    return text
+
+
+def read_structured_file(path: Path) -> Any:
+    """Read YAML or JSON safely, turning every I/O or syntax problem into one PlanInputError line."""
+    src = str(path)
+    text = read_text(path)
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)

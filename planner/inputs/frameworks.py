@@ -19,6 +19,8 @@ _ALL_CP = tuple(CpComm)
 _ALL_RECOMPUTE = tuple(Recompute)
 _ALL_PRECISIONS = ("bf16", "fp8", "fp4")
 _MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
+# Megatron-Core adds the EP-overlap "combined 1F1B" (pipeline_parallel/combined_1f1b.py) for MoE.
+_MCORE_SCHEDULES = (*_MEGATRON_SCHEDULES, Schedule.COMBINED_1F1B)
 
 
 @dataclass(frozen=True)
@@ -62,16 +64,17 @@ FRAMEWORKS: dict[str, Capabilities] = {
                "interleaving, DP and the distributed optimizer; no context or expert parallelism, no ZeRO-2/3"),
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
-        schedules=_MEGATRON_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
+        schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
-        "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MEGATRON_SCHEDULES,
+        "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
-        schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V), cp_comm=(CpComm.RING,),
+        schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
+        cp_comm=(CpComm.RING,),
         ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False, launcher="torchtitan",
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),

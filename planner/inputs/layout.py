@@ -49,7 +49,10 @@ class Recompute(_Labelled):
 
 class Schedule(_Labelled):
     """Pipeline schedules: 1F1B and interleaved 1F1B (Narayanan et al. 2021), zero-bubble ZB-H1/ZB-H2/ZB-V
-    (Qi et al. 2024), Seq1F1B (Sun et al. 2024)."""
+    (Qi et al. 2024), Seq1F1B (Sun et al. 2024); for MoE, schedules that run one micro-batch's forward together with
+    another's backward so that each hides the other's expert all-to-all: Megatron-Core's combined 1F1B
+    (`--overlap-moe-expert-parallel-comm --delay-wgrad-compute`, interleaved when vpp > 1) and DeepSeek's DualPipe /
+    DualPipe-V (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe)."""
 
     ONE_F_ONE_B = 0, "1f1b"
     INTERLEAVED = 1, "interleaved"
@@ -57,6 +60,9 @@ class Schedule(_Labelled):
     ZB_H2 = 3, "zb-h2"
     ZB_V = 4, "zb-v"
     SEQ1F1B = 5, "seq1f1b"
+    COMBINED_1F1B = 6, "combined-1f1b"
+    DUALPIPE = 7, "dualpipe"
+    DUALPIPE_V = 8, "dualpipe-v"
 
 
 class CpComm(_Labelled):
@@ -115,6 +121,9 @@ SCHEDULES = Schedule.labels()
 CP_COMM = CpComm.labels()
 ZERO_STAGES = tuple(int(z) for z in Zero)
 HSDP = Zero.HSDP
+# Schedules that overlap one micro-batch's forward with another's backward (the expert all-to-all hides behind it).
+EP_OVERLAP_SCHEDULES = (Schedule.COMBINED_1F1B, Schedule.DUALPIPE, Schedule.DUALPIPE_V)
+DUALPIPES = (Schedule.DUALPIPE, Schedule.DUALPIPE_V)
 SEQ1F1B_SEGMENTS = 4  # Seq1F1B splits each sequence into this many segments (Sun et al. 2024 evaluate 2-8)
 
 _ALIASES = {"micro_batch": "mbs", "micro-batch": "mbs", "sequence_parallel": "sp", "virtual_pipeline": "vpp",
@@ -138,7 +147,9 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
         return name, RECOMPUTE.index(value)
     if name == "schedule":
         value = {"interleaved-1f1b": "interleaved", "zb1p": "zb-h1", "zb2p": "zb-h2", "zb-1p": "zb-h1",
-                 "zb-2p": "zb-h2", "zbv": "zb-v", "zbvzerobubble": "zb-v", "seq-1f1b": "seq1f1b"}.get(value, value)
+                 "zb-2p": "zb-h2", "zbv": "zb-v", "zbvzerobubble": "zb-v", "seq-1f1b": "seq1f1b",
+                 "combined1f1b": "combined-1f1b", "ep-overlap": "combined-1f1b",
+                 "dualpipev": "dualpipe-v"}.get(value, value)
         if value not in SCHEDULES:
             raise PlanInputError(f"schedule must be one of {', '.join(SCHEDULES)} (got '{raw}')", field=where,
                                  fix="e.g. schedule=interleaved")

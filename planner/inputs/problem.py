@@ -25,6 +25,9 @@ class Problem:
     # Pinned knobs come from a run that happened (validation): framework capability rules do not judge them.
     trust_pins: bool = False
     compress: dict[str, float] = field(default_factory=dict)  # what-if compression ratio per parallel dimension
+    # Schedules the search may choose (codes); None: every schedule the framework ships. Validation narrows it when
+    # a case does not state its schedule (opt-in schedules are priced only when a run names them).
+    schedule_choices: tuple[int, ...] | None = None
 
     @property
     def num_gpus(self) -> int:

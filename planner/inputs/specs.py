@@ -64,6 +64,9 @@ class ModelSpec(_Spec):
     moe_intermediate_size: Count = 0
     n_shared_experts: Count = 0
     first_k_dense_replace: Count = 0
+    # Group-limited routing (DeepSeek-V3 node-limited routing): experts in n_group groups, each token uses topk_group.
+    n_group: Count = 0
+    topk_group: Count = 0
     # Multi-head latent attention (DeepSeek-V2/V3); 0 = standard attention.
     kv_lora_rank: Count = 0
     q_lora_rank: Count = 0

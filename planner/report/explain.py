@@ -43,12 +43,17 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     from planner.report.timeline import render_timeline
     from planner.strategies.pipeline_sim import simulate_layout
 
-    sim = simulate_layout(lay, metrics, max_microbatches=4 * lay["pp"])
-    if sim is None:
+    name = Schedule(lay["schedule"]).label
+    p, v = lay["pp"], lay["vpp"]
+    if p < 2:
         return "no pipeline (pp = 1): nothing to schedule"
-    name, p, m, v = sim.schedule, sim.p, sim.m, sim.v
+    if name == "dualpipe" and p % 2:
+        return f"dualpipe needs an even number of pipeline ranks (pp = {p}): nothing to simulate"
+    sim = simulate_layout(lay, metrics, max_microbatches=4 * p)
+    assert sim is not None  # pp > 1 and a schedule it can run, checked above
+    m = sim.m
     head = (f"{name} timeline, {p} stages x {m} micro-batches (simulated): bubble {sim.bubble * 1e3:.1f} ms, "
-            f"peak in-flight on stage 0 {sim.peak_inflight[0] / v:.2f} micro-batches")
+            f"peak in-flight on stage 0 {sim.peak_inflight[0] / (1 if name == 'dualpipe' else v):.2f} micro-batches")
     return head + "\n" + render_timeline(sim, width=width)
 
 

@@ -17,7 +17,7 @@ from planner.cost.stages import stage_memory_gib
 from planner.inputs.layout import KNOBS, SEQ1F1B_SEGMENTS, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
-from planner.report.table import layout_text, why
+from planner.report.table import compact_layout, legend, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
 from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, PipelineSimResult, simulate_layout
@@ -28,6 +28,11 @@ BREAKDOWN_PLANS = 8  # bars in the time-breakdown chart
 # (pp = 32: 3 s; pp = 64: over 20 s even for 16 micro-batches), so it gets a smaller budget.
 SIM_OPS_BUDGET = 70_000
 SIM_OPS_BUDGET_ZB_V = 12_000
+
+
+def layout_text(lay: dict[str, int]) -> str:
+    """A layout as the ranked table writes it ('tp4 pp16 dp4 cp8h m1 z1 norc sp 1f1b'; the page prints the legend)."""
+    return compact_layout(lay)[0]
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,8 @@ class Chart:
 def sim_microbatch_cap(lay: dict[str, int]) -> int:
     """Micro-batches the timeline simulates at most, so that pp x m x v x ops-per-micro-batch stays in budget."""
     sched = Schedule(lay["schedule"])
-    per_mb = lay["pp"] * max(lay["vpp"], 1) * (3 if sched.label in SPLIT_SCHEDULES else 2)
+    chunks = 2 if sched in (Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPE_V) else max(lay["vpp"], 1)
+    per_mb = lay["pp"] * chunks * (3 if sched.label in SPLIT_SCHEDULES else 2)
     per_mb *= SEQ1F1B_SEGMENTS if sched == Schedule.SEQ1F1B else 1
     budget = SIM_OPS_BUDGET_ZB_V if sched == Schedule.ZB_V else SIM_OPS_BUDGET
     return max(lay["pp"] if sched == Schedule.INTERLEAVED else 1, budget // per_mb)
@@ -72,7 +78,7 @@ def _pipelined(result: SearchResult) -> tuple[str, dict[str, int], dict[str, flo
             price_layout(result.problem, lay))
 
 
-def timeline_chart(lay: dict[str, int], metrics: dict[str, float], who: str, nvlink: int) -> Chart | None:
+def timeline_chart(lay: dict[str, int], metrics: dict[str, float], who: str) -> Chart | None:
     sim = simulate(lay, metrics)
     if sim is None:
         return None
@@ -85,14 +91,13 @@ def timeline_chart(lay: dict[str, int], metrics: dict[str, float], who: str, nvl
            "panels below zoom into the warm-up and the cool-down." if dense
            else "One box per forward / backward op, numbered by micro-batch.")
     caption = (f"Simulated op by op ({sim.schedule}, planner.strategies.pipeline_sim) with the per-stage times the "
-               f"cost model priced for {who}: {layout_text(lay, nvlink)}. {how}")
+               f"cost model priced for {who}: {layout_text(lay)}. {how}")
     return Chart("timeline", "Pipeline timeline", svg, caption)
 
 
 def _charts(result: SearchResult) -> list[Chart]:
     problem = result.problem
     cap = problem.cluster.gpu.memory_gib
-    nvlink = problem.cluster.nvlink_domain
     top = result.plans[0]
     out = []
     with charts.style():
@@ -105,7 +110,7 @@ def _charts(result: SearchResult) -> list[Chart]:
                 "dimensions are larger than one; each coloured line is the best that mix reaches within a memory "
                 f"budget. The black staircase is the Pareto front ({counts['front']} layouts: no other is both faster "
                 "and smaller); the star is the top pick.")))
-        plans = [(f"#{i + 1} {layout_text(p.layout, nvlink)}", p.metrics)
+        plans = [(f"#{i + 1} {layout_text(p.layout)}", p.metrics)
                  for i, p in enumerate(result.plans[:BREAKDOWN_PLANS])]
         fig = charts.new_figure(11, 1.3 + 0.42 * len(plans))
         charts.draw_breakdown(fig.add_subplot(), plans)
@@ -118,13 +123,13 @@ def _charts(result: SearchResult) -> list[Chart]:
         charts.draw_stage_memory(fig.add_subplot(), stages, cap)
         out.append(Chart("memory", "Memory per pipeline stage (top pick)", charts.to_svg(fig), (
             (f"Peak GiB per GPU on each of the {len(stages)} pipeline ranks of " if len(stages) > 1 else
-             "Peak GiB per GPU (no pipeline: one stage) of ") + f"{layout_text(top.layout, nvlink)}: model "
+             "Peak GiB per GPU (no pipeline: one stage) of ") + f"{layout_text(top.layout)}: model "
             "states after ZeRO sharding, the activations of the micro-batches each rank holds at its peak (deepest on "
             "the first rank), the last rank's logits, and the runtime reserve (CUDA context, NCCL buffers, "
             "fragmentation, ZeRO-3 buffers).")))
     chosen = _pipelined(result)
     if chosen is not None:
-        chart = timeline_chart(chosen[1], chosen[2], chosen[0], nvlink)
+        chart = timeline_chart(chosen[1], chosen[2], chosen[0])
         if chart is not None:
             out.append(chart)
     return out
@@ -155,9 +160,8 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
 
 
 def _rows(result: SearchResult) -> list[dict[str, Any]]:
-    nvlink = result.problem.cluster.nvlink_domain
     best = result.plans[0]
-    return [{"rank": i + 1, "layout": layout_text(p.layout, nvlink), "step": f"{p.metrics['step_time_s']:.3f}",
+    return [{"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
              "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "mfu": f"{p.metrics['mfu']:.1%}",
              "mem": f"{p.metrics['memory_peak_gib']:.1f}", "why": why(p, best)} for i, p in enumerate(result.plans)]
 
@@ -175,9 +179,12 @@ def render_report(result: SearchResult, options: dict[str, Any]) -> str:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     charts_ = _charts(result)
     cards, pruned = _inputs(p, doc)
+    shown = [plan.layout for plan in result.plans]
+    chosen = _pipelined(result)
+    used = set().union(*(compact_layout(lay)[1] for lay in shown + ([chosen[1]] if chosen else [])))
     return env.from_string(template).render(
         title=f"plan: {p.model.name} on {p.cluster.name}", version=__version__, inputs=cards, pruned=pruned,
-        rows=_rows(result), charts=[(c.id, c.title, Markup(c.svg), c.caption)
+        rows=_rows(result), legend=legend(used), charts=[(c.id, c.title, Markup(c.svg), c.caption)
                                     for c in charts_],
         capacity=f"{p.cluster.gpu.memory_gib:g}")
 
@@ -196,5 +203,5 @@ def layout_svg(problem: Problem, lay: dict[str, int], metrics: dict[str, float])
             draw_timeline(top, sim, int(round(metrics["num_microbatches"])))
             charts.draw_stage_memory(bottom.add_subplot(), stages, problem.cluster.gpu.memory_gib)
         fig.suptitle(f"{problem.model.name} on {problem.cluster.name}: "
-                     f"{layout_text(lay, problem.cluster.nvlink_domain)}", x=0.01, ha="left", fontsize=11)
+                     f"{layout_text(lay)}", x=0.01, ha="left", fontsize=11)
         return charts.to_svg(fig)

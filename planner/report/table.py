@@ -2,35 +2,79 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from planner.cost import flops
-from planner.inputs.layout import CpComm, Recompute, Schedule
-from planner.report.document import layout_dict
+from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
+from planner.inputs.problem import Problem
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult
 
-# Short names in the ranked table's layout column, by enum (not by trimming the labels).
+# Compact layout tokens (`tp4 pp8 v6 dp32 m1 z1 sele sp il`) so that a ranked table fits 80 columns; every
+# abbreviation a table prints is explained by its legend line (LEGEND), keyed by the token's name.
 _RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompute.FULL: "full"}
-_CP_COMM_SHORT = {CpComm.RING: "", CpComm.A2A: "(a2a)", CpComm.HYBRID: "(hyb)"}
+_CP_COMM_SHORT = {CpComm.RING: "", CpComm.A2A: "u", CpComm.HYBRID: "h"}
+_SCHEDULE_SHORT = {Schedule.ONE_F_ONE_B: "1f1b", Schedule.INTERLEAVED: "il", Schedule.ZB_H1: "zbh1",
+                   Schedule.ZB_H2: "zbh2", Schedule.ZB_V: "zbv", Schedule.SEQ1F1B: "s1f1b",
+                   Schedule.COMBINED_1F1B: "c1f1b", Schedule.DUALPIPE: "dualp", Schedule.DUALPIPE_V: "dualpv"}
+LEGEND = {
+    "tp": "tp/pp/dp/cp/ep = tensor/pipeline/data/context/expert parallel size",
+    "v": "v = virtual stages per pipeline rank", "m": "m = micro-batch (sequences)",
+    "z": "z = ZeRO stage", "zh": "zh = HSDP (ZeRO-3 inside the NVLink domain, replicated across)",
+    "cpu": "cpNu = all-to-all (Ulysses) context parallelism", "cph": "cpNh = hybrid a2a+p2p context parallelism",
+    "norc": "norc = no recompute", "sele": "sele = selective recompute", "full": "full = full recompute",
+    "sp": "sp = sequence parallel", "1f1b": "1f1b = 1F1B schedule", "il": "il = interleaved 1F1B",
+    "zbh1": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2", "zbh2": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2",
+    "zbv": "zbv = zero-bubble ZB-V", "s1f1b": "s1f1b = Seq1F1B",
+    "c1f1b": "c1f1b = combined 1F1B (EP all-to-all overlapped)", "dualp": "dualp/dualpv = DualPipe / DualPipe-V",
+    "dualpv": "dualp/dualpv = DualPipe / DualPipe-V",
+}
 
 
-def layout_text(layout: dict[str, int], nvlink_domain: int | None = None) -> str:
-    """One plan's layout in the ranked table: 'tp8 pp4/v5 dp16 mbs1 zero1 sele sp interleaved'."""
-    d = layout_dict(layout, nvlink_domain=nvlink_domain)
-    parts = [f"tp{d['tp']}", f"pp{d['pp']}" + (f"/v{d['vpp']}" if d["vpp"] > 1 else ""), f"dp{d['dp']}"]
-    if d["cp"] > 1:
-        parts.append(f"cp{d['cp']}" + _CP_COMM_SHORT[CpComm(layout.get("cp_comm", CpComm.RING))])
-    if d["ep"] > 1:
-        parts.append(f"ep{d['ep']}")
-    zero = f"hsdp{d['fsdp_shard_group']}" if "fsdp_shard_group" in d else f"zero{d['zero']}"
-    parts += [f"mbs{d['micro_batch']}", zero, _RECOMPUTE_SHORT[Recompute(layout["recompute"])]]
-    if d["sequence_parallel"]:
+def compact_layout(layout: dict[str, int]) -> tuple[str, set[str]]:
+    """One plan's layout in a few characters ('tp4 pp8 v6 dp32 m1 z1 sele sp il') and the LEGEND keys it uses."""
+    used = {"tp", "m"}
+    parts = [f"tp{layout['tp']}", f"pp{layout['pp']}"]
+    if layout["vpp"] > 1:
+        parts.append(f"v{layout['vpp']}")
+        used.add("v")
+    parts.append(f"dp{layout['dp']}")
+    if layout["cp"] > 1:
+        suffix = _CP_COMM_SHORT[CpComm(layout.get("cp_comm", CpComm.RING))]
+        parts.append(f"cp{layout['cp']}{suffix}")
+        if suffix:
+            used.add("cp" + suffix)
+    if layout["ep"] > 1:
+        parts.append(f"ep{layout['ep']}")
+    zero = "zh" if layout["zero"] == Zero.HSDP else f"z{layout['zero']}"
+    used.add("zh" if zero == "zh" else "z")
+    recompute = _RECOMPUTE_SHORT[Recompute(layout["recompute"])]
+    parts += [f"m{layout['mbs']}", zero, recompute]
+    used.add(recompute)
+    if layout["sp"] and layout["tp"] > 1:
         parts.append("sp")
-    if d["pp"] > 1:
-        parts.append(Schedule(layout["schedule"]).label)
-    return " ".join(parts)
+        used.add("sp")
+    if layout["pp"] > 1:
+        schedule = _SCHEDULE_SHORT[Schedule(layout["schedule"])]
+        parts.append(schedule)
+        used.add(schedule)
+    return " ".join(parts), used
+
+
+def legend(used: set[str]) -> str:
+    """The legend line for the abbreviations in `used`, in LEGEND's order, each named once."""
+    texts = list(dict.fromkeys(text for key, text in LEGEND.items() if key in used))
+    return "legend: " + "; ".join(texts)
+
+
+def what_ifs(problem: Problem) -> str | None:
+    """The active what-if options, as typed on the command line (None when there are none)."""
+    if not problem.compress:
+        return None
+    ratios = ",".join(f"{k}={v:g}" for k, v in sorted(problem.compress.items()))
+    return f"--compress {ratios} (traffic / ratio, plus codec time)"
 
 
 def _share(plan: Plan, key: str) -> float:
@@ -56,36 +100,63 @@ def why(plan: Plan, best: Plan) -> str:
     return f"{slower:+.1%}: more {label}"
 
 
+def fitted_table(columns: list[tuple[str, str, list[str]]], optional: int, width: int) -> Table:
+    """A borderless table of `columns` (header, justify, cells) that fits `width` characters: the last `optional`
+    columns are kept only while the whole table still fits (a wider terminal shows more of them)."""
+    def span(col: tuple[str, str, list[str]]) -> int:
+        return max(len(col[0]), *(len(c) for c in col[2])) + 3  # padding each side and the column rule
+
+    keep = len(columns) - optional
+    total = sum(span(c) for c in columns[:keep])
+    while keep < len(columns) and total + span(columns[keep]) <= width:
+        total += span(columns[keep])
+        keep += 1
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
+    for head, justify, _ in columns[:keep]:
+        table.add_column(head, justify=justify, no_wrap=head == "layout")  # type: ignore[arg-type]
+    for row in zip(*(c[2] for c in columns[:keep]), strict=True):
+        table.add_row(*row)
+    return table
+
+
 def render(result: SearchResult, console: Console, timings: bool = True) -> None:
+    """The ranked plans for a terminal of `console.width` columns (80 when piped, or COLUMNS): a header naming the
+    problem and every active what-if, the plans with their compact layouts, the legend, and the prune counts."""
     p = result.problem
     m, cl, tr = p.model, p.cluster, p.training
     total, active = flops.total_params(m), flops.active_params(m)
     params = f"{total / 1e9:.1f}B params" + (f", {active / 1e9:.1f}B active" if m.is_moe else "")
-    console.print(f"[bold]model[/]   {m.name} ({params}, {m.num_hidden_layers} layers, hidden {m.hidden_size})")
-    console.print(f"[bold]cluster[/] {cl.name}: {cl.num_gpus} x {cl.gpu.name} ({cl.gpu.memory_gib:g} GiB), "
-                  f"NVLink domain {cl.nvlink_domain}, {cl.network_gbps:g} GB/s network per GPU")
-    console.print(f"[bold]training[/] seq_len {tr.seq_len}, global batch {tr.global_batch} sequences "
-                  f"({tr.seq_len * tr.global_batch / 1e6:.2f}M tokens), {tr.precision}, framework {tr.framework}")
-    table = Table(show_lines=False, header_style="bold")
-    for col, justify in (("#", "right"), ("layout", "left"), ("step s", "right"), ("tok/s/GPU", "right"),
-                         ("MFU", "right"), ("mem GiB", "right"), ("compute/comm/bubble", "right"), ("why", "left")):
-        table.add_column(col, justify=justify)
+    console.print(f"[bold]model[/]    {m.name} ({params}, {m.num_hidden_layers} layers, hidden {m.hidden_size})")
+    console.print(f"[bold]cluster[/]  {cl.name}: {cl.num_gpus} x {cl.gpu.name}, "
+                  f"NVLink {cl.nvlink_domain}, network {cl.network_gbps:g} GB/s/GPU")
+    console.print(f"[bold]training[/] seq_len {tr.seq_len}, global batch {tr.global_batch} "
+                  f"({tr.seq_len * tr.global_batch / 1e6:.2f}M tokens), {tr.precision}, {tr.framework}")
+    what_if = what_ifs(p)
+    if what_if:
+        console.print(f"[bold]what-if[/]  {what_if}")
     best = result.plans[0]
-    cap = cl.gpu.memory_gib
-    for i, plan in enumerate(result.plans, 1):
-        mt = plan.metrics
-        split = (f"{_share(plan, 'compute_s'):.0%}/{_share(plan, 'exposed_comm_s'):.0%}/"
-                 f"{_share(plan, 'bubble_s'):.0%}")
-        table.add_row(str(i), layout_text(plan.layout, cl.nvlink_domain), f"{mt['step_time_s']:.2f}",
-                      f"{mt['tokens_per_s_per_gpu']:,.0f}", f"{mt['mfu']:.1%}",
-                      f"{mt['memory_peak_gib']:.1f}/{cap:g}", split, why(plan, best))
-    console.print(table)
+    layouts = [compact_layout(plan.layout) for plan in result.plans]
+    mt = [plan.metrics for plan in result.plans]
+    columns = [
+        ("#", "right", [str(i) for i in range(1, len(result.plans) + 1)]),
+        ("layout", "left", [text for text, _ in layouts]),
+        ("step s", "right", [f"{x['step_time_s']:.2f}" for x in mt]),
+        ("MFU", "right", [f"{x['mfu']:.1%}" for x in mt]),
+        (f"GiB/{cl.gpu.memory_gib:g}", "right", [f"{x['memory_peak_gib']:.1f}" for x in mt]),
+        ("tok/s/GPU", "right", [f"{x['tokens_per_s_per_gpu']:,.0f}" for x in mt]),
+        ("comp/comm/bub", "right", [f"{_share(pl, 'compute_s'):.0%}/{_share(pl, 'exposed_comm_s'):.0%}/"
+                                    f"{_share(pl, 'bubble_s'):.0%}" for pl in result.plans]),
+        ("why", "left", [why(plan, best) for plan in result.plans]),
+    ]
+    console.print(fitted_table(columns, optional=3, width=console.width))
+    console.print(legend(set().union(*(used for _, used in layouts))), style="dim", highlight=False)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"
                   + (f" in {result.seconds:.2f} s" if timings else "")
                   + ("" if result.proven_best else " (time limit hit: best found, not proven best)"))
     for name, count in pruned:
-        console.print(f"  pruned {count:>12,}  {name}: {RULES_BY_NAME[name].message}", style="dim")
+        console.print(f"  pruned {count:>12,}  {name}: {RULES_BY_NAME[name].message}", style="dim",
+                      no_wrap=True, overflow="ellipsis")  # one line each; the full messages are in --format json
 
 
 def render_validation(report: dict, console: Console) -> None:

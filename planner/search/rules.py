@@ -17,7 +17,7 @@ import numpy as np
 
 from planner.cost.groups import domain_group
 from planner.inputs.frameworks import Capabilities, capabilities_for
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Schedule, Zero, stage_split_launchable
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Recompute, Schedule, Zero, stage_split_launchable
 from planner.inputs.problem import Problem
 
 Cols = Mapping[str, np.ndarray]
@@ -109,23 +109,40 @@ RULES: tuple[Rule, ...] = (
     Rule("vpp_needs_pipeline", ("pp", "vpp"),
          lambda c, p: (c["vpp"] == 1) | (c["pp"] > 1),
          "virtual pipeline stages need pipeline parallelism (pp > 1)", "set vpp=1 or pp > 1", "Megatron M13"),
-    Rule("schedule_matches_vpp", ("vpp", "schedule"),
+    Rule("schedule_matches_vpp", ("vpp", "schedule", "pp"),
          lambda c, p: np.where(c["schedule"] == Schedule.INTERLEAVED, c["vpp"] > 1,
-                               np.where(c["schedule"] == Schedule.ZB_V, c["vpp"] == 2, c["vpp"] == 1)),
-         "interleaved needs vpp > 1, zb-v exactly 2 chunks per rank (its V shape), every other schedule vpp = 1",
-         "match vpp to the schedule",
-         "Megatron schedules.py (VPP selects interleaved 1F1B); torchtitan: V schedules need 2 stages per rank"),
+                               np.where(np.isin(c["schedule"], [Schedule.ZB_V, Schedule.DUALPIPE_V]), c["vpp"] == 2,
+                                        np.where(c["schedule"] == Schedule.COMBINED_1F1B,
+                                                 (c["vpp"] > 1) | ((c["pp"] == 1) & (c["vpp"] == 1)),
+                                                 c["vpp"] == 1))),
+         "interleaved needs vpp > 1, zb-v and dualpipe-v exactly 2 chunks per rank (their V shape), combined-1f1b "
+         "vpp > 1 once pp > 1, every other schedule vpp = 1", "match vpp to the schedule",
+         "Megatron schedules.py (VPP selects interleaved 1F1B; EP overlap with PP needs VPP, transformer_config.py); "
+         "torchtitan: V schedules need 2 stages per rank"),
+    Rule("ep_overlap_needs_experts", ("ep", "schedule", "recompute"),
+         lambda c, p: (c["schedule"] != Schedule.COMBINED_1F1B) | ((c["ep"] > 1) & (c["recompute"] != Recompute.FULL)),
+         "combined-1f1b (Megatron's --overlap-moe-expert-parallel-comm) needs expert parallelism and no full "
+         "recomputation", "use ep > 1 and recompute=none|selective, or another schedule",
+         "Megatron-Core transformer_config.py EP-overlap asserts (frontier_facts.md §A3)"),
+    Rule("dualpipe_shape", ("pp", "schedule", "mbs", "dp"),
+         lambda c, p: ~np.isin(c["schedule"], [Schedule.DUALPIPE, Schedule.DUALPIPE_V])
+         | ((c["pp"] % 2 == 0) & (_microbatches(c, p) % 2 == 0) & (_microbatches(c, p) >= 2 * c["pp"])),
+         "DualPipe needs an even number of pipeline ranks and an even number of micro-batches, at least 2 x pp",
+         "use an even pp and raise --global-batch or lower the micro-batch",
+         "deepseek-ai/DualPipe dualpipe.py step(): num_ranks % 2 == 0, num_chunks % 2 == 0, num_chunks >= 2 x ranks"),
     Rule("seq1f1b_segments_divide", ("cp", "schedule"),
          lambda c, p: (c["schedule"] != Schedule.SEQ1F1B)
          | _divides(SEQ1F1B_SEGMENTS * 2 * c["cp"], p.training.seq_len),
          f"Seq1F1B splits each sequence into {SEQ1F1B_SEGMENTS} segments (each split again by 2 x cp)",
          f"use a sequence length divisible by {2 * SEQ1F1B_SEGMENTS} x cp", "Sun et al. 2024 (Seq1F1B)"),
     Rule("schedule_needs_pipeline", ("pp", "schedule"),
-         lambda c, p: (c["pp"] > 1) | (c["schedule"] == Schedule.ONE_F_ONE_B),
-         "pipeline schedules other than 1f1b need pp > 1", "use schedule=1f1b when pp = 1",
+         lambda c, p: (c["pp"] > 1) | np.isin(c["schedule"], [Schedule.ONE_F_ONE_B, Schedule.COMBINED_1F1B]),
+         "pipeline schedules other than 1f1b (and combined-1f1b, which also pairs micro-batches without a pipeline) "
+         "need pp > 1", "use schedule=1f1b when pp = 1",
          "a schedule orders pipeline stages; with one stage there is none"),
-    Rule("interleaved_microbatches", ("pp", "schedule", "mbs", "dp"),
-         lambda c, p: (c["schedule"] != Schedule.INTERLEAVED)
+    Rule("interleaved_microbatches", ("pp", "schedule", "mbs", "dp", "vpp"),
+         lambda c, p: ((c["schedule"] != Schedule.INTERLEAVED)
+                       & ((c["schedule"] != Schedule.COMBINED_1F1B) | (c["vpp"] == 1)))
          | ((_microbatches(c, p) >= c["pp"]) & _divides(c["pp"], _microbatches(c, p))),
          "the interleaved schedule needs a multiple of pp micro-batches (zb-v, with its fixed V of 2 chunks, takes any "
          "count: torch.distributed.pipelining ScheduleZBVZeroBubble pads to 2pp - 1 and drops the extras)",

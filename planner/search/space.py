@@ -51,7 +51,7 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "zero": _choices("zero"),
         "recompute": _choices("recompute"),
         "sp": [0, 1],
-        "schedule": _choices("schedule"),
+        "schedule": list(problem.schedule_choices) if problem.schedule_choices else _choices("schedule"),
         "cp_comm": _choices("cp_comm"),
     }
     for knob, value in problem.fixed.items():

@@ -36,12 +36,13 @@ class Spec:
     attn_frac: float
     w_share: float
     p2p_blocking: bool
+    bidirectional: bool = False  # DualPipe: chunk 0 carries one half of the micro-batches down, chunk 1 the rest up
 
     @cached_property
     def vstages(self) -> tuple[tuple[int, ...], ...]:
         """vstages[rank][chunk]: looping placement c*p + s (Narayanan et al. 2021 §2.2.2), or the V shape (ZB paper,
         ZB-V): chunk 0 runs down the ranks, chunk 1 back up, so rank 0 holds the first and the last layers."""
-        if self.v_shape:
+        if self.v_shape or self.bidirectional:
             return tuple((s, 2 * self.p - 1 - s) for s in range(self.p))
         return tuple(tuple(c * self.p + s for c in range(self.v)) for s in range(self.p))
 
@@ -60,6 +61,14 @@ class Spec:
     @property
     def n_virtual(self) -> int:
         return self.p * self.v
+
+    def starts(self, vs: int) -> bool:
+        """A micro-batch enters here: virtual stage 0, or p for DualPipe's second direction."""
+        return vs == 0 or (self.bidirectional and vs == self.p)
+
+    def ends(self, vs: int) -> bool:
+        """A micro-batch's last stage: the last virtual stage, or p - 1 for DualPipe's first direction."""
+        return vs == self.n_virtual - 1 or (self.bidirectional and vs == self.p - 1)
 
 
 def segment_factor(seg: int, k: int, attn_frac: float) -> float:
@@ -98,7 +107,8 @@ def op_duration(spec: Spec, op: Op) -> float:
         t = spec.t_b * fac + (0.0 if spec.split else spec.t_w / spec.k)
     else:
         t = spec.t_w / spec.k
-    return t / spec.v
+    # A DualPipe chunk is a whole stage of its direction's pipeline; other schedules cut a rank's layers into v.
+    return t if spec.bidirectional else t / spec.v
 
 
 Key = tuple[int, tuple[str, int, int, int]]  # (rank, op); Op is such a tuple, and hashes like one
@@ -110,13 +120,13 @@ def op_deps(spec: Spec, stage: int, op: Op) -> list[tuple[Key, float]]:
     vs = spec.vstage(stage, chunk)
     out: list[tuple[Key, float]] = []
     if kind == "F":
-        if vs > 0:
+        if not spec.starts(vs):
             s2, c2 = spec.owner(vs - 1)
             out.append(((s2, ("F", mb, c2, seg)), spec.t_comm if s2 != stage else 0.0))
         if seg > 0:  # Seq1F1B: attention of segment j reads the keys/values of segments < j
             out.append(((stage, ("F", mb, chunk, seg - 1)), 0.0))
     elif kind == "B":
-        if vs < spec.n_virtual - 1:
+        if not spec.ends(vs):
             s2, c2 = spec.owner(vs + 1)
             out.append(((s2, ("B", mb, c2, seg)), spec.t_comm if s2 != stage else 0.0))
         else:
@@ -131,9 +141,9 @@ def op_deps(spec: Spec, stage: int, op: Op) -> list[tuple[Key, float]]:
 def op_sends(spec: Spec, stage: int, op: Op) -> bool:
     """Whether the op's output crosses to another rank (used by the blocking-p2p option)."""
     vs = spec.vstage(stage, op.chunk)
-    if op.kind == "F" and vs < spec.n_virtual - 1:
+    if op.kind == "F" and not spec.ends(vs):
         return spec.owner(vs + 1)[0] != stage
-    if op.kind == "B" and vs > 0:
+    if op.kind == "B" and not spec.starts(vs):
         return spec.owner(vs - 1)[0] != stage
     return False
 

@@ -181,3 +181,76 @@ def _greedy_orders(spec: Spec, m: int, cap: float) -> list[list[Op]]:
 # ---------------------------------------------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------------------------------------------
+
+
+class _DualPipeRank:
+    """One rank's op list while `orders_dualpipe` walks dualpipe.py's steps: F/B counters per direction, deferred W."""
+
+    def __init__(self, second_half: int, half_m: int) -> None:
+        self.second, self.half_m = second_half, half_m
+        self.next_f, self.next_b = [0, 0], [0, 0]
+        self.pending_w: list[Op] = []
+        self.order: list[Op] = []
+
+    def f(self, phase: int) -> None:
+        d = phase ^ self.second
+        self.order.append(Op("F", d * self.half_m + self.next_f[d], d))
+        self.next_f[d] += 1
+
+    def b(self, phase: int, defer_w: bool) -> None:
+        d = phase ^ self.second
+        op = Op("B", d * self.half_m + self.next_b[d], d)
+        self.next_b[d] += 1
+        self.order.append(op)
+        (self.pending_w if defer_w else self.order).append(Op("W", op.mb, op.chunk))
+
+    def w(self) -> None:
+        self.order.append(self.pending_w.pop(0))
+
+
+def orders_dualpipe(p: int, m: int) -> list[list[Op]]:
+    """DualPipe (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe dualpipe.py `step`, read at bb214e8): p ranks (even),
+    m micro-batches (even, >= 2p), half fed from each end. Rank r holds stage r of the downward pipeline (chunk 0)
+    and stage r of the upward one (chunk 1, virtual stage 2p-1-r). The eight steps of `step` per rank, with
+    h = p/2 and j = min(r, p-1-r): nF0 (2(h-j-1)), nF0F1 (j+1), nB1W1F1 (h-j-1, backward split), main nF0B1F1B0
+    (m/2 - p + j + 1), nB1F1B0 (h-j-1), nB1B0 (j+1, second half split), nWB0 (h-j-1), nW (j+1). A paired "F&B" is
+    an F then a B here; the time model prices their overlap. Phase 0 is the downward direction on the first half of
+    the ranks and the upward one on the second half (dualpipe.py `phase ^= is_in_second_half`).
+    """
+    if p % 2 or m % 2 or m < 2 * p:
+        raise ValueError(f"DualPipe needs even p, even m and m >= 2p (p={p}, m={m})")
+    half = p // 2
+    orders = []
+    for r in range(p):
+        j, rank = min(r, p - 1 - r), _DualPipeRank(int(r >= half), m // 2)
+        for _ in range(2 * (half - j - 1)):
+            rank.f(0)
+        for _ in range(j + 1):
+            rank.f(0)
+            rank.f(1)
+        for _ in range(half - j - 1):
+            rank.b(1, True)
+            rank.w()
+            rank.f(1)
+        for _ in range(m // 2 - p + j + 1):
+            rank.f(0)
+            rank.b(1, False)
+            rank.f(1)
+            rank.b(0, False)
+        for _ in range(half - j - 1):
+            rank.b(1, False)
+            rank.f(1)
+            rank.b(0, False)
+        split = False
+        for i in range(j + 1):
+            split = split or (i == (j + 1) // 2 and j % 2 == 1)
+            rank.b(1, split)
+            split = split or (i == (j + 1) // 2 and j % 2 == 0)
+            rank.b(0, split)
+        for _ in range(half - j - 1):
+            rank.w()
+            rank.b(0, True)
+        while rank.pending_w:
+            rank.w()
+        orders.append(rank.order)
+    return orders

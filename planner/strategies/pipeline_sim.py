@@ -64,6 +64,7 @@ from planner.strategies.pipeline_ops import (
 from planner.strategies.pipeline_orders import (
     Op,
     orders_1f1b,
+    orders_dualpipe,
     orders_interleaved,
     orders_seq1f1b,
     orders_zb_h1,
@@ -72,7 +73,12 @@ from planner.strategies.pipeline_orders import (
 )
 
 SIM_SCHEDULES = Schedule.labels()
-SPLIT_SCHEDULES = frozenset({Schedule.ZB_H1.label, Schedule.ZB_H2.label, Schedule.ZB_V.label})
+SPLIT_SCHEDULES = frozenset({Schedule.ZB_H1.label, Schedule.ZB_H2.label, Schedule.ZB_V.label,
+                             Schedule.DUALPIPE.label, Schedule.DUALPIPE_V.label})
+# Combined 1F1B runs Megatron's 1F1B / interleaved order (it pairs F and B of neighbouring micro-batches in time, which
+# the time model prices); DualPipe-V is DualPipe folded onto p/2 ranks in a V (deepseek-ai/DualPipe README), whose
+# placement and W filling the ZB-V order reproduces.
+_ORDER_OF = {Schedule.COMBINED_1F1B.label: "interleaved", Schedule.DUALPIPE_V.label: "zb-v"}
 
 
 class Slot(NamedTuple):
@@ -220,13 +226,18 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
         raise ValueError(f"unknown schedule {schedule!r}; expected one of {SIM_SCHEDULES}")
     if p < 1 or m < 1:
         raise ValueError("need p >= 1 and m >= 1")
-    if schedule == "zb-v":
+    if schedule == Schedule.COMBINED_1F1B.label and v == 1:
+        schedule_order = "1f1b"
+    else:
+        schedule_order = _ORDER_OF.get(schedule, schedule)
+    if schedule_order in ("zb-v", "dualpipe"):
         v = 2
-    elif schedule != "interleaved":
+    elif schedule_order != "interleaved":
         v = 1
     if schedule != "seq1f1b":
         k = 1
-    spec = Spec(p=p, v=v, k=k, split=schedule in SPLIT_SCHEDULES, v_shape=schedule == Schedule.ZB_V.label, t_f=t_f,
+    spec = Spec(p=p, v=v, k=k, split=schedule in SPLIT_SCHEDULES, v_shape=schedule_order == Schedule.ZB_V.label,
+                bidirectional=schedule_order == Schedule.DUALPIPE.label, t_f=t_f,
                  t_b=t_b, t_w=t_w, t_comm=t_comm, attn_frac=attn_frac, w_share=w_share, p2p_blocking=p2p_blocking)
     builders: dict[str, Callable[[], list[list[Op]]]] = {
         "1f1b": lambda: orders_1f1b(p, m),
@@ -235,26 +246,30 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
         "zb-h2": lambda: orders_zb_h2(p, m),
         "zb-v": lambda: orders_zb_v(spec, m),
         "seq1f1b": lambda: orders_seq1f1b(p, m, k),
+        "dualpipe": lambda: orders_dualpipe(p, m),
     }
-    orders = builders[schedule]()
+    orders = builders[schedule_order]()
     return _measure(spec, schedule, m, orders, _run_orders(spec, orders))
 
 
 def simulate_layout(lay: dict[str, int], metrics: dict[str, float], max_microbatches: int | None = None
                     ) -> PipelineSimResult | None:
     """Simulate a priced layout's schedule with its own stage times (`evaluate`'s stage_fwd_s, stage_bwd_s,
-    stage_wgrad_s, p2p_s); None without a pipeline. `max_microbatches` caps m to bound the simulation's cost (the
-    steady state repeats, so a capped run shows the same warm-up, cool-down and bubble); interleaved keeps a multiple
-    of pp, as Megatron requires."""
+    stage_wgrad_s, p2p_s); None without a pipeline, or for DualPipe on an odd number of ranks. `max_microbatches`
+    caps m to bound the simulation's cost (the steady state repeats, so a capped run shows the same warm-up, cool-down
+    and bubble); interleaved (and combined-1f1b with chunks) keeps a multiple of pp, as Megatron requires, and
+    DualPipe an even count of at least 2 pp."""
     name = Schedule(lay["schedule"]).label
     p, v = lay["pp"], lay["vpp"]
-    if p < 2:
+    if p < 2 or (name == "dualpipe" and p % 2):
         return None
     m = max(1, int(round(metrics["num_microbatches"])))
     if max_microbatches is not None:
         m = min(m, max(max_microbatches, 1))
-    if name == "interleaved":
+    if name == "interleaved" or (name == "combined-1f1b" and v > 1):
         m = max(p, m - m % p)
+    if name == "dualpipe":
+        m = max(2 * p, m - m % 2)
     t_f, t_b, t_w = metrics["stage_fwd_s"], metrics["stage_bwd_s"], metrics["stage_wgrad_s"]
     kwargs = {"t_b": t_b - t_w, "t_w": t_w} if name in SPLIT_SCHEDULES else {"t_b": t_b}
     k = SEQ1F1B_SEGMENTS if name == "seq1f1b" else 1

@@ -22,14 +22,26 @@ RECOMPUTE = {
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 
+def ep_overlap(view: PlanView) -> bool:
+    """The plan pairs micro-batches to hide the expert all-to-all (`--overlap-moe-expert-parallel-comm`)."""
+    return view.layout.schedule == "combined-1f1b"
+
+
+def deepep_dispatch(view: PlanView) -> bool:
+    """The expert-parallel group leaves the node, where the planner prices node-deduplicated (DeepEP) dispatch:
+    Megatron-Core's flex dispatcher with the deepep backend (transformer_config.py moe_flex_dispatcher_backend)."""
+    lay = view.layout
+    return view.model.is_moe and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
+
+
 def check(view: PlanView, launcher: str) -> None:
     """Refuse plans Megatron-Core would reject at start-up (or run differently from the plan)."""
     lay, m = view.layout, view.model
-    if lay.schedule not in ("1f1b", "interleaved"):
+    if lay.schedule not in ("1f1b", "interleaved", "combined-1f1b"):
         refuse(view, launcher, "schedule",
-               f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, or interleaved "
-               "1F1B when there are virtual stages",
-               "re-plan with the schedule limited to 1f1b or interleaved")
+               f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, interleaved 1F1B when there "
+               "are virtual stages, and the EP-overlap combined 1F1B",
+               "re-plan with the schedule limited to 1f1b, interleaved or combined-1f1b")
     if m.num_heads % lay.tp:
         refuse(view, launcher, "tp", f"{m.num_heads} attention heads do not split over tp={lay.tp}",
                "re-plan; tp must divide the head count")

@@ -214,12 +214,13 @@ def _check(view: PlanView) -> None:
         _inconsistent(view.field("num_microbatches"),
                       f"micro_batch {lay.micro_batch} x num_microbatches {lay.num_microbatches} x dp {lay.dp}"
                       f" != global_batch {view.global_batch}")
-    if lay.pp == 1 and (lay.vpp != 1 or lay.schedule != "1f1b" or lay.uneven):
-        _inconsistent(view.field("pp"), "pp = 1 needs vpp = 1, schedule 1f1b and no uneven stages")
+    if lay.pp == 1 and (lay.vpp != 1 or lay.schedule not in ("1f1b", "combined-1f1b") or lay.uneven):
+        _inconsistent(view.field("pp"), "pp = 1 needs vpp = 1, schedule 1f1b (or combined-1f1b) and no uneven "
+                      "stages")
     if lay.schedule == "interleaved" and lay.vpp < 2:
         _inconsistent(view.field("vpp"), "schedule interleaved needs vpp >= 2")
-    if lay.schedule == "zb-v" and lay.vpp != 2:
-        _inconsistent(view.field("vpp"), "schedule zb-v needs vpp = 2 (two chunks per rank in a V)")
+    if lay.schedule in ("zb-v", "dualpipe-v") and lay.vpp != 2:
+        _inconsistent(view.field("vpp"), f"schedule {lay.schedule} needs vpp = 2 (two chunks per rank in a V)")
     if lay.schedule == "1f1b" and lay.vpp != 1:
         _inconsistent(view.field("vpp"), "schedule 1f1b needs vpp = 1")
     if (lay.tp * lay.dp * lay.cp) % lay.ep:

@@ -124,9 +124,16 @@ def _moe(view: PlanView) -> list[Flag]:
         ("--num-experts", str(m.num_experts)),
         ("--moe-router-topk", str(m.experts_per_token)),
         ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size or m.ffn_hidden_size)),
-        # All-to-all dispatch is what the planner's EP cost assumes; the default allgather moves far more data.
-        ("--moe-token-dispatcher-type", "alltoall"),
     ]
+    # All-to-all dispatch is what the planner's EP cost assumes (the default allgather moves far more data); across
+    # nodes it prices DeepEP's node-deduplicated kernels, Megatron-Core's flex dispatcher (needs the deep_ep package).
+    if _mcore.deepep_dispatch(view):
+        flags += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+    else:
+        flags.append(("--moe-token-dispatcher-type", "alltoall"))
+    if _mcore.ep_overlap(view):
+        # combined 1F1B; delayed weight gradients widen the window that hides the all-to-all (frontier_facts §A3)
+        flags += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
     if m.shared_experts:
         flags.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * m.moe_ffn_hidden_size)))
     if m.first_dense_layers:

@@ -54,6 +54,11 @@ def _model(view: PlanView) -> list[Item]:
         items.append(("model.hierarchical_context_parallel_sizes", "[{},{}]".format(*lay.cp_hierarchy)))
     if view.model.is_moe:
         items.append(("model.expert_tensor_parallel_size", lay.expert_tp or lay.tp))
+        if _mcore.deepep_dispatch(view):
+            items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
+        if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
+            items += [("comm_overlap.overlap_moe_expert_parallel_comm", True),
+                      ("comm_overlap.delay_wgrad_compute", True)]
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; the plan's

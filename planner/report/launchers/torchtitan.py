@@ -21,6 +21,7 @@ SCHEDULES = {
     ("interleaved", True): "Interleaved1F1B",
     ("zb-h1", True): "InterleavedZeroBubble",
     ("zb-v", True): "ZBVZeroBubble",
+    ("dualpipe-v", True): "DualPipeV",  # torch.distributed.pipelining ScheduleDualPipeV (frontier_facts.md §B)
 }
 
 Value = int | bool | str | list

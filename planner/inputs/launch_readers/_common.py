@@ -1,0 +1,76 @@
+"""What every launch-file reader returns (LaunchConfig) and the helpers they share: the `# plan ...` header the
+launchers write, integer and boolean values, and the warnings for flags a reader does not understand."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import PlanInputError
+from planner.inputs.layout import encode
+
+# First comment line of every commented launcher format (planner/report/launchers/_plan.py header()).
+_HEADER = re.compile(r"^#\s*plan \S+ \| (?P<model>\S+) on (?P<cluster>\S+) \((?P<gpus>\d+) GPUs\)", re.M)
+
+
+@dataclass
+class LaunchConfig:
+    """What a launch file states. Layout knobs are encoded as planner.inputs.layout encodes them; anything the
+    file leaves out is absent (None, or missing from `layout`), to be filled from the options or defaults."""
+
+    dialect: str
+    source: str
+    layout: dict[str, int] = field(default_factory=dict)
+    model_name: str | None = None  # from a plan header: a catalog name
+    cluster_name: str | None = None  # from a plan header: {gpu}x{count}
+    num_gpus: int | None = None  # world size the file states (header, torchrun --nnodes x --nproc-per-node)
+    model_keys: dict[str, Any] = field(default_factory=dict)  # Hugging Face config keys the file states
+    seq_len: int | None = None
+    global_batch: int | None = None
+    precision: str | None = None
+    layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
+    data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
+    ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning
+
+    def set_knob(self, key: str, raw: object, flag: str) -> None:
+        """Encode one knob as `--fix` would, naming the file's flag when the value is bad."""
+        name, value = encode(key, str(raw), where=flag)
+        self.layout[name] = value
+
+
+def read_header(cfg: LaunchConfig, text: str) -> None:
+    match = _HEADER.search(text)
+    if match:
+        cfg.model_name, cfg.cluster_name, cfg.num_gpus = match["model"], match["cluster"], int(match["gpus"])
+
+
+def as_int(raw: object, where: str, source: str, minimum: int = 1) -> int:
+    """A whole number from a flag or key; a float such as 8.0 is accepted, anything else is a bad file."""
+    if isinstance(raw, bool):
+        raw = str(raw)
+    try:
+        number = float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
+    except ValueError:
+        raise PlanInputError(f"expected a whole number, got '{str(raw)[:40]}'", field=where, source=source,
+                             fix="write the value as a plain number") from None
+    if not number.is_integer() or number < minimum or number > 10_000_000:
+        raise PlanInputError(f"expected a whole number >= {minimum}, got '{str(raw)[:40]}'", field=where,
+                             source=source, fix="write the value as a plain number")
+    return int(number)
+
+
+def as_bool(raw: object, where: str, source: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "null", "none"):
+        return False
+    raise PlanInputError(f"expected true or false, got '{text[:40]}'", field=where, source=source,
+                         fix="write true or false")
+
+
+def is_null(raw: object) -> bool:
+    return raw is None or str(raw).strip().lower() in ("null", "none", "~", "")

@@ -1,0 +1,187 @@
+"""Read a Megatron-LM command line or launch script (the flags `--format megatron` writes, ecosystem.md section 1)
+into a LaunchConfig: parallel sizes, batch, model shape, recompute, data-parallel sharding and precision.
+
+Shell assignments in the script (`TP=8`, `export GBS=1024`) are substituted into `$TP` / `${GBS}`; torchrun's
+`--nnodes` x `--nproc-per-node` give the world size. Flags that do not change the plan's arithmetic (data,
+tokenizer, optimizer, logging) are accepted silently; any other flag is named in one warning.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from planner.errors import PlanInputError
+from planner.inputs.launch_readers._common import LaunchConfig, as_int, read_header
+
+# Flag -> layout knob (values as --fix takes them).
+_KNOBS = {
+    "--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp", "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep", "--num-virtual-stages-per-pipeline-rank": "vpp",
+    "--virtual-pipeline-model-parallel-size": "vpp", "--micro-batch-size": "mbs",
+}
+# Flag -> Hugging Face config key (integers).
+_SHAPE = {
+    "--num-layers": "num_hidden_layers", "--hidden-size": "hidden_size", "--ffn-hidden-size": "intermediate_size",
+    "--num-attention-heads": "num_attention_heads", "--num-query-groups": "num_key_value_heads",
+    "--kv-channels": "head_dim", "--max-position-embeddings": "max_position_embeddings", "--vocab-size": "vocab_size",
+    "--num-experts": "num_local_experts", "--moe-router-topk": "num_experts_per_tok",
+    "--moe-ffn-hidden-size": "moe_intermediate_size", "--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank",
+    "--qk-head-dim": "qk_nope_head_dim", "--qk-pos-emb-head-dim": "qk_rope_head_dim", "--v-head-dim": "v_head_dim",
+}
+_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+_CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
+# Flags read elsewhere in this module, or known not to change the planner's arithmetic.
+_HANDLED = {
+    "--global-batch-size", "--seq-length", "--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+    "--recompute-activations", "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--swiglu",
+    "--squared-relu", "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
+    "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
+    "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
+    "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
+    "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+}
+_IRRELEVANT = {
+    "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
+    "--ckpt-format", "--moe-token-dispatcher-type", "--moe-grouped-gemm", "--fp8-recipe", "--fp8-amax-history-len",
+    "--fp8-amax-compute-algo", "--fp8-param-gather", "--fp4-recipe", "--lr", "--min-lr", "--lr-decay-style",
+    "--lr-warmup-iters", "--lr-warmup-samples", "--lr-decay-iters", "--lr-decay-samples", "--train-iters",
+    "--train-samples", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps",
+    "--init-method-std", "--data-path", "--split", "--tokenizer-type", "--tokenizer-model", "--vocab-file",
+    "--merge-file", "--save", "--load", "--save-interval", "--eval-interval", "--eval-iters", "--log-interval",
+    "--tensorboard-dir", "--seed", "--position-embedding-type", "--normalization", "--rotary-base",
+    "--use-rotary-position-embeddings", "--attention-dropout", "--hidden-dropout", "--norm-epsilon",
+    "--no-masked-softmax-fusion", "--use-flash-attn", "--attention-backend", "--distributed-backend",
+    "--transformer-impl", "--use-mcore-models", "--wandb-project", "--wandb-exp-name", "--exit-duration-in-mins",
+    "--master_addr", "--master_port", "--master-addr", "--master-port", "--node_rank", "--node-rank", "--rdzv_id",
+    "--rdzv_backend", "--rdzv_endpoint", "--rdzv-id", "--rdzv-backend", "--rdzv-endpoint", "--log-throughput",
+    "--distributed-timeout-minutes", "--no-position-embedding", "--make-vocab-size-divisible-by", "--data-cache-path",
+    "--mock-data", "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--bias-swiglu-fusion",
+    "--no-bias-swiglu-fusion", "--timing-log-level", "--log-timers-to-tensorboard", "--moe-aux-loss-coeff",
+    "--moe-router-load-balancing-type", "--tp-comm-overlap", "--manual-gc", "--cross-entropy-loss-fusion",
+}
+_ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>[^\s;#]*)", re.M)
+_VAR = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
+
+
+def _substitute(text: str) -> str:
+    """Expand `$NAME` / `${NAME}` from simple `NAME=value` lines of the script (one pass, last assignment wins)."""
+    names: dict[str, str] = {}
+    for match in _ASSIGN.finditer(text):
+        names[match["name"]] = _VAR.sub(lambda m: names.get(m[1], m[0]), match["value"].strip("'\""))
+    return _VAR.sub(lambda m: names.get(m[1], m[0]), text)
+
+
+def flags(text: str, source: str) -> dict[str, list[str]]:
+    """Every `--flag [values...]` of the script (`--flag=value` too); a later repeat of a flag wins."""
+    body = _substitute(text).replace("\\\n", " ")
+    try:
+        tokens = shlex.split(body, comments=True)
+    except ValueError as exc:
+        raise PlanInputError(f"cannot split the command line ({exc})", source=source,
+                             fix="close the open quote") from None
+    out: dict[str, list[str]] = {}
+    current: str | None = None
+    for token in tokens:
+        if token.startswith("--"):
+            name, eq, value = token.partition("=")
+            out[name] = [value] if eq else []
+            current = None if eq else name
+        elif current is not None and token not in ("(", ")", "\\"):
+            out[current].append(token)
+    return out
+
+
+def read(text: str, source: str) -> LaunchConfig:
+    cfg = LaunchConfig("megatron", source)
+    read_header(cfg, text)
+    found = flags(text, source)
+    if not found:
+        raise PlanInputError("no Megatron-LM flags found", source=source,
+                             fix="pass a pretrain_gpt.py command line or script (what --format megatron writes)")
+
+    def value(flag: str) -> str:
+        if not found[flag]:
+            raise PlanInputError("needs a value", field=flag, source=source, fix=f"e.g. {flag} 8")
+        if found[flag][0].startswith("$"):
+            raise PlanInputError(f"is the shell variable {found[flag][0]}, which the script does not set", field=flag,
+                                 source=source, fix="write the number, or set the variable in the script")
+        return found[flag][0]
+
+    for flag, knob in _KNOBS.items():
+        if flag in found:
+            cfg.set_knob(knob, value(flag), flag)
+    for flag, key in _SHAPE.items():
+        if flag in found:
+            cfg.model_keys[key] = as_int(value(flag), flag, source, minimum=0 if "lora" in flag else 1)
+    _batch_and_world(cfg, found, value)
+    _model_extras(cfg, found, value)
+    _memory_and_schedule(cfg, found, value)
+    cfg.ignored = sorted(f for f in found if f not in _KNOBS and f not in _SHAPE and f not in _HANDLED
+                         and f not in _IRRELEVANT)
+    return cfg
+
+
+def _batch_and_world(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    src = cfg.source
+    if "--global-batch-size" in found:
+        cfg.global_batch = as_int(value("--global-batch-size"), "--global-batch-size", src)
+    if "--seq-length" in found:
+        cfg.seq_len = as_int(value("--seq-length"), "--seq-length", src)
+    per_node = next((f for f in ("--nproc-per-node", "--nproc_per_node") if f in found), None)
+    if "--nnodes" in found and per_node and ":" not in value("--nnodes"):  # elastic ranges (2:4) state no size
+        cfg.num_gpus = as_int(value("--nnodes"), "--nnodes", src) * as_int(value(per_node), per_node, src)
+    if "--num-layers-per-virtual-pipeline-stage" in found:
+        cfg.layers_per_stage = as_int(value("--num-layers-per-virtual-pipeline-stage"),
+                                      "--num-layers-per-virtual-pipeline-stage", src)
+    if "--fp4-format" in found:
+        cfg.precision = "fp4"
+    elif "--fp8-format" in found:
+        cfg.precision = "fp8"
+    elif "--bf16" in found or "--fp16" in found:
+        cfg.precision = "bf16"
+
+
+def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    keys = cfg.model_keys
+    if keys:
+        keys["hidden_act"] = "silu" if "--swiglu" in found else "relu2" if "--squared-relu" in found else "gelu"
+        keys["tie_word_embeddings"] = "--untie-embeddings-and-output-weights" not in found
+        if "--group-query-attention" not in found:
+            keys.pop("num_key_value_heads", None)  # Megatron ignores --num-query-groups without it
+    shared = "--moe-shared-expert-intermediate-size"
+    if shared in found and keys.get("moe_intermediate_size"):
+        keys["n_shared_experts"] = max(1, round(as_int(value(shared), shared, cfg.source)
+                                                / keys["moe_intermediate_size"]))
+    freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
+        else None
+    if freq:
+        keys["first_k_dense_replace"] = int(freq[1])
+
+
+def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    src = cfg.source
+    if "--use-megatron-fsdp" in found:
+        strategy = value("--data-parallel-sharding-strategy") if "--data-parallel-sharding-strategy" in found \
+            else "optim_grads_params"  # Megatron-FSDP's default strategy
+        if strategy not in _FSDP_ZERO:
+            raise PlanInputError(f"unknown strategy '{strategy[:40]}'", field="--data-parallel-sharding-strategy",
+                                 source=src, fix=f"use one of {', '.join(_FSDP_ZERO)}")
+        cfg.layout["zero"] = _FSDP_ZERO[strategy]
+    else:
+        cfg.layout["zero"] = 1 if "--use-distributed-optimizer" in found else 0
+    granularity = value("--recompute-granularity") if "--recompute-granularity" in found else None
+    if granularity is None and "--recompute-activations" in found:
+        granularity = "selective"  # the older spelling of selective recompute
+    cfg.set_knob("recompute", granularity or "none", "--recompute-granularity")
+    tp = cfg.layout.get("tp", 1)
+    cfg.layout["sp"] = int("--sequence-parallel" in found and tp > 1)
+    if "--overlap-moe-expert-parallel-comm" in found:  # Megatron-Core's combined 1F1B (EP all-to-all overlap)
+        cfg.set_knob("schedule", "combined-1f1b", "--overlap-moe-expert-parallel-comm")
+    if "--cp-comm-type" in found:
+        kind = value("--cp-comm-type")
+        if kind not in _CP_COMM:
+            raise PlanInputError(f"'{kind[:40]}' is not a context-parallel exchange the planner prices",
+                                 field="--cp-comm-type", source=src, fix="use p2p, a2a or a2a+p2p")
+        cfg.set_knob("cp_comm", _CP_COMM[kind], "--cp-comm-type")

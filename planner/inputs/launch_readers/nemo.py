@@ -1,0 +1,108 @@
+"""Read Megatron-Bridge (NeMo) recipe overrides, `section.field=value` (what `--format nemo` writes; a
+`run_recipe.py ... key=value` command line works too), into a LaunchConfig. Keys of sections that do not change the
+plan's arithmetic (optimizer, logger, checkpoint, ...) are accepted silently; unknown keys are named in a warning."""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.errors import PlanInputError
+from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, is_null, read_header
+
+_KNOBS = {"model.tensor_model_parallel_size": "tp", "model.pipeline_model_parallel_size": "pp",
+          "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
+          "model.virtual_pipeline_model_parallel_size": "vpp", "train.micro_batch_size": "mbs"}
+_SHAPE = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidden_size",
+          "model.ffn_hidden_size": "intermediate_size", "model.num_attention_heads": "num_attention_heads",
+          "model.num_query_groups": "num_key_value_heads", "model.kv_channels": "head_dim",
+          "model.vocab_size": "vocab_size", "model.num_moe_experts": "num_local_experts",
+          "model.moe_router_topk": "num_experts_per_tok", "model.moe_ffn_hidden_size": "moe_intermediate_size"}
+_PRECISION = {"bf16_mixed": "bf16", "bf16_with_fp8_delayed_scaling_mixed": "fp8", "bf16_with_fp8_current_scaling_mixed":
+              "fp8", "bf16_with_mxfp8_mixed": "fp8", "bf16_with_fp8_subchannel_scaling_mixed": "fp8",
+              "bf16_with_nvfp4_mixed": "fp4"}
+_CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
+_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+_HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size", "model.sequence_parallel",
+            "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
+            "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
+            "dist.use_megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
+            "mixed_precision", "model.expert_tensor_parallel_size", "model.hierarchical_context_parallel_sizes",
+            "model.pipeline_model_parallel_layout", "model.account_for_embedding_in_pipeline_split",
+            "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
+            "model.num_layers_in_last_pipeline_stage", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
+            "checkpoint.ckpt_format"}
+_QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
+                   "comm_overlap.", "dataset.", "train.")
+
+
+def overrides(text: str, source: str) -> dict[str, str]:
+    """Every `section.key=value` token (comments and non-override tokens skipped); a later repeat wins."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        try:
+            tokens = shlex.split(line.replace("\\", " "), comments=True)
+        except ValueError as exc:
+            raise PlanInputError(f"cannot split '{line[:60]}' ({exc})", source=source, fix="close the quote") from None
+        for token in tokens:
+            key, eq, value = token.partition("=")
+            if eq and not key.startswith("-") and (key == "mixed_precision" or "." in key):
+                out[key.lstrip("+~")] = value
+    return out
+
+
+def read(text: str, source: str) -> LaunchConfig:
+    cfg = LaunchConfig("nemo", source)
+    read_header(cfg, text)
+    found = overrides(text, source)
+    if not found:
+        raise PlanInputError("no section.key=value overrides found", source=source,
+                             fix="pass Megatron-Bridge recipe overrides (the output of --format nemo)")
+    for key, knob in _KNOBS.items():
+        if key in found and not is_null(found[key]):
+            cfg.set_knob(knob, found[key], key)
+    for key, name in _SHAPE.items():
+        if key in found and not is_null(found[key]):
+            cfg.model_keys[name] = as_int(found[key], key, source)
+    for key in ("model.seq_length", "dataset.seq_length"):
+        if key in found:
+            cfg.seq_len = as_int(found[key], key, source)
+    if "train.global_batch_size" in found:
+        cfg.global_batch = as_int(found["train.global_batch_size"], "train.global_batch_size", source)
+    _memory(cfg, found)
+    if "mixed_precision" in found:
+        preset = found["mixed_precision"].strip("'\"")
+        if preset not in _PRECISION:
+            cfg.ignored.append(f"mixed_precision={preset} (priced as bf16)")
+        cfg.precision = _PRECISION.get(preset, "bf16")
+    cfg.ignored += sorted(k for k in found if k not in _KNOBS and k not in _SHAPE and k not in _HANDLED
+                          and not k.startswith(_QUIET_SECTIONS))
+    return cfg
+
+
+def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
+    src = cfg.source
+
+    def flag(key: str) -> bool:
+        return key in found and as_bool(found[key], key, src)
+
+    if flag("ddp.use_megatron_fsdp") or flag("dist.use_megatron_fsdp"):
+        strategy = found.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
+        if strategy not in _FSDP_ZERO:
+            raise PlanInputError(f"unknown strategy '{strategy[:40]}'", field="ddp.data_parallel_sharding_strategy",
+                                 source=src, fix=f"use one of {', '.join(_FSDP_ZERO)}")
+        cfg.layout["zero"] = _FSDP_ZERO[strategy]
+    elif "ddp.use_distributed_optimizer" in found or "optimizer.use_distributed_optimizer" in found:
+        # Bridge turns the distributed optimizer on when either section asks for it.
+        cfg.layout["zero"] = int(flag("ddp.use_distributed_optimizer") or flag("optimizer.use_distributed_optimizer"))
+    granularity = found.get("model.recompute_granularity")
+    cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
+    if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
+        cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
+    if "model.sequence_parallel" in found:
+        cfg.layout["sp"] = int(flag("model.sequence_parallel") and cfg.layout.get("tp", 1) > 1)
+    kind = found.get("model.cp_comm_type")
+    if kind is not None and not is_null(kind):
+        if kind not in _CP_COMM:
+            raise PlanInputError(f"'{kind[:40]}' is not a context-parallel exchange the planner prices",
+                                 field="model.cp_comm_type", source=src, fix="use p2p, a2a or a2a+p2p")
+        cfg.set_knob("cp_comm", _CP_COMM[kind], "model.cp_comm_type")

@@ -1,0 +1,147 @@
+"""`plan explain --from`: every launcher format the planner writes reads back as the same layout and problem, real
+launch scripts (shell variables, torchrun sizes) are understood, and bad files are one-line errors (exit 2)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.options import build_problem, framework_for
+from planner.errors import PlanInputError
+from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
+from planner.inputs.layout import KNOBS
+from planner.report import document
+from planner.report.explain import complete_layout
+from planner.report.launchers import render
+from planner.search.search import search
+
+ROOT = Path(__file__).resolve().parents[1]
+SUFFIX = {"megatron": ".sh", "torchtitan": ".toml", "deepspeed": ".json", "nemo": ".txt"}
+
+# (model, cluster, seq_len, global batch, precision, pins, formats): dense, interleaved pipelines, MoE, context
+# parallel with all-to-all, fp8, HSDP and ZeRO-only DeepSpeed plans.
+CASES = [
+    ("llama3-70b", "h100x512", 8192, 512, "bf16", [], ("megatron", "nemo", "torchtitan")),
+    ("llama3-70b", "h100x256", 8192, 512, "bf16", ["tp=4", "pp=4"], ("megatron", "nemo", "torchtitan")),
+    ("llama3-8b", "h100x64", 8192, 512, "bf16", [], ("deepspeed", "megatron", "torchtitan")),
+    ("mixtral-8x7b", "h100x64", 4096, 512, "bf16", ["ep=8"], ("megatron", "nemo")),
+    ("llama3-70b", "h100x512", 131072, 64, "bf16", ["cp_comm=a2a"], ("megatron", "nemo")),
+    ("llama3-70b", "h100x1024", 8192, 1024, "fp8", ["pp=8"], ("megatron", "nemo", "torchtitan")),
+    ("llama3-70b", "h100x256", 8192, 512, "bf16", ["zero=hsdp"], ("torchtitan",)),
+    ("llama2-13b", "a100x128", 4096, 512, "bf16", ["recompute=full", "pp=2"], ("megatron", "nemo", "torchtitan")),
+]
+
+
+def _ids(case):
+    return f"{case[0]}-{case[1]}-{'+'.join(case[5]) or 'free'}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_every_format_reads_back_as_the_same_layout(case, tmp_path):
+    model, cluster, seq, gbs, precision, pins, formats = case
+    checked = 0
+    for fmt in formats:
+        problem = build_problem(model, cluster, seq, gbs, precision, framework_for(None, fmt), pins)
+        result = search(problem, top=3)
+        doc = document.build(result, {})
+        for rank, plan in enumerate(result.plans, 1):
+            try:
+                text = render(doc, fmt, rank)
+            except PlanInputError:
+                continue  # a plan this launcher cannot express (the launcher says so); the others are checked
+            path = tmp_path / f"{fmt}{rank}{SUFFIX[fmt]}"
+            path.write_text(text)
+            cfg = read_launch_file(str(path))
+            assert cfg.dialect == fmt
+            assert cfg.ignored == [], (fmt, cfg.ignored)
+            # ds_config names neither model nor cluster: they come from the options, as a user would pass them
+            opts = (model, cluster) if fmt == "deepspeed" else (None, None)
+            m = resolve_model(cfg, opts[0])
+            c = resolve_cluster(cfg, opts[1])
+            assert (m.name, c.name, c.num_gpus) == (problem.model.name, problem.cluster.name, problem.num_gpus)
+            back = complete_layout(problem, layout_for(cfg, m, c.num_gpus))
+            want = {k: plan.layout[k] for k in KNOBS}
+            if want["tp"] == 1:
+                want["sp"] = back["sp"] = 0  # sequence parallelism without TP is no knob at all
+            assert {k: back[k] for k in KNOBS} == want, (fmt, rank, text)
+            assert (cfg.global_batch, cfg.precision) == (gbs, precision)
+            assert cfg.seq_len in (seq, None)  # a ds_config has no sequence length
+            checked += 1
+    assert checked >= len(formats)  # at least one plan per format read back
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=300)
+
+
+SCRIPT = """#!/bin/bash
+TP=8
+PP=4
+export GBS=1024
+torchrun --nproc_per_node 8 --nnodes 64 --node_rank $NODE_RANK pretrain_gpt.py \\
+    --tensor-model-parallel-size $TP --pipeline-model-parallel-size ${PP} \\
+    --num-layers-per-virtual-pipeline-stage 5 --sequence-parallel --use-distributed-optimizer \\
+    --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 \\
+    --group-query-attention --num-query-groups 8 --swiglu \\
+    --micro-batch-size 1 --global-batch-size $GBS --seq-length 8192 \\
+    --recompute-activations --bf16 --lr 3e-4 --use-fancy-thing --foo-size 3
+"""
+
+
+def test_launch_script_with_variables_is_priced_beside_better_layouts(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    r = plan("explain", "--from", str(script), "--cluster", "h100x512", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert "--foo-size" in r.stderr and "--use-fancy-thing" in r.stderr and "--lr" not in r.stderr
+    out = json.loads(r.stdout)
+    lay = out["yours"]["layout"]
+    assert (lay["tp"], lay["pp"], lay["vpp"], lay["dp"], lay["zero"], lay["recompute"], lay["schedule"]) == (
+        8, 4, 4, 16, 1, "selective", "interleaved")
+    assert out["inputs"]["model"]["name"] == "llama3-70b"  # matched by shape and the 8192-token sequences
+    assert out["inputs"]["training"]["global_batch"] == 1024
+    best = out["alternatives"][0]
+    assert best["rank"] == 1 and best["mfu_gain"] > 0 and best["speedup"] > 1
+    assert best["metrics"]["mfu"] == pytest.approx(out["yours"]["metrics"]["mfu"] + best["mfu_gain"], abs=1e-3)
+    assert {c["key"] for c in best["changes"]} and all(c["old"] != c["new"] for c in best["changes"])
+    text = plan("explain", "--from", str(script), "--cluster", "h100x512")
+    assert text.returncode == 0 and "yours tp8 pp4 v4 dp16" in text.stdout and "best" in text.stdout
+    assert "points" in text.stdout and "tp 8->" in text.stdout
+    again = plan("explain", "--from", str(script), "--cluster", "h100x512", "--format", "json")
+    assert again.stdout == r.stdout
+
+
+@pytest.mark.parametrize("content,name,args,field", [
+    ("--tensor-model-parallel-size 8\n", "a.sh", (), "--model"),
+    ("--tensor-model-parallel-size 8 --num-layers 80\n", "a.sh", ("--model", "llama3-70b"), "--cluster"),
+    ("--tensor-model-parallel-size eight\n", "a.sh", ("--model", "llama3-8b", "--cluster", "h100x64"),
+     "--tensor-model-parallel-size"),
+    ("--tensor-model-parallel-size 3\n", "a.sh", ("--model", "llama3-8b", "--cluster", "h100x64"), "world size"),
+    ("--num-layers 80 --hidden-size 8192 --num-attention-heads 64 --ffn-hidden-size 28672\n", "a.sh",
+     ("--model", "llama3-8b", "--cluster", "h100x64"), "num_hidden_layers"),
+    ("{not json", "ds.json", ("--model", "llama3-8b", "--cluster", "h100x64"), "invalid JSON"),
+    ('{"train_batch_size": 100, "train_micro_batch_size_per_gpu": 3}', "ds.json",
+     ("--model", "llama3-8b", "--cluster", "h100x64"), "train_batch_size"),
+    ("[parallelism\n", "t.toml", ("--model", "llama3-8b", "--cluster", "h100x64"), "invalid TOML"),
+    ("hello world\n", "x.txt", ("--model", "llama3-8b", "--cluster", "h100x64"), "cannot tell"),
+    ("", "e.sh", (), "empty"),
+])
+def test_impossible_files_are_one_line_exit_2(tmp_path, content, name, args, field):
+    path = tmp_path / name
+    path.write_text(content)
+    r = plan("explain", "--from", str(path), *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.strip().count("\n") == 0 and field in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == ""
+
+
+def test_layout_and_from_are_exclusive(tmp_path):
+    r = plan("explain", "--model", "llama3-8b", "--cluster", "h100x64")
+    assert r.returncode == 2 and "--layout" in r.stderr
+    missing = plan("explain", "--from", str(tmp_path / "nope.sh"))
+    assert missing.returncode == 2 and "file not found" in missing.stderr
