@@ -24,8 +24,8 @@ from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, PipelineSimResult, 
 
 BREAKDOWN_PLANS = 8  # bars in the time-breakdown chart
 # Simulated ops the timeline may cost (~1 s of simulation per 60k ops on one core); above it the micro-batches are
-# capped and the chart says so. ZB-V's greedy order builder (strategies/pipeline_orders.py) grows faster than pp^2
-# (pp = 32: 3 s; pp = 64: over 20 s even for 16 micro-batches), so it gets a smaller budget.
+# capped and the chart says so. The greedy order builder of ZB-V and DualPipe-V (strategies/pipeline_orders.py) grows
+# faster than pp^2 (pp = 32: 3 s; pp = 64: over 20 s even for 16 micro-batches), so they get a smaller budget.
 SIM_OPS_BUDGET = 70_000
 SIM_OPS_BUDGET_ZB_V = 12_000
 
@@ -51,7 +51,7 @@ def sim_microbatch_cap(lay: dict[str, int]) -> int:
     chunks = 2 if sched in (Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPE_V) else max(lay["vpp"], 1)
     per_mb = lay["pp"] * chunks * (3 if sched.label in SPLIT_SCHEDULES else 2)
     per_mb *= SEQ1F1B_SEGMENTS if sched == Schedule.SEQ1F1B else 1
-    budget = SIM_OPS_BUDGET_ZB_V if sched == Schedule.ZB_V else SIM_OPS_BUDGET
+    budget = SIM_OPS_BUDGET_ZB_V if sched in (Schedule.ZB_V, Schedule.DUALPIPE_V) else SIM_OPS_BUDGET
     return max(lay["pp"] if sched == Schedule.INTERLEAVED else 1, budget // per_mb)
 
 
