@@ -70,4 +70,4 @@ def test_mfu_flops_are_six_n_plus_attention():
 @pytest.mark.parametrize("name", sorted(model_catalog()))
 def test_catalog_parameter_counts_match_published(name):
     m = load_model(name)
-    assert flops.total_params(m) == pytest.approx(m.published_params, rel=0.01)
+    assert flops.total_params(m) == pytest.approx(m.published_params, rel=0.02)  # see test_torch_crosscheck

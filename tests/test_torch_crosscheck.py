@@ -27,6 +27,7 @@ from planner.cost.flops import (
     mlp_params,
     model_flops_per_token,
     moe_layer_shared_params,
+    mtp_flops,
     token_flops,
     total_params,
 )
@@ -141,7 +142,11 @@ def _check_dense_layer(m: ModelSpec, device: str, batch: int, seq: int) -> None:
     core = counts["DecoderLayer.attn.core"]
     tf = token_flops(m, seq)
     check(counts["Global"] - core, tf.dense_gemm * tokens, f"{m.name} dense-layer GEMMs")
-    check(core / 2, tf.attention * tokens, f"{m.name} causal attention core")
+    # the reference layer attends fully; models with other layer kinds (gpt-oss sliding windows) average them in
+    # tf.attention, checked per kind in tests/test_hf_configs.py
+    check(core / 2, attention_core_flops(m, seq) * tokens, f"{m.name} causal attention core")
+    if m.layer_types is None:
+        check(core / 2, tf.attention * tokens, f"{m.name} mean attention core")
     check(core, attention_core_flops(m, seq, causal=False) * tokens, f"{m.name} full attention core")
 
 
@@ -162,7 +167,11 @@ def _check_moe_layer(m: ModelSpec, device: str, batch: int, seq: int) -> None:
     core = counts["DecoderLayer.attn.core"]
     tf = token_flops(m, seq)
     check(counts["Global"] - core, tf.moe_gemm * tokens, f"{m.name} MoE-layer GEMMs")
-    check(core / 2, tf.attention * tokens, f"{m.name} causal attention core")
+    # the reference layer attends fully; models with other layer kinds (gpt-oss sliding windows) average them in
+    # tf.attention, checked per kind in tests/test_hf_configs.py
+    check(core / 2, attention_core_flops(m, seq) * tokens, f"{m.name} causal attention core")
+    if m.layer_types is None:
+        check(core / 2, tf.attention * tokens, f"{m.name} mean attention core")
     # the parts: router h x E per token, exactly k routed experts per token whatever the load balance, shared
     check(counts["DecoderLayer.mlp.router"], 2 * m.hidden_size * m.num_local_experts * tokens, f"{m.name} router")
     routed = sum(v for k, v in counts.items() if re.fullmatch(r"DecoderLayer\.mlp\.experts\.\d+", k))
@@ -181,7 +190,8 @@ def test_lm_head_flops(name):
     x = torch.empty(batch, seq, m.hidden_size, device="meta")
     counts = ref.count_flops(lambda: model.head(x))
     check(counts["Global"], lm_head_flops(m) * batch * seq, f"{name} LM head")
-    check(counts["Global"], token_flops(m, seq).head * batch * seq, f"{name} token_flops.head")
+    head = token_flops(m, seq).head - mtp_flops(m, seq)  # MTP modules ride with the head (tests/test_hf_configs.py)
+    check(counts["Global"], head * batch * seq, f"{name} token_flops.head")
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
@@ -274,11 +284,16 @@ def test_small_model_params_are_module_numel():
 
 
 # --- catalog vs published (no torch) ------------------------------------------------------------------------
+# Published totals are rounded and counted by each publisher's convention: Kimi K2's "1.04 trillion" (arXiv
+# 2507.20534) is 1.3 % above the sum over its own config.json (1.026e12). Within 2 %, as tests/test_hf_configs.py.
+PUBLISHED_TOL = 0.02
+
+
 @pytest.mark.parametrize("name", CATALOG)
 def test_total_params_match_published(name):
     m = load_model(name)
     assert m.published_params, f"models/{name}.yaml has no published_params"
-    assert rel(total_params(m), m.published_params) <= TOL, (
+    assert rel(total_params(m), m.published_params) <= PUBLISHED_TOL, (
         f"{name}: total_params {total_params(m) / 1e9:.3f}e9 vs published {m.published_params / 1e9:.3f}e9"
     )
 

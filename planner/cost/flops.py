@@ -8,26 +8,16 @@ of h x V. Narayanan et al. 2021 (arXiv 2104.04473) eq. 2-3 are the GPT special c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
+from planner.cost import mixers
 from planner.inputs.specs import ModelSpec
 
 
 # --- parameters -----------------------------------------------------------------------------------------------
 def attention_params(m: ModelSpec) -> int:
-    """Q, K, V and output projections. GQA shrinks K and V to num_key_value_heads heads (Ainslie et al. 2023).
-
-    MLA (DeepSeek-V2, arXiv 2405.04434 §2.1): queries through a rank-q_lora down/up projection, keys and values
-    through a shared kv_lora latent plus a decoupled RoPE key; output from heads x v_head_dim.
-    """
-    h, a = m.hidden_size, m.num_attention_heads
-    if m.is_mla:
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * m.q_lora_rank + m.q_lora_rank * a * qk if m.q_lora_rank else h * a * qk
-        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-        return q + kv + a * m.v_head_dim * h
-    q = a * m.d_head
-    kv = 2 * m.kv_heads * m.d_head
-    return h * (q + kv) + q * h
+    """One full-attention layer's projections (planner.cost.mixers.attention_params)."""
+    return mixers.attention_params(m)
 
 
 def mlp_params(m: ModelSpec, width: int) -> int:
@@ -39,19 +29,99 @@ def norm_params(m: ModelSpec) -> int:
     return 2 * m.hidden_size  # two RMS/LayerNorm weight vectors per layer (biases ignored)
 
 
-def dense_layer_params(m: ModelSpec) -> int:
-    return attention_params(m) + mlp_params(m, m.intermediate_size) + norm_params(m)
+def expert_mlp_params(m: ModelSpec) -> int:
+    """One routed expert; a LatentMoE expert (Nemotron-3, moe_latent_size) maps latent -> latent instead of h -> h."""
+    return m.mlp_matrices * (m.moe_latent_size or m.hidden_size) * m.expert_ffn
 
 
 def expert_params(m: ModelSpec) -> int:
     """All routed experts of one MoE layer."""
-    return m.num_local_experts * mlp_params(m, m.expert_ffn)
+    return m.num_local_experts * expert_mlp_params(m)
+
+
+def _moe_non_expert(m: ModelSpec) -> int:
+    """Router (h x E), shared experts and LatentMoE's h -> latent -> h projections of one MoE layer."""
+    latent = 2 * m.hidden_size * m.moe_latent_size
+    return m.hidden_size * m.num_local_experts + (mlp_params(m, m.shared_ffn) if m.shared_ffn else 0) + latent
+
+
+def _mlp_part(m: ModelSpec, i: int) -> int:
+    """Layer i's MLP parameters outside the routed experts."""
+    kind = m.mlp_kinds[i]
+    if kind == "dense":
+        return mlp_params(m, m.layer_ffn(i))
+    if kind == "moe":
+        return _moe_non_expert(m)
+    return m.hidden_size * m.hidden_size if kind == "linear" else 0
+
+
+def _layer_norms(m: ModelSpec, i: int) -> int:
+    """One norm per sub-block present (a Nemotron-H block has one, a no-op block_configs attention none)."""
+    return m.hidden_size * ((m.mixer_kinds[i] != "none") + (m.mlp_kinds[i] != "none"))
+
+
+@dataclass(frozen=True)
+class LayerSums:
+    """Sums over the layers of each group (dense = every non-MoE layer), computed once per model."""
+
+    dense: int  # non-MoE layers
+    moe: int
+    dense_params: int  # everything in the non-MoE layers
+    moe_shared_params: int  # MoE layers less their routed experts
+    dense_gemm: float  # forward GEMM FLOPs per token, summed over the group's layers
+    moe_gemm: float  # MoE layers' projections + shared experts + router (routed experts added by the caller)
+
+
+@lru_cache(maxsize=64)
+def layer_sums(m: ModelSpec) -> LayerSums:
+    dense = moe = dense_p = moe_p = 0
+    dense_f = moe_f = 0.0
+    for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)):
+        shared = mixers.mixer_params(m, mix) + _mlp_part(m, i) + _layer_norms(m, i)
+        gemm = mixers.mixer_gemm_flops(m, mix) + 2.0 * _mlp_part(m, i)
+        if mlp == "moe":
+            moe, moe_p, moe_f = moe + 1, moe_p + shared, moe_f + gemm
+        else:
+            dense, dense_p, dense_f = dense + 1, dense_p + shared, dense_f + gemm
+    return LayerSums(dense, moe, dense_p, moe_p, dense_f, moe_f)
+
+
+@lru_cache(maxsize=256)
+def attention_core_sum(m: ModelSpec, seq_len: int) -> float:
+    """Forward mixer-core FLOPs per token summed over all layers (each layer's own kind)."""
+    return sum(mixers.attention_core_flops(m, seq_len, kind) for kind in m.mixer_kinds)
+
+
+def dense_layer_params(m: ModelSpec) -> int:
+    """Mean parameters of a non-MoE layer (a uniform model's one dense layer)."""
+    sums = layer_sums(m)
+    if sums.dense == 0:
+        return mixers.attention_params(m) + mlp_params(m, m.intermediate_size) + norm_params(m)
+    return round(sums.dense_params / sums.dense)
 
 
 def moe_layer_shared_params(m: ModelSpec) -> int:
-    """The non-expert part of a MoE layer: attention, norms, router (h x E) and shared experts."""
-    shared = mlp_params(m, m.expert_ffn * m.n_shared_experts) if m.n_shared_experts else 0
-    return attention_params(m) + norm_params(m) + m.hidden_size * m.num_local_experts + shared
+    """Mean non-expert part of a MoE layer: mixer, norms, router (h x E) and shared experts."""
+    sums = layer_sums(m)
+    if sums.moe == 0:
+        return mixers.attention_params(m) + norm_params(m) + _moe_non_expert(m)
+    return round(sums.moe_shared_params / sums.moe)
+
+
+def layer_params(m: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(non-expert, routed-expert) parameters of each layer, in order."""
+    experts = expert_params(m)
+    return tuple((mixers.mixer_params(m, mix) + _mlp_part(m, i) + _layer_norms(m, i), experts if mlp == "moe" else 0)
+                 for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)))
+
+
+def layer_forward_flops(m: ModelSpec, seq_len: int) -> tuple[float, ...]:
+    """Forward FLOPs per token of each layer, in order: its mixer's projections and core, its MLP (top-k routed
+    experts, shared experts and router for a MoE layer). The pipeline partition weighs layers by these."""
+    routed = routed_flops(m)
+    return tuple(mixers.mixer_gemm_flops(m, mix) + mixers.attention_core_flops(m, seq_len, mix)
+                 + 2.0 * _mlp_part(m, i) + (routed if mlp == "moe" else 0.0)
+                 for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)))
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -63,8 +133,10 @@ def lm_head_params(m: ModelSpec) -> int:
 
 
 def total_params(m: ModelSpec) -> int:
-    layers = m.dense_layers * dense_layer_params(m)
-    layers += m.moe_layers * (moe_layer_shared_params(m) + expert_params(m))
+    """The main model: every layer by its kind, embedding, LM head, final norm; MTP modules are not included
+    (DeepSeek-V3's 671B convention; see mtp_params)."""
+    sums = layer_sums(m)
+    layers = sums.dense_params + sums.moe_shared_params + sums.moe * expert_params(m)
     return layers + embedding_params(m) + lm_head_params(m) + m.hidden_size  # + final norm
 
 
@@ -72,51 +144,71 @@ def active_params(m: ModelSpec) -> int:
     """Parameters one token touches: routed experts count top-k of E."""
     if not m.is_moe:
         return total_params(m)
-    routed = m.num_experts_per_tok * mlp_params(m, m.expert_ffn)
-    layers = m.dense_layers * dense_layer_params(m) + m.moe_layers * (moe_layer_shared_params(m) + routed)
+    sums = layer_sums(m)
+    routed = m.num_experts_per_tok * expert_mlp_params(m)
+    layers = sums.dense_params + sums.moe_shared_params + sums.moe * routed
     return layers + embedding_params(m) + lm_head_params(m) + m.hidden_size
+
+
+def _mtp_block_params(m: ModelSpec, routed: int) -> int:
+    """One MTP module (DeepSeek-V3 §2.2, Fig. 3): two RMSNorms and a 2h -> h projection in front of one transformer
+    block (full attention, the model's MoE or dense MLP); embedding and output head are shared with the model."""
+    h = m.hidden_size
+    block = mixers.attention_params(m) + norm_params(m) + 2 * h
+    block += _moe_non_expert(m) + routed if m.is_moe else mlp_params(m, m.intermediate_size)
+    return 2 * h * h + block
+
+
+def mtp_params(m: ModelSpec) -> tuple[int, int]:
+    """(non-expert, routed-expert) parameters of the num_nextn_predict_layers MTP modules."""
+    d = m.num_nextn_predict_layers
+    experts = expert_params(m) if m.is_moe else 0
+    return d * _mtp_block_params(m, 0), d * experts
 
 
 # --- forward FLOPs per token ----------------------------------------------------------------------------------
 def attention_proj_flops(m: ModelSpec) -> float:
-    """QKV and output projection GEMMs: 2 FLOPs per weight."""
+    """QKV and output projection GEMMs of a full-attention layer: 2 FLOPs per weight."""
     return 2.0 * attention_params(m)
 
 
 def attention_core_flops(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
-    """QK^T and PV: 2 * s * heads * (d_qk + d_v) per token; a causal mask halves it (Megatron convention)."""
-    a = m.num_attention_heads
-    if m.is_mla:
-        d_qk, d_v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
-    else:
-        d_qk = d_v = m.d_head
-    full = 2.0 * seq_len * a * (d_qk + d_v)
-    return full / 2 if causal else full
+    """QK^T and PV of a full-attention layer: 2 * s * heads * (d_qk + d_v) per token; a causal mask halves it
+    (Megatron convention). Other layer kinds: planner.cost.mixers.attention_core_flops."""
+    return mixers.attention_core_flops(m, seq_len, "full_attention", causal)
 
 
-def dense_mlp_flops(m: ModelSpec) -> float:
-    return 2.0 * mlp_params(m, m.intermediate_size)
-
-
-def moe_mlp_flops(m: ModelSpec) -> float:
-    """Top-k routed experts + shared experts + the router GEMM (h x E)."""
-    routed = m.num_experts_per_tok * mlp_params(m, m.expert_ffn)
-    shared = mlp_params(m, m.expert_ffn * m.n_shared_experts) if m.n_shared_experts else 0
-    return 2.0 * (routed + shared + m.hidden_size * m.num_local_experts)
+def routed_flops(m: ModelSpec) -> float:
+    """Top-k routed experts of one MoE layer."""
+    return 2.0 * m.num_experts_per_tok * expert_mlp_params(m)
 
 
 def lm_head_flops(m: ModelSpec) -> float:
     return 2.0 * m.hidden_size * m.vocab_size
 
 
+def mtp_flops(m: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs per token of the MTP modules: each runs its block and the shared LM head again (DeepSeek-V3
+    §2.2; Megatron-LM training.py counts mtp_num_layers the same way in num_floating_point_operations)."""
+    d = m.num_nextn_predict_layers
+    if not d:
+        return 0.0
+    routed = routed_flops(m) / 2.0 if m.is_moe else 0.0
+    block = 2.0 * (_mtp_block_params(m, round(routed)) - norm_params(m) - 2 * m.hidden_size)
+    return d * (block + attention_core_flops(m, seq_len) + lm_head_flops(m))
+
+
 @dataclass(frozen=True)
 class TokenFlops:
-    """Forward FLOPs per token, split by the kernel that executes them (they run at different efficiencies)."""
+    """Forward FLOPs per token, split by the kernel that executes them (they run at different efficiencies).
 
-    dense_gemm: float  # one dense layer's GEMMs
-    moe_gemm: float  # one MoE layer's GEMMs (attention projections + routed/shared experts + router)
-    attention: float  # one layer's causal attention core
-    head: float  # LM head
+    Per-layer kinds (interleaved dense/MoE, sliding/linear/Mamba mixers, block_configs) enter as means over the
+    layers of each group, so L_dense·dense_gemm + L_moe·moe_gemm + L·attention is the exact per-layer sum."""
+
+    dense_gemm: float  # mean non-MoE layer's GEMMs
+    moe_gemm: float  # mean MoE layer's GEMMs (mixer projections + routed/shared experts + router)
+    attention: float  # mean layer's mixer core (causal attention, sliding window, linear attention, SSD scan)
+    head: float  # LM head, plus the MTP modules (Megatron-Core runs them on the last pipeline stage)
 
     def model_forward(self, m: ModelSpec) -> float:
         layers = m.dense_layers * self.dense_gemm + m.moe_layers * self.moe_gemm
@@ -124,12 +216,15 @@ class TokenFlops:
 
 
 def token_flops(m: ModelSpec, seq_len: int) -> TokenFlops:
+    sums = layer_sums(m)
     proj = attention_proj_flops(m)
+    dense = sums.dense_gemm / sums.dense if sums.dense else proj + 2.0 * mlp_params(m, m.intermediate_size)
+    moe = (sums.moe_gemm / sums.moe + routed_flops(m)) if sums.moe else 0.0
     return TokenFlops(
-        dense_gemm=proj + dense_mlp_flops(m),
-        moe_gemm=proj + moe_mlp_flops(m) if m.is_moe else 0.0,
-        attention=attention_core_flops(m, seq_len),
-        head=lm_head_flops(m),
+        dense_gemm=dense,
+        moe_gemm=moe,
+        attention=attention_core_sum(m, seq_len) / m.num_hidden_layers,
+        head=lm_head_flops(m) + mtp_flops(m, seq_len),
     )
 
 

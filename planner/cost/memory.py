@@ -95,6 +95,7 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8)
     moe_act = layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8) if m.is_moe else dense_act
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
+    act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == Recompute.SELECTIVE, 0.0, 5.0 * m.num_attention_heads * s / tp)
     else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input)
@@ -178,3 +179,40 @@ def report(first: StageMemory, last: StageMemory, buffer: np.ndarray, groups: np
         "mem_first_stage_gib": (first.total + reserve) / GIB,
         "mem_last_stage_gib": (last.total + reserve) / GIB,
     }
+
+
+def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
+    """Mean per-layer change, in TP-sharded bytes per token, from layers that differ from the uniform layer priced by
+    layer_activation_bytes_per_token: no-op mixers or MLPs (Nemotron-H blocks, block_configs), per-layer MLP widths,
+    and linear-time mixers whose saved tensors replace attention's Q, K, V, output and LSE.
+
+    Gated DeltaNet keeps its projection outputs (q, k, v, gate z, beta, decay), the conv outputs, the core output
+    and the gated-norm output (HF Qwen3NextGatedDeltaNet; fla recomputes the chunk states in backward). Mamba-2
+    keeps the in_proj output (z, x, B, C, dt), the conv output, the scan output and the gated-norm output
+    (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). 2 bytes each; GEMM inputs 1 in fp8.
+    """
+    gemm_in = 1 if fp8 else 2
+    q, kv = m.num_attention_heads * m.d_head, m.kv_heads * m.d_head
+    if m.is_mla:
+        kv = m.kv_lora_rank + m.qk_rope_head_dim
+    attn = 2 * (q + 2 * kv) + 2 * q + 4 * m.num_attention_heads
+    per_width = (4 if m.gated_mlp else 2) + gemm_in
+    total = 0.0
+    for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)):
+        if mix in ("none", "linear"):
+            total -= attn
+        elif mix == "linear_attention":
+            kd = m.linear_num_key_heads * m.linear_key_head_dim
+            vd = m.linear_num_value_heads * m.linear_value_head_dim
+            total += 2 * (2 * kd + 2 * vd + 2 * m.linear_num_value_heads) + 2 * (2 * kd + vd) + 2 * vd + gemm_in * vd
+            total -= attn
+        elif mix == "mamba":
+            inner = m.mamba_num_heads * m.mamba_head_dim
+            conv_dim = inner + 2 * m.n_groups * m.ssm_state_size
+            total += 2 * (inner + conv_dim + m.mamba_num_heads) + 2 * conv_dim + 2 * inner + gemm_in * inner
+            total -= attn
+        if mlp in ("none", "linear"):
+            total -= per_width * m.intermediate_size
+        elif mlp == "dense":
+            total += per_width * (m.layer_ffn(i) - m.intermediate_size)
+    return total / m.num_hidden_layers

@@ -22,8 +22,9 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     """Parameters one GPU of the busiest pipeline stage holds (before any ZeRO sharding).
 
     The busiest stage holds ceil(L/pp) layers (uneven splits via first/last-stage counts or a pipeline layout);
-    the first stage adds the embedding, the last the LM head (and the tied embedding's copy). DualPipe keeps two
-    stages on every rank, one per direction (2x parameters, DeepSeek-V3 report Table 2): `copies` = 2.
+    the first stage adds the embedding, the last the LM head (and the tied embedding's copy) and any MTP modules.
+    DualPipe keeps two stages on every rank, one per direction (2x parameters, DeepSeek-V3 report Table 2):
+    `copies` = 2.
     """
     m = problem.model
     tp, pp, ep = (c[k].astype(float) for k in ("tp", "pp", "ep"))
@@ -37,7 +38,8 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     held = layers_per_stage * copies
     per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
     emb_p = flops.embedding_params(m) / tp
-    head_p = flops.lm_head_params(m) / tp
+    mtp_p, mtp_experts = flops.mtp_params(m)  # MTP modules live with the LM head (Megatron-Core: last stage)
+    head_p = flops.lm_head_params(m) / tp + mtp_p / tp + mtp_experts / (etp * ep)
     # DualPipe's second copy is the mirror stage: rank 0 also holds the last stage (LM head), so both edges count.
     dual = copies > 1
     first_p = held * per_layer_p + emb_p + np.where((pp == 1) | dual, head_p, 0.0)

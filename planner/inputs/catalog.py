@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from planner.errors import PlanInputError
+from planner.inputs import architecture
 from planner.inputs.files import (
     UnknownKeys,
     check_keys,
@@ -21,22 +22,36 @@ from planner.inputs.files import (
     exists,
     pydantic_error,
     read_structured_file,
+    warn,
 )
 from planner.inputs.profile import apply_profile, load_profile, resolve_profile_path
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
 
-_EXPERT_ALIASES = ("num_experts", "n_routed_experts")
 # Keys of a Hugging Face config.json that do not change the planner's arithmetic; accepted without a warning.
+# Attention sinks (gpt-oss; MiMo add_*_attention_sink_bias) add one logit per head: no parameters or FLOPs to count.
+# Quantisation of the released weights does not set the training precision (--precision does).
 _HF_IGNORED = {
     "architectures", "model_type", "torch_dtype", "transformers_version", "bos_token_id", "eos_token_id",
-    "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta", "rope_scaling",
-    "initializer_range", "use_cache", "attention_bias", "attention_dropout", "mlp_bias", "pretraining_tp",
-    "sliding_window", "use_sliding_window", "max_window_layers", "router_aux_loss_coef", "output_router_logits",
-    "router_jitter_noise", "aliases", "_name_or_path", "auto_map", "quantization_config", "dtype",
-    "num_experts_per_token", "norm_topk_prob", "scoring_func", "topk_method", "routed_scaling_factor",
-    "n_group", "topk_group", "aux_loss_alpha", "seq_aux", "moe_layer_freq", "ep_size", "num_nextn_predict_layers",
-    "rope_interleave", "decoder_sparse_step", "mlp_only_layers", "qkv_bias",
+    "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta", "rope_scaling",
+    "rope_parameters", "initializer_range", "use_cache", "attention_bias", "attention_dropout", "mlp_bias",
+    "pretraining_tp", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "aliases",
+    "_name_or_path", "auto_map", "quantization_config", "dtype", "norm_topk_prob", "scoring_func", "topk_method",
+    "routed_scaling_factor", "n_group", "topk_group", "aux_loss_alpha", "seq_aux", "ep_size", "rope_interleave",
+    "qkv_bias", "partial_rotary_factor", "rotary_dim", "use_qk_norm", "qk_norm_type", "qk_layernorm",
+    "use_routing_bias", "swiglu_limit", "initial_context_length", "attention_value_scale", "swa_rope_theta",
+    "add_swa_attention_sink_bias", "add_full_attention_sink_bias", "_attn_implementation_autoset",
+    "for_llm_compressor", "attn_temperature_tuning", "floor_scale", "attn_scale", "router_bias", "hidden_dropout",
+    "mamba_hidden_act", "mamba_proj_bias", "mamba_ssm_cache_dtype", "mamba_ssm_dtype", "use_bias", "use_conv_bias",
+    "use_mamba_kernels", "rescale_prenorm_residual", "residual_in_fp32", "time_step_floor", "time_step_max",
+    "time_step_min", "time_step_limit", "time_step_rank", "num_logits_to_keep", "expand",
+    "mtp_use_dedicated_embeddings",
+    "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar", "vocab_size_per_layer_input",
+    "use_bidirectional_attention", "indexer_rope_interleave", "qk_head_dim", "head_dim_original",
+    "image_token_id", "boi_token_id", "eoi_token_id", "vision_config", "audio_config", "tie_encoder_decoder",
 }
+# The "did you mean" of an unknown key: close spellings only (a typo), not keys that merely share a suffix
+# ('index_head_dim' is 0.75 similar to 'v_head_dim'; 'num_hiden_layers' is 0.97 similar to 'num_hidden_layers').
+MODEL_KEY_CUTOFF = 0.85
 
 
 def data_dir(kind: str) -> Path:
@@ -67,31 +82,24 @@ def model_aliases() -> dict[str, str]:
 
 
 def model_from_mapping(doc: Any, source: str) -> ModelSpec:
-    """Build a ModelSpec from HF-style keys; warns about unknown keys, folds expert-count aliases."""
+    """Build a ModelSpec from HF-style keys (planner.inputs.architecture folds each family's dialect in); warns about
+    unknown keys and about what is not modelled exactly."""
     if not isinstance(doc, dict):
         raise PlanInputError(f"expected a mapping of config keys, got {type(doc).__name__}", source=source,
                              fix="write 'hidden_size: 4096' style keys")
-    doc = dict(doc)
     check_keys(doc, source, set(), name_unmatched=False)  # non-text keys would break sorting and lookups below
-    if "text_config" in doc and isinstance(doc["text_config"], dict) and "hidden_size" not in doc:
-        doc = {**doc["text_config"], "name": doc.get("name", source)}
-    for alias in _EXPERT_ALIASES:
-        if alias in doc and "num_local_experts" not in doc:
-            doc["num_local_experts"] = doc.pop(alias)
     if "n_layer" in doc or "n_embd" in doc:
         raise PlanInputError("GPT-2 style keys (n_layer/n_embd) are not supported", source=source,
                              fix="use num_hidden_layers / hidden_size")
+    hf_file = "architectures" in doc or "model_type" in doc
+    doc, notes = architecture.normalize(doc, source)
     known = set(ModelSpec.model_fields)
     # A Hugging Face config.json carries many keys the planner does not need: name only the likely typos there.
-    unknown = check_keys(doc, source, known, ignored=_HF_IGNORED | set(_EXPERT_ALIASES),
-                         name_unmatched="architectures" not in doc and "model_type" not in doc)
+    unknown = check_keys(doc, source, known, ignored=_HF_IGNORED, cutoff=MODEL_KEY_CUTOFF,
+                         name_unmatched=not hf_file)
     for key, value in doc.items():
         if key in known and isinstance(value, float) and value.is_integer() and key != "published_params":
             doc[key] = int(value)
-    shared = doc.pop("shared_expert_intermediate_size", None)
-    if shared and not doc.get("n_shared_experts") and doc.get("moe_intermediate_size"):
-        # Qwen2-MoE describes its shared expert by width; express it in units of one routed expert's width.
-        doc["n_shared_experts"] = max(1, round(shared / doc["moe_intermediate_size"]))
     if "intermediate_size" not in doc and doc.get("moe_intermediate_size"):
         doc["intermediate_size"] = doc["moe_intermediate_size"]
     doc.setdefault("name", Path(source).stem if source not in ("<inline>",) else "custom")
@@ -100,6 +108,8 @@ def model_from_mapping(doc: Any, source: str) -> ModelSpec:
     except ValidationError as exc:
         raise pydantic_error(exc, source, unknown=unknown) from None
     unknown.warn()
+    for note in notes:
+        warn(f"{source}: {note}")
     return spec
 
 

@@ -21,6 +21,12 @@ Size = Annotated[int, Field(gt=0, le=MAX_SIZE)]
 Count = Annotated[int, Field(ge=0, le=MAX_SIZE)]  # 0 = feature off
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
 Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]
+# What mixes tokens in one layer, and what follows it. Values of Hugging Face `layer_types` where HF has one;
+# "mamba" (Mamba-2 SSD), "linear" (a block_configs replace_with_linear) and "none" (no-op / MLP-only blocks) are ours.
+MixerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "linear",
+                    "none"]
+MlpKind = Literal["dense", "moe", "linear", "none"]
+ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
 def _is_number(annotation: Any) -> bool:
@@ -67,12 +73,50 @@ class ModelSpec(_Spec):
     # Group-limited routing (DeepSeek-V3 node-limited routing): experts in n_group groups, each token uses topk_group.
     n_group: Count = 0
     topk_group: Count = 0
+    moe_latent_size: Count = 0  # Nemotron-3 LatentMoE: experts run in this width between shared h<->latent projections
     # Multi-head latent attention (DeepSeek-V2/V3); 0 = standard attention.
     kv_lora_rank: Count = 0
     q_lora_rank: Count = 0
     qk_rope_head_dim: Count = 0
     qk_nope_head_dim: Count = 0
     v_head_dim: Count = 0
+    # DeepSeek-V3.2 sparse attention: a lightning indexer picks index_topk keys per query (0 = dense attention).
+    index_n_heads: Count = 0
+    index_head_dim: Count = 0
+    index_topk: Count = 0
+    # Per-layer structure, derived by planner.inputs.architecture from the HF keys (interleave_moe_layer_step,
+    # hybrid_override_pattern, block_configs, full_attention_interval, ...); None = every layer alike.
+    layer_types: tuple[MixerKind, ...] | None = None
+    mlp_layer_types: tuple[MlpKind, ...] | None = None
+    layer_intermediate_sizes: tuple[Count, ...] | None = None  # per-layer dense MLP width (block_configs ffn_mult)
+    sliding_window: Count | None = None  # keys a sliding_attention layer sees
+    attention_chunk_size: Count | None = None  # Llama 4 chunked attention: keys restart every chunk
+    attn_output_gate: bool = False  # Qwen3-Next / Qwen3.5: q_proj also emits a sigmoid output gate
+    shared_expert_intermediate_size: Count = 0  # shared-expert width when not a multiple of the expert width
+    # Attention shapes that differ by layer kind: MiMo-V2 sliding layers (swa_*), Gemma 4 global layers (global_*,
+    # attention_k_eq_v: V reuses the K projection). 0 = same as the other layers.
+    swa_num_attention_heads: Count = 0
+    swa_num_key_value_heads: Count = 0
+    swa_head_dim: Count = 0
+    swa_v_head_dim: Count = 0
+    num_global_key_value_heads: Count = 0
+    global_head_dim: Count = 0
+    attention_k_eq_v: bool = False
+    # Gated DeltaNet linear attention (Qwen3-Next); HF key names.
+    linear_num_key_heads: Count = 0
+    linear_num_value_heads: Count = 0
+    linear_key_head_dim: Count = 0
+    linear_value_head_dim: Count = 0
+    linear_conv_kernel_dim: Count = 4
+    # Mamba-2 mixer (Nemotron-H); HF key names.
+    mamba_num_heads: Count = 0
+    mamba_head_dim: Count = 0
+    ssm_state_size: Count = 0
+    n_groups: Count = 1
+    conv_kernel: Count = 4
+    chunk_size: Count = 128
+    # Multi-token prediction modules trained alongside the model (DeepSeek-V3 §2.2); not in total_params.
+    num_nextn_predict_layers: Count = 0
     published_params: float | None = Field(default=None, gt=0)
     source: str | None = None
 
@@ -99,7 +143,36 @@ class ModelSpec(_Spec):
         if self.kv_lora_rank and not (self.qk_nope_head_dim + self.qk_rope_head_dim and self.v_head_dim):
             raise ValueError("multi-head latent attention (kv_lora_rank > 0) needs qk_nope_head_dim or "
                              "qk_rope_head_dim, and v_head_dim")
+        self._check_layers()
         return self
+
+    def _check_layers(self) -> None:
+        """Per-layer lists match num_hidden_layers, and every layer kind has the keys its formulas need."""
+        n = self.num_hidden_layers
+        for key in ("layer_types", "mlp_layer_types", "layer_intermediate_sizes"):
+            value = getattr(self, key)
+            if value is not None and len(value) != n:
+                raise ValueError(f"{key} lists {len(value)} layers but num_hidden_layers is {n}")
+        kinds = set(self.mixer_kinds)
+        needs = {"sliding_attention": ("sliding_window",), "chunked_attention": ("attention_chunk_size",),
+                 "linear_attention": ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                      "linear_value_head_dim"),
+                 "mamba": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size")}
+        for kind, keys in needs.items():
+            missing = [k for k in keys if kind in kinds and not getattr(self, k)]
+            if missing:
+                raise ValueError(f"{kind} layers need {', '.join(missing)}")
+        if "moe" in self.mlp_kinds and not self.num_local_experts:
+            raise ValueError("mlp_layer_types has MoE layers but num_local_experts is 0")
+
+    def dump(self) -> dict[str, Any]:
+        """The spec as reports print it: set fields only, and the per-layer / hybrid keys only where they differ
+        from their defaults (a dense Llama's block does not list Mamba and linear-attention keys)."""
+        out = self.model_dump(exclude_none=True)
+        for key in _OPTIONAL_FIELDS:
+            if key in out and out[key] == ModelSpec.model_fields[key].default:
+                del out[key]
+        return out
 
     # --- derived shapes ---------------------------------------------------------------------------------------
     @property
@@ -134,12 +207,47 @@ class ModelSpec(_Spec):
         return self.moe_intermediate_size or self.intermediate_size
 
     @property
+    def mixer_kinds(self) -> tuple[str, ...]:
+        """Each layer's token mixer (full attention unless the config says otherwise)."""
+        return self.layer_types or ("full_attention",) * self.num_hidden_layers
+
+    @property
+    def mlp_kinds(self) -> tuple[str, ...]:
+        """Each layer's MLP: the first first_k_dense_replace layers of a MoE model dense, the rest MoE."""
+        if self.mlp_layer_types is not None:
+            return self.mlp_layer_types
+        k = self.first_k_dense_replace if self.is_moe else self.num_hidden_layers
+        return ("dense",) * k + ("moe",) * (self.num_hidden_layers - k)
+
+    def layer_ffn(self, index: int) -> int:
+        """Width of layer `index`'s dense MLP."""
+        if self.layer_intermediate_sizes is not None:
+            return self.layer_intermediate_sizes[index]
+        return self.intermediate_size
+
+    @property
+    def shared_ffn(self) -> int:
+        """Total width of a MoE layer's shared experts."""
+        return self.shared_expert_intermediate_size or self.expert_ffn * self.n_shared_experts
+
+    @property
     def moe_layers(self) -> int:
-        return self.num_hidden_layers - self.first_k_dense_replace if self.is_moe else 0
+        return self.mlp_kinds.count("moe") if self.is_moe else 0
 
     @property
     def dense_layers(self) -> int:
         return self.num_hidden_layers - self.moe_layers
+
+
+# Keys a report omits while at their defaults: everything from moe_latent_size and the sparse-attention keys on.
+_OPTIONAL_FIELDS = ("moe_latent_size", "index_n_heads", "index_head_dim", "index_topk", "layer_types",
+                    "mlp_layer_types", "layer_intermediate_sizes", "sliding_window", "attention_chunk_size",
+                    "attn_output_gate", "shared_expert_intermediate_size", "swa_num_attention_heads",
+                    "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "num_global_key_value_heads",
+                    "global_head_dim", "attention_k_eq_v", "linear_num_key_heads", "linear_num_value_heads",
+                    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
+                    "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
+                    "num_nextn_predict_layers")
 
 
 class GPUSpec(_Spec):

@@ -185,7 +185,7 @@ def catalog_drift(doc: dict[str, Any]) -> list[Change]:
     name = model.get("name") if isinstance(model, dict) else None
     if isinstance(name, str) and name.strip().lower() in model_aliases():
         try:
-            current = load_model(name).model_dump(exclude_none=True)
+            current = load_model(name).dump()
         except PlanInputError:
             current = None
         if current is not None:

@@ -73,7 +73,7 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
 
 
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
-    model = problem.model.model_dump(exclude_none=True)
+    model = problem.model.dump()
     cluster = problem.cluster.model_dump()
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 

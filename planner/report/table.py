@@ -9,6 +9,7 @@ from rich.table import Table
 from planner.cost import flops
 from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
+from planner.inputs.specs import ModelSpec
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult
 
@@ -119,6 +120,14 @@ def fitted_table(columns: list[tuple[str, str, list[str]]], optional: int, width
     return table
 
 
+def layer_mix(m: ModelSpec) -> str:
+    """Counts per layer kind, e.g. 'mixers 36 chunked_attention + 12 full_attention; MLPs 24 dense + 24 moe'."""
+
+    def counts(kinds: tuple[str, ...]) -> str:
+        return " + ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
+    return f"mixers {counts(m.mixer_kinds)}; MLPs {counts(m.mlp_kinds)}"
+
+
 def render(result: SearchResult, console: Console, timings: bool = True) -> None:
     """The ranked plans for a terminal of `console.width` columns (80 when piped, or COLUMNS): a header naming the
     problem and every active what-if, the plans with their compact layouts, the legend, and the prune counts."""
@@ -127,6 +136,8 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     total, active = flops.total_params(m), flops.active_params(m)
     params = f"{total / 1e9:.1f}B params" + (f", {active / 1e9:.1f}B active" if m.is_moe else "")
     console.print(f"[bold]model[/]    {m.name} ({params}, {m.num_hidden_layers} layers, hidden {m.hidden_size})")
+    if m.layer_types is not None or m.mlp_layer_types is not None:  # say how a mixed config was read
+        console.print(f"[bold]layers[/]   {layer_mix(m)}")
     console.print(f"[bold]cluster[/]  {cl.name}: {cl.num_gpus} x {cl.gpu.name}, "
                   f"NVLink {cl.nvlink_domain}, network {cl.network_gbps:g} GB/s/GPU")
     console.print(f"[bold]training[/] seq_len {tr.seq_len}, global batch {tr.global_batch} "

@@ -20,8 +20,11 @@ Objective, lexicographic (three solves): the bottleneck max_s time_s; then the t
 more than it must, which also minimises the fill/drain time Σ time_s); then the peak stage memory (headroom).
 Times are scaled so one layer is ~10^5 units and memory to ~10^6 units of the capacity (usage rounded up, capacity
 down, so an accepted partition always fits).
-Simplifications: all layers cost the same (a MoE model with dense first layers is averaged), the schedule is 1F1B
-(or ZB-H1, same peak), no interleaving; the pipeline hand-off time is the same on every stage and left out.
+Layers of different kinds (dense and MoE, attention and Mamba, block_configs widths) weigh time_s by their forward
+FLOPs and the static memory by the parameters they keep per GPU (layer_time_weights, layer_static_weights, mean 1):
+the counts n_s become boundaries b_s and each stage pays the prefix-sum difference (CP-SAT element constraints).
+Simplifications: activations and recompute cost the mean layer's, the schedule is 1F1B (or ZB-H1, same peak), no
+interleaving; the pipeline hand-off time is the same on every stage and left out.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import fabric as comm
 from planner.cost import flops, memory
+from planner.cost.groups import expert_tp
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
 from planner.inputs.layout import Schedule, Zero
@@ -85,10 +89,17 @@ class PartitionInputs:
     stage_fixed_bytes: float
     capacity_bytes: float
     inflight: tuple[int, ...]
+    layer_time_weights: tuple[float, ...] | None = None  # per layer, mean 1 (None: every layer alike)
+    layer_static_weights: tuple[float, ...] | None = None
 
-    def stage_time(self, s: int, n: int, r: int) -> float:
-        return (n * self.layer_time + r * self.recompute_time + (self.embed_time if s == 0 else 0.0)
-                + (self.head_time if s == self.pp - 1 else 0.0))
+    @staticmethod
+    def _weight(weights: tuple[float, ...] | None, start: int | None, n: int) -> float:
+        return float(n) if weights is None or start is None else math.fsum(weights[start:start + n])
+
+    def stage_time(self, s: int, n: int, r: int, start: int | None = None) -> float:
+        """Stage s holding n layers from `start` (None: n mean layers), r of them fully recomputed."""
+        return (self._weight(self.layer_time_weights, start, n) * self.layer_time + r * self.recompute_time
+                + (self.embed_time if s == 0 else 0.0) + (self.head_time if s == self.pp - 1 else 0.0))
 
     def static(self, s: int) -> float:
         """Memory of stage s that does not depend on its layer count."""
@@ -99,12 +110,17 @@ class PartitionInputs:
             out += self.head_static_bytes + self.head_act_bytes
         return out
 
-    def stage_memory(self, s: int, n: int, r: int) -> float:
+    def stage_memory(self, s: int, n: int, r: int, start: int | None = None) -> float:
         acts = self.inflight[s] * ((n - r) * self.act_bytes + r * self.act_bytes_recompute)
-        return self.static(s) + n * self.layer_static_bytes + acts + (self.working_bytes if r > 0 else 0.0)
+        states = self._weight(self.layer_static_weights, start, n) * self.layer_static_bytes
+        return self.static(s) + states + acts + (self.working_bytes if r > 0 else 0.0)
 
-    def fits(self, s: int, n: int, r: int) -> bool:
-        return self.stage_memory(s, n, r) <= self.capacity_bytes * (1 + 1e-12)
+    def fits(self, s: int, n: int, r: int, start: int | None = None) -> bool:
+        return self.stage_memory(s, n, r, start) <= self.capacity_bytes * (1 + 1e-12)
+
+
+def _starts(layers: Sequence[int]) -> list[int]:
+    return [sum(layers[:s]) for s in range(len(layers))]
 
 
 def _even(inp: PartitionInputs) -> tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...], float]:
@@ -112,12 +128,12 @@ def _even(inp: PartitionInputs) -> tuple[tuple[int, ...], tuple[int, ...], tuple
     fewest layers that fit."""
     p, total = inp.pp, inp.num_layers
     layers = tuple(total // p + (1 if s < total % p else 0) for s in range(p))
-    recomputed, feasible = [], True
+    recomputed, feasible, starts = [], True, _starts(layers)
     for s, n in enumerate(layers):
-        r = next((r for r in range(n + 1) if inp.fits(s, n, r)), None)
+        r = next((r for r in range(n + 1) if inp.fits(s, n, r, starts[s])), None)
         feasible &= r is not None
         recomputed.append(n if r is None else r)
-    times = tuple(inp.stage_time(s, n, r) for s, (n, r) in enumerate(zip(layers, recomputed, strict=True)))
+    times = tuple(inp.stage_time(s, n, r, starts[s]) for s, (n, r) in enumerate(zip(layers, recomputed, strict=True)))
     return layers, tuple(recomputed), times, max(times) if feasible else math.inf
 
 
@@ -125,7 +141,7 @@ def _model(inp: PartitionInputs, min_layers: int):
     """CP-SAT variables n_s, r_s, [r_s > 0], the bottleneck, and each stage's memory in capacity ticks."""
     p, total = inp.pp, inp.num_layers
     t_unit = max(inp.layer_time, inp.recompute_time, inp.head_time, inp.embed_time) / TIME_TICKS
-    lt, rt = round(inp.layer_time / t_unit), round(inp.recompute_time / t_unit)
+    rt = round(inp.recompute_time / t_unit)
     et, ht = round(inp.embed_time / t_unit), round(inp.head_time / t_unit)
     model = cp_model.CpModel()
     n = [model.new_int_var(min_layers, total, f"n{s}") for s in range(p)]
@@ -135,9 +151,11 @@ def _model(inp: PartitionInputs, min_layers: int):
     for s in range(p):
         model.add(r[s] <= n[s])
         model.add(r[s] <= total * any_r[s])
-    bottleneck = model.new_int_var(0, total * (lt + rt) + et + ht, "bottleneck")
+    time_ticks = [round(inp.layer_time * w / t_unit) for w in inp.layer_time_weights or (1.0,) * total]
+    layer_ticks = _segments(model, n, time_ticks, "t")
+    bottleneck = model.new_int_var(0, sum(time_ticks) + total * rt + et + ht, "bottleneck")
     for s in range(p):
-        model.add(n[s] * lt + r[s] * rt + (et if s == 0 else 0) + (ht if s == p - 1 else 0) <= bottleneck)
+        model.add(layer_ticks[s] + r[s] * rt + (et if s == 0 else 0) + (ht if s == p - 1 else 0) <= bottleneck)
     memory_terms = []
     if math.isfinite(inp.capacity_bytes):
         unit = inp.capacity_bytes / MEMORY_TICKS
@@ -145,14 +163,35 @@ def _model(inp: PartitionInputs, min_layers: int):
         def up(x: float) -> int:
             return math.ceil(x / unit - 1e-9)
 
+        static_ticks = [up(inp.layer_static_bytes * w) for w in inp.layer_static_weights or (1.0,) * total]
+        states = _segments(model, n, static_ticks, "m")
         for s in range(p):
             k = inp.inflight[s]
             a, ac = up(k * inp.act_bytes), up(k * inp.act_bytes_recompute)
-            expr = (up(inp.static(s)) + n[s] * (up(inp.layer_static_bytes) + a) + r[s] * (ac - a)
+            expr = (up(inp.static(s)) + states[s] + n[s] * a + r[s] * (ac - a)
                     + any_r[s] * up(inp.working_bytes))
             model.add(expr <= MEMORY_TICKS)
             memory_terms.append(expr)
     return model, n, r, any_r, bottleneck, rt, memory_terms
+
+
+def _segments(model: cp_model.CpModel, n: list, ticks: list[int], tag: str) -> list:
+    """Each stage's sum of per-layer `ticks` over its contiguous run of n_s layers: prefix sums read at the stage
+    boundaries (element constraints); with equal ticks this is n_s x tick, as a plain linear term."""
+    if len(set(ticks)) <= 1:
+        return [v * (ticks[0] if ticks else 0) for v in n]
+    prefix = [0]
+    for t in ticks:
+        prefix.append(prefix[-1] + t)
+    bounds = [model.new_constant(0)]
+    for s, v in enumerate(n):
+        b = model.new_int_var(0, len(ticks), f"{tag}b{s + 1}")
+        model.add(b == bounds[-1] + v)
+        bounds.append(b)
+    at = [model.new_int_var(0, prefix[-1], f"{tag}p{s}") for s in range(len(bounds))]
+    for b, p_b in zip(bounds, at, strict=True):
+        model.add_element(b, prefix, p_b)
+    return [at[s + 1] - at[s] for s in range(len(n))]
 
 
 def solve_partition(inp: PartitionInputs, min_layers: int = 1, time_limit_s: float = 10.0) -> Partition:
@@ -185,8 +224,9 @@ def solve_partition(inp: PartitionInputs, min_layers: int = 1, time_limit_s: flo
             model.add_hint(v, solver.value(v))
     layers = tuple(solver.value(v) for v in n)
     recomputed = tuple(solver.value(v) for v in r)
-    times = tuple(inp.stage_time(s, k, j) for s, (k, j) in enumerate(zip(layers, recomputed, strict=True)))
-    mem = tuple(inp.stage_memory(s, k, j) for s, (k, j) in enumerate(zip(layers, recomputed, strict=True)))
+    starts = _starts(layers)
+    times = tuple(inp.stage_time(s, k, j, starts[s]) for s, (k, j) in enumerate(zip(layers, recomputed, strict=True)))
+    mem = tuple(inp.stage_memory(s, k, j, starts[s]) for s, (k, j) in enumerate(zip(layers, recomputed, strict=True)))
     even_layers, even_rc, even_times, even_bottleneck = _even(inp)
     return Partition(layers, recomputed, times, mem, max(times), even_layers, even_rc, even_times, even_bottleneck,
                      inp.capacity_bytes, optimal)
@@ -262,7 +302,22 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
         layer_static_bytes=cost.layer_state_bytes, embed_static_bytes=per_param * emb_p,
         head_static_bytes=per_param * head_copy, head_act_bytes=cost.logits_bytes, working_bytes=cost.working_bytes,
         stage_fixed_bytes=z3_buffer, capacity_bytes=(cap - fixed) / (1 + frag),
-        inflight=tuple(min(micro, pp - s) for s in range(pp)))
+        inflight=tuple(min(micro, pp - s) for s in range(pp)), **layer_weights(problem, lay))
+
+
+def layer_weights(problem: Problem, lay: Mapping[str, int]) -> dict[str, tuple[float, ...] | None]:
+    """Per-layer time and static-memory weights (mean 1): forward FLOPs, and parameters per GPU (non-expert / tp,
+    routed experts / (expert-tp x ep)); None when every layer is alike."""
+    m = problem.model
+    fwd = flops.layer_forward_flops(m, problem.training.seq_len)
+    etp = float(expert_tp({k: np.array(lay[k]) for k in ("tp", "dp", "cp", "ep")}))
+    held = [ne / lay["tp"] + ex / (etp * lay["ep"]) for ne, ex in flops.layer_params(m)]
+
+    def normalised(values: Sequence[float]) -> tuple[float, ...] | None:
+        mean = math.fsum(values) / len(values)
+        return None if mean <= 0 or max(values) - min(values) <= 1e-9 * mean else tuple(v / mean for v in values)
+
+    return {"layer_time_weights": normalised(fwd), "layer_static_weights": normalised(held)}
 
 
 def partition_for(problem: Problem, layout: Mapping[str, int], capacity_gib: float | None = None,

@@ -42,6 +42,8 @@ class ModelShape:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    # Which layers are MoE (1) or dense (0) when the config interleaves them (Llama 4, MiMo); None: first-k rule.
+    moe_layer_pattern: tuple[int, ...] | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -166,7 +168,15 @@ def _model(raw: Any) -> ModelShape:
         qk_nope_head_dim=get_int(raw, "qk_nope_head_dim", p, default=0),
         qk_rope_head_dim=get_int(raw, "qk_rope_head_dim", p, default=0),
         v_head_dim=get_int(raw, "v_head_dim", p, default=0),
+        moe_layer_pattern=_moe_pattern(raw.get("mlp_layer_types")),
     )
+
+
+def _moe_pattern(kinds: Any) -> tuple[int, ...] | None:
+    """mlp_layer_types (planner.inputs.architecture) as Megatron's 0/1 --moe-layer-freq list."""
+    if not isinstance(kinds, list | tuple) or not all(isinstance(k, str) for k in kinds):
+        return None
+    return tuple(int(k == "moe") for k in kinds)
 
 
 def _layout(raw: Any, path: str) -> Layout:

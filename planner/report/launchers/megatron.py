@@ -136,7 +136,10 @@ def _moe(view: PlanView) -> list[Flag]:
         flags += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
     if m.shared_experts:
         flags.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * m.moe_ffn_hidden_size)))
-    if m.first_dense_layers:
+    pattern = m.moe_layer_pattern
+    if pattern and len(pattern) == m.num_layers and 0 in pattern:
+        flags.append(("--moe-layer-freq", "[" + ",".join(map(str, pattern)) + "]"))  # interleaved (Llama 4)
+    elif m.first_dense_layers:
         dense, moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
         flags.append(("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
     flags.append(("--moe-grouped-gemm",))  # grouped GEMM asserts --bf16 (arguments.py), which every plan sets

@@ -1,0 +1,238 @@
+"""Real Hugging Face config.json files (tests/data/hf_configs, provenance in SOURCES.yaml) read per layer: parameter
+counts against the publishers' totals, per-layer kinds, FLOPs per mixer kind, warnings that name the key, and
+`plan --model config.json` running for every file."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_plan_in_process
+
+from planner.cost import flops, memory, mixers
+from planner.inputs.catalog import load_model, model_from_mapping
+
+DATA = Path(__file__).resolve().parent / "data" / "hf_configs"
+FILES = sorted(p.name for p in DATA.glob("*.json"))
+TOL = 0.02
+
+# file -> (published total, published active or None, active counts the input embedding?, where the numbers are from).
+# Totals are the main model: DeepSeek/Kimi/GLM totals exclude the MTP module (DeepSeek-V3 README: "685B, which
+# includes 671B of the Main Model weights and 14B of the Multi-Token Prediction (MTP) Module weights"); we compare
+# total_params with 671B and check 685B separately below. Active counts: DeepSeek, gpt-oss, Kimi, MiMo, Nemotron and
+# GLM leave the input embedding out (DeepSeek README_WEIGHTS: "36.6B ... including 0.9B for the output Head");
+# Qwen, Mistral, Meta and Google count it (Qwen3-30B-A3B: 3.3B only with it).
+PUBLISHED = {
+    "deepseek-v3.json": (671e9, 37e9, False, "DeepSeek-V3 README / arXiv 2412.19437: 671B total, 37B activated"),
+    "deepseek-v3.1.json": (671e9, 37e9, False, "HF card deepseek-ai/DeepSeek-V3.1: 671B / 37B"),
+    "deepseek-r1-0528.json": (671e9, 37e9, False, "HF card deepseek-ai/DeepSeek-R1: 671B / 37B"),
+    "deepseek-v3.2.json": (671e9, 37e9, False, "DeepSeek-V3.2-Exp report: V3.1-Terminus + sparse attention"),
+    "kimi-k2-instruct.json": (1.04e12, 32e9, False, "Kimi K2 tech report arXiv 2507.20534: 1.04T total, 32B act."),
+    # "40B active" is rounded to two digits (40.8B without the input embedding by our count): total only
+    "glm-5.json": (744e9, None, False, "HF card zai-org/GLM-5: 744B total"),
+    "qwen3-235b-a22b.json": (235e9, 22e9, True, "HF card Qwen/Qwen3-235B-A22B: 235B in total, 22B activated"),
+    "qwen3-30b-a3b.json": (30.5e9, 3.3e9, True, "HF card Qwen/Qwen3-30B-A3B: 30.5B in total, 3.3B activated"),
+    "qwen3-coder-480b-a35b.json": (480e9, 35e9, True, "HF card Qwen/Qwen3-Coder-480B-A35B-Instruct: 480B / 35B"),
+    # "A3B" is a rounded label (3.2B without embeddings by our count): only the total is checked
+    "qwen3-next-80b-a3b.json": (80e9, None, True, "HF card Qwen/Qwen3-Next-80B-A3B-Thinking: 80B in total"),
+    # the weakest citation here: the model's name (A17B a label; 17.3B by our count), so only the total is checked
+    "qwen3.5-397b-a17b.json": (397e9, None, True, "Qwen3.5-397B-A17B model name / HF card (text decoder)"),
+    "gpt-oss-120b.json": (116.83e9, 5.13e9, False, "gpt-oss model card arXiv 2508.10925 Table 1: 116.83B, 5.13B"),
+    "gpt-oss-20b.json": (20.91e9, 3.61e9, False, "gpt-oss model card arXiv 2508.10925 Table 1: 20.91B, 3.61B"),
+    "llama-4-maverick.json": (400e9, 17e9, True, "Llama 4 card meta-llama/Llama-4-Maverick-17B-128E: 400B / 17B"),
+    "llama-4-scout.json": (109e9, 17e9, True, "Llama 4 card meta-llama/Llama-4-Scout-17B-16E: 109B / 17B"),
+    "mixtral-8x7b.json": (46.7e9, 12.9e9, True, "Mistral AI 'Mixtral of experts' (2023-12-11): 46.7B, 12.9B"),
+    "mixtral-8x22b.json": (141e9, 39e9, True, "Mistral AI 'Cheaper, Better, Faster, Stronger': 141B, 39B"),
+    "mimo-v2-flash.json": (309e9, 15e9, False, "HF card XiaomiMiMo/MiMo-V2-Flash: 309B total, 15B active"),
+    "minimax-m2.5.json": (230e9, None, False, "HF card MiniMaxAI/MiniMax-M2: 230B total (10B active, rounded)"),
+    "gemma-4-26b-a4b.json": (25.2e9, 3.8e9, True, "Gemma 4 model card: 26B A4B = 25.2B total, 3.8B active"),
+    "nemotron-h-56b.json": (56e9, None, True, "Nemotron-H arXiv 2504.03624: 56B dense hybrid"),
+    "llama-3.3-nemotron-super-49b.json": (49.9e9, None, True, "HF card Llama-3_3-Nemotron-Super-49B-v1: 49.9B"),
+    "nemotron-3-nano-30b-a3b.json": (31.6e9, 3.2e9, False, "Nemotron 3 Nano card: 31.6B total, 3.2B active"),
+    "nemotron-3-super-120b-a12b.json": (120e9, 12e9, False, "Nemotron 3 Super card: 120B total, 12B active"),
+}
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / b
+
+
+def test_every_config_has_a_published_count_and_provenance():
+    sources = {entry["file"] for entry in yaml.safe_load((DATA / "SOURCES.yaml").read_text())}
+    assert set(FILES) == set(PUBLISHED) == sources
+    assert len([f for f in PUBLISHED if PUBLISHED[f][1] is not None]) >= 15
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_parameter_counts_match_published(name):
+    total, active, with_embedding, _source = PUBLISHED[name]
+    m = load_model(str(DATA / name))
+    assert rel(flops.total_params(m), total) <= TOL, f"{name}: total {flops.total_params(m) / 1e9:.2f}B"
+    if active is not None:
+        ours = flops.active_params(m) - (0 if with_embedding else flops.embedding_params(m))
+        assert rel(ours, active) <= TOL, f"{name}: active {ours / 1e9:.2f}B vs {active / 1e9}B"
+
+
+def test_deepseek_hub_total_includes_the_mtp_module():
+    """The hub's 685B = 671B main model + 14B MTP module, whose checkpoint repeats the embedding and head."""
+    m = load_model(str(DATA / "deepseek-v3.json"))
+    mtp = sum(flops.mtp_params(m)) + flops.embedding_params(m) + flops.lm_head_params(m)
+    assert rel(flops.total_params(m) + mtp, 685e9) <= TOL
+    assert m.num_nextn_predict_layers == 1
+    no_mtp = m.model_copy(update={"num_nextn_predict_layers": 0})
+    assert flops.model_flops_per_token(m, 4096) > flops.model_flops_per_token(no_mtp, 4096)
+
+
+def kinds(name: str) -> tuple[list[str], list[str]]:
+    m = load_model(str(DATA / name))
+    return list(m.mixer_kinds), list(m.mlp_kinds)
+
+
+def test_layer_kinds_follow_each_family_rule():
+    mix, mlp = kinds("llama-4-maverick.json")  # interleave_moe_layer_step 2: odd layers MoE
+    assert mlp[:4] == ["dense", "moe", "dense", "moe"] and mlp.count("moe") == 24
+    assert mix[:4] == ["chunked_attention"] * 3 + ["full_attention"]  # NoPE every 4th layer attends globally
+    mix, mlp = kinds("nemotron-h-56b.json")
+    pattern = json.loads((DATA / "nemotron-h-56b.json").read_text(), parse_constant=float)["hybrid_override_pattern"]
+    assert mix.count("mamba") == pattern.count("M") and mix.count("full_attention") == pattern.count("*")
+    assert mlp.count("dense") == pattern.count("-") and "moe" not in mlp
+    mix, _ = kinds("qwen3-next-80b-a3b.json")  # full_attention_interval 4
+    assert mix.count("full_attention") == 12 and mix[3] == "full_attention" and mix[0] == "linear_attention"
+    mix, mlp = kinds("llama-3.3-nemotron-super-49b.json")
+    assert mix.count("none") == 31 and set(mlp) == {"dense"}
+    _, mlp = kinds("deepseek-v3.json")
+    assert mlp[:3] == ["dense"] * 3 and mlp.count("moe") == 58
+    _, mlp = kinds("mimo-v2-flash.json")  # moe_layer_freq as a 0/1 list
+    assert mlp[0] == "dense" and mlp.count("moe") == 47
+
+
+def test_sliding_window_attention_uses_min_of_window_and_sequence():
+    m = load_model(str(DATA / "gpt-oss-120b.json"))
+    assert m.sliding_window == 128 and m.mixer_kinds.count("sliding_attention") == 18
+    for s in (64, 128, 4096):
+        brute = sum(min(i, m.sliding_window) for i in range(1, s + 1)) / s  # keys each query sees, causal
+        assert mixers.keys_seen(m.sliding_window, s) == pytest.approx(brute, rel=2 / s + 1e-9)
+    full = mixers.attention_core_flops(m, 4096, "full_attention")
+    assert mixers.attention_core_flops(m, 4096, "sliding_attention") < full / 15  # 128 of 4096 keys
+    assert mixers.attention_core_flops(m, 100, "sliding_attention") == mixers.attention_core_flops(m, 100)
+    tf = flops.token_flops(m, 4096)
+    assert tf.attention == pytest.approx((full + mixers.attention_core_flops(m, 4096, "sliding_attention")) / 2)
+
+
+@pytest.mark.parametrize("name, kind", [("qwen3-next-80b-a3b.json", "linear_attention"),
+                                        ("nemotron-h-56b.json", "mamba")])
+def test_linear_time_mixers_do_not_grow_with_sequence(name, kind):
+    m = load_model(str(DATA / name))
+    short, long = mixers.attention_core_flops(m, 4096, kind), mixers.attention_core_flops(m, 131072, kind)
+    assert short == long > 0
+    assert mixers.attention_core_flops(m, 131072) > 10 * long  # full attention at 128k costs far more
+
+
+def test_hybrid_costs_less_attention_than_if_every_layer_attended():
+    m = load_model(str(DATA / "nemotron-h-56b.json"))
+    uniform = m.model_copy(update={"layer_types": None, "mlp_layer_types": None})
+    assert flops.token_flops(m, 8192).attention < flops.token_flops(uniform, 8192).attention / 5
+    assert flops.total_params(m) < 0.7 * flops.total_params(uniform)  # 83B if every block had attention + MLP
+    assert memory.layer_kind_bytes_per_token(m) < 0  # MLP-only and Mamba blocks save less than attention + MLP
+
+
+def test_vision_tower_and_unmodelled_keys_are_named_in_warnings(capsys):
+    load_model(str(DATA / "llama-4-maverick.json"))
+    assert "vision_config" in capsys.readouterr().err
+    doc = json.loads((DATA / "mixtral-8x7b.json").read_text())
+    model_from_mapping({**doc, "attention_chunk_size": 4096, "num_kv_shared_layers": 4}, "x.json")
+    err = capsys.readouterr().err
+    assert "attention_chunk_size (4096)" in err and "priced as full attention" in err
+    assert "num_kv_shared_layers (4)" in err
+
+
+def test_unknown_key_hint_names_only_close_spellings(capsys):
+    base = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 4096,
+            "vocab_size": 1000}
+    model_from_mapping({**base, "index_head_dmi": 64, "mamba_act": "silu"}, "m.yaml")
+    err = capsys.readouterr().err
+    assert "did you mean 'index_head_dim'" in err
+    assert "did you mean 'v_head_dim'" not in err and "did you mean 'hidden_act'" not in err
+    model_from_mapping({**base, "layer_norm_eps": 1e-5, "vocab_sise": 3}, "m.yaml")
+    assert "did you mean 'vocab_size'" in capsys.readouterr().err
+
+
+def test_malformed_dialect_keys_are_one_line_errors():
+    doc = json.loads((DATA / "nemotron-h-56b.json").read_text(), parse_constant=float)
+    with pytest.raises(Exception, match="hybrid_override_pattern"):
+        model_from_mapping({**doc, "hybrid_override_pattern": "M-"}, "bad.json")
+    doc = json.loads((DATA / "gpt-oss-20b.json").read_text())
+    with pytest.raises(Exception, match="layer_types"):
+        model_from_mapping({**doc, "layer_types": ["sliding_attention"]}, "bad.json")
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_plan_runs_on_every_real_config(name):
+    r = run_plan_in_process("--model", str(DATA / name), "--cluster", "h100x256", "--format", "json", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # stdout is JSON only; warnings went to stderr
+    assert doc["plans"] and doc["plans"][0]["metrics"]["tokens_per_s_per_gpu"] > 0
+    assert all(line.startswith("warning:") for line in r.stderr.splitlines())
+
+
+def test_pipeline_partition_weighs_layers_by_kind():
+    from planner.strategies.partition import PartitionInputs, solve_partition
+
+    def inputs(weights):
+        return PartitionInputs(num_layers=6, pp=2, layer_time=1.0, head_time=0.0, embed_time=0.0, act_bytes=0.0,
+                               act_bytes_recompute=0.0, recompute_time=0.0, layer_static_bytes=0.0,
+                               embed_static_bytes=0.0, head_static_bytes=0.0, head_act_bytes=0.0, working_bytes=0.0,
+                               stage_fixed_bytes=0.0, capacity_bytes=float("inf"), inflight=(1, 1),
+                               layer_time_weights=weights)
+
+    heavy_first = (2.0, 2.0, 0.5, 0.5, 0.5, 0.5)  # e.g. two MoE layers, then four light (Mamba) blocks
+    part = solve_partition(inputs(heavy_first))
+    assert part.bottleneck_s == pytest.approx(4.0) and part.even_bottleneck_s == pytest.approx(4.5)
+    assert sum(part.stage_times_s) == pytest.approx(6.0)
+    assert solve_partition(inputs(None)).layers == (3, 3)
+
+
+def test_partition_inputs_carry_per_layer_weights():
+    from planner.inputs.catalog import load_cluster
+    from planner.inputs.problem import Problem
+    from planner.inputs.specs import TrainingSpec
+    from planner.strategies.partition import layer_weights
+
+    m = load_model(str(DATA / "llama-4-maverick.json"))
+    problem = Problem(m, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
+    w = layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 2})
+    t, mem = w["layer_time_weights"], w["layer_static_weights"]
+    assert len(t) == 48 and sum(t) == pytest.approx(48) and sum(mem) == pytest.approx(48)
+    assert mem[1] > 2 * mem[0]  # a MoE layer holds 64 experts per GPU, a dense one only its MLP
+    uniform = load_model("llama3-8b")
+    problem = Problem(uniform, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
+    assert layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 1}) == {
+        "layer_time_weights": None, "layer_static_weights": None}
+
+
+def test_megatron_launcher_writes_the_interleaved_moe_pattern():
+    r = run_plan_in_process("--model", "llama4-maverick", "--cluster", "h100x256", "--format", "megatron")
+    assert r.returncode == 0, r.stderr
+    assert "--moe-layer-freq '[0,1,0,1," in r.stdout
+
+
+@pytest.mark.parametrize("name", ["nemotron-h-56b.json", "llama-3.3-nemotron-super-49b.json", "gemma-4-26b-a4b.json"])
+def test_a_plans_model_block_reads_back_as_the_same_model(name, capsys):
+    m = load_model(str(DATA / name))
+    again = model_from_mapping(json.loads(json.dumps(m.dump())), "plan.json")
+    assert flops.total_params(again) == flops.total_params(m)
+    assert flops.model_flops_per_token(again, 8192) == flops.model_flops_per_token(m, 8192)
+    assert "unknown key" not in capsys.readouterr().err
+
+
+def test_latent_moe_says_what_it_approximates(capsys):
+    load_model(str(DATA / "nemotron-3-super-120b-a12b.json"))
+    assert "moe_latent_size (1024)" in capsys.readouterr().err
+
+
+def test_table_says_how_a_mixed_config_was_read():
+    r = run_plan_in_process("--model", str(DATA / "nemotron-h-56b.json"), "--cluster", "h100x64", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    assert "mixers 10 full_attention + 54 mamba + 54 none; MLPs 54 dense + 64 none" in r.stdout
+    r = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x64", "--top", "1")
+    assert "mixers" not in r.stdout  # uniform models print as before
