@@ -101,14 +101,18 @@ def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.
                      pair_compute: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed all-to-all per average layer and micro-batch.
 
-    A = a2a forward + backward (2 x `a2a_pass_time`). Unpaired passes expose all of it; a paired pass hides it behind
-    the other micro-batch's layer compute C (forward + backward kernels) and pays for the SMs the communication takes:
-    exposed = (1 - s)·A + s·(max(A - C, 0) + COMM_SM_SHARE·min(A, C)), s = `overlapped_share`.
+    A = a2a forward + backward (2 x `a2a_pass_time`). Unpaired passes expose all of it. A paired pass runs the
+    communication kernels beside the other micro-batch's layer compute C (forward + backward kernels): they take a
+    share σ of the SMs, enough to keep pace, σ = COMM_SM_SHARE·min(A/C, 1) (the share that saturates the links when
+    A = C, DeepSeek-V3's 1:1 case), so the compute stretches to C/(1 - σ) and the pair takes max(A, C/(1 - σ)):
+    exposed = (1 - s)·A + s·(max(A, C/(1 - σ)) - C), s = `overlapped_share`.
     """
     if not m.is_moe:
         return np.zeros_like(tp), np.zeros_like(tp)
     frac_moe = m.moe_layers / m.num_hidden_layers
     a2a = 2.0 * a2a_pass_time(m, fab, prof, tok, tp, ep, etp, fp8)
-    hidden = np.maximum(a2a - pair_compute, 0.0) + COMM_SM_SHARE * np.minimum(a2a, pair_compute)
+    compute = np.maximum(pair_compute, 1e-12)
+    sm_share = COMM_SM_SHARE * np.minimum(a2a / compute, 1.0)
+    hidden = np.maximum(a2a, pair_compute / (1.0 - sm_share)) - pair_compute
     exposed = frac_moe * ((1.0 - share) * a2a + share * hidden)
     return exposed, 0.5 * exposed

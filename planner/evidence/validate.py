@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.errors import NoFeasiblePlan, PlanInputError
-from planner.inputs.catalog import data_dir, load_cluster, model_from_mapping
+from planner.inputs.catalog import data_dir, load_cluster, model_catalog, model_from_mapping
 from planner.inputs.files import read_structured_file
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Schedule, encode
 from planner.inputs.problem import Problem
@@ -44,6 +44,39 @@ def load_cases(path: str | None) -> list[dict[str, Any]]:
     return doc["cases"]
 
 
+# Shape keys a case block must state, and agree on, before it is read as the catalog model its name starts with.
+_CORE_SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_experts_per_tok")
+_EXPERT_COUNT = ("num_local_experts", "n_routed_experts", "num_experts")
+_MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules", "use_mtp")
+
+
+def _squash(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def catalog_architecture(block: dict[str, Any]) -> dict[str, Any]:
+    """The config a case block abbreviates. Published runs name real models, but the blocks carry only the basic
+    keys: Qwen3's head_dim of 128 (not hidden/heads), gpt-oss's sliding-window layers and 64-wide heads, Llama 4's
+    interleaved MoE layers and shared expert are missing, and the model would be priced wrongly. When the block's
+    name starts with a catalog model's name (ignoring case and punctuation) and every core shape key it states
+    agrees with that model's config, the catalog config is used (the block's own keys can be abbreviations in
+    another convention). Multi-token prediction is a training choice: only a block that states it trains it."""
+    name = _squash(str(block.get("name", "")))
+    for cat_name, doc in model_catalog().items():
+        if not name.startswith(_squash(cat_name)):
+            continue
+        stated = {k: block[k] for k in _CORE_SHAPE if k in block}
+        experts = next((block[k] for k in _EXPERT_COUNT if k in block), None)
+        cat_experts = next((doc[k] for k in _EXPERT_COUNT if k in doc), None)
+        if len(stated) < 3 or any(doc.get(k) != v for k, v in stated.items()) or experts != cat_experts:
+            continue
+        merged = {k: v for k, v in doc.items() if k not in _MTP_KEYS and k not in ("aliases", "published_params")}
+        merged.update({k: block[k] for k in _MTP_KEYS if k in block})
+        merged["name"] = block.get("name", cat_name)
+        return merged
+    return block
+
+
 def case_problem(case: dict[str, Any], source: str) -> Problem:
     where = f"{source}#{case.get('id', '?')}"
     for key in ("model", "cluster", "training", "layout", "measured"):
@@ -53,7 +86,7 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
         if not isinstance(case[key], dict):
             raise PlanInputError(f"expected a mapping, got {type(case[key]).__name__}", field=key, source=where,
                                  fix="see README, 'Validation case format'")
-    model = model_from_mapping(case["model"], where)
+    model = model_from_mapping(catalog_architecture(case["model"]), where)
     cluster = load_cluster(str(case["cluster"]))
     tr = case["training"]
     try:
