@@ -151,6 +151,31 @@ def problem() -> Problem:
                                     "tp=4,pp=8,mbs=1,zero=1,recompute=full"])
 def test_stage_memory_matches_evaluate_on_first_and_last_stage(problem: Problem, layout: str) -> None:
     """1F1B: the per-stage walk reproduces evaluate's first- and last-stage totals and its split of the busiest."""
+    _check_stages(problem, layout)
+
+
+@pytest.fixture(scope="module")
+def moe() -> Problem:
+    return Problem(load_model("mixtral-8x22b"), load_cluster("h100x256"), TrainingSpec(seq_len=4096, global_batch=256))
+
+
+def test_stage_memory_matches_evaluate_for_moe(moe: Problem) -> None:
+    """MoE: routed experts' states shard over the expert data-parallel group, as in evaluate."""
+    _check_stages(moe, "tp=2,pp=8,ep=8,mbs=1,zero=1,recompute=full")
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "zb-v"])
+def test_stage_memory_last_rank_holds_its_warm_up(moe: Problem, schedule: str) -> None:
+    """ZB-V and DualPipe keep pp micro-batches in flight on every rank; evaluate charges its last stage one, so the
+    per-rank walk's last rank (same states, pp micro-batches, logits) holds more than evaluate's last stage."""
+    lay = complete_layout(moe, parse_pairs([f"tp=2,pp=8,ep=8,mbs=1,zero=1,recompute=full,schedule={schedule}"], "l"))
+    met = price_layout(moe, lay)
+    stages = stage_memory_gib(moe, lay)
+    assert stages[-1]["activations"] == pytest.approx(stages[0]["activations"])
+    assert stages[-1]["total"] > met["mem_last_stage_gib"]
+
+
+def _check_stages(problem: Problem, layout: str) -> None:
     lay = complete_layout(problem, parse_pairs([layout], "layout"))
     met = price_layout(problem, lay)
     stages = stage_memory_gib(problem, lay)

@@ -1,8 +1,9 @@
 """Memory of every pipeline stage of one layout, split by kind (the report's per-stage chart).
 
 `evaluate` prices only the first and the last stage (the two that can be the busiest); this walks all pp ranks with
-the same building blocks: each holds ceil(L/pp) layers' states (as planner.cost.sharding.stage_params), the first
-adds the embedding, the last the LM head (and its logits), and rank r keeps the activations of
+the same building blocks: each holds ceil(L/pp) layers' states (twice for DualPipe; planner.cost.sharding.stage_params,
+routed experts sharded over the expert data-parallel group), the first adds the embedding, the last the LM head (and
+its logits), and rank r keeps the activations of
 `inflight_microbatches(rank=r)` micro-batches (Megatron's warm-up depth, planner.cost.pipeline). The runtime reserve
 is the one `memory.report` charges, from the busiest stage's allocations, on every rank.
 """
@@ -13,7 +14,13 @@ import numpy as np
 
 from planner.cost import compute, memory, pipeline
 from planner.cost.profiles import profile_for
-from planner.cost.sharding import sharding, stage_params
+from planner.cost.sharding import (
+    expert_shard_group,
+    sharding,
+    split_state_bytes,
+    stage_expert_params,
+    stage_params,
+)
 from planner.inputs.layout import KNOBS
 from planner.inputs.problem import Problem
 
@@ -37,9 +44,11 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
     layers = params["layers_per_stage"]
     p = int(layout["pp"])
     rows = []
+    experts, expert_shard = stage_expert_params(params), expert_shard_group(c, shard)
+    middle = params["held_layers"] * params["per_layer"]
     for r in range(p):
-        stage_p = params["first"] if r == 0 else params["last"] if r == p - 1 else layers * params["per_layer"]
-        states = memory.state_bytes(stage_p, zero, shard, prof, fp8)
+        stage_p = params["first"] if r == 0 else params["last"] if r == p - 1 else middle
+        states = split_state_bytes(stage_p, experts, zero, shard, expert_shard, prof, fp8)
         inflight = pipeline.inflight_microbatches(c["schedule"], pp, c["vpp"], micro, rank=r)
         acts = per_layer_act * layers * inflight + working
         lg = logits if r == p - 1 else np.zeros(1)
