@@ -17,6 +17,15 @@ CASES = [
     ("mixtral-8x22b on h100x1024", ["--model", "mixtral-8x22b", "--cluster", "h100x1024"]),
     ("deepseek-v3 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800x2048", "--seq-len", "4096",
                                    "--global-batch", "4096"]),
+    ("deepseek-v3 fp8 on h800x2048", ["--model", "deepseek-v3", "--cluster", "h800x2048", "--seq-len", "4096",
+                                       "--global-batch", "15360", "--precision", "fp8"]),
+    ("qwen3-235b-a22b on h100x256", ["--model", "qwen3-235b-a22b", "--cluster", "h100x256", "--seq-len", "4096",
+                                      "--global-batch", "2048"]),
+    ("kimi-k2 on h800x2048", ["--model", "kimi-k2", "--cluster", "h800x2048", "--seq-len", "4096",
+                               "--global-batch", "4096"]),
+    ("llama4-maverick on gb200x256", ["--model", "llama4-maverick", "--cluster", "gb200x256"]),
+    ("gpt-oss-120b on b200x64", ["--model", "gpt-oss-120b", "--cluster", "b200x64", "--seq-len", "4096",
+                                  "--global-batch", "1280"]),
 ]
 
 

@@ -187,22 +187,22 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
+    return {"oom": False, "step_time_s": statistics.median(times), "step_times_s": times, **memory_readings(torch),
+            "params": sum(p.numel() for p in model.parameters())}
+
+
+def memory_readings(torch: Any) -> dict[str, float]:
+    """The three memory figures the planner predicts, as torch reports them since the last peak reset: peak of
+    live tensors (memory_allocated_gib), the caching allocator's peak pool (memory_reserved_gib) and everything on
+    the device, CUDA context and NCCL included (memory_peak_gib; other processes too, so run on an idle GPU)."""
     free, total = torch.cuda.mem_get_info()
-    return {
-        "oom": False,
-        "step_time_s": statistics.median(times),
-        "step_times_s": times,
-        "peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
-        "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
-        # Everything on the device, CUDA context included (other processes too, so run it on an idle GPU).
-        "device_used_gib": (total - free) / GIB,
-        "params": sum(p.numel() for p in model.parameters()),
-    }
+    return {"peak_allocated_gib": torch.cuda.max_memory_allocated() / GIB,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / GIB,
+            "device_used_gib": (total - free) / GIB}
 
 
 # --- the planner's side ------------------------------------------------------------------------------------------
 def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict[str, float]:
-    from planner.cost.memory import CONTEXT_BYTES
     from planner.inputs.catalog import load_cluster, model_from_mapping
     from planner.inputs.layout import KNOBS
     from planner.inputs.problem import Problem
@@ -219,9 +219,9 @@ def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict
     layout.update(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mbs=mbs, zero=0, recompute=RECOMPUTE_CODES[recompute], sp=0,
                   schedule=0)
     out = price_layout(Problem(model, cluster, training), layout)
-    # The same quantities torch reports: the allocator's live bytes (no reserve) and its pool (plus fragmentation).
-    out["peak_allocated_gib"] = out["memory_peak_gib"] - out["mem_reserve_gib"]
-    out["peak_reserved_gib"] = out["memory_peak_gib"] - CONTEXT_BYTES / GIB
+    # Like for like (planner.cost.memory.report): each figure torch reports against the prediction of that figure.
+    out["peak_allocated_gib"] = out["memory_allocated_gib"]
+    out["peak_reserved_gib"] = out["memory_reserved_gib"]
     out["device_used_gib"] = out["memory_peak_gib"]
     return out
 

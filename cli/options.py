@@ -75,13 +75,14 @@ def framework_for(framework: str | None, fmt: str) -> str:
 
 def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
-                  compress: list[str] | None = None) -> Problem:
+                  compress: list[str] | None = None, memory_headroom: float | None = None,
+                  optimizer_offload: float = 0.0) -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from planner.inputs.catalog import load_cluster, load_model
 
     _check_names(precision, framework)
     return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
-                       allow_tp_across_nodes, enforce_memory, compress)
+                       allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload)
 
 
 def _check_names(precision: str, framework: str) -> None:
@@ -96,14 +97,15 @@ def _check_names(precision: str, framework: str) -> None:
 
 def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, precision: str, framework: str,
                 fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
-                compress: list[str] | None = None) -> Problem:
+                compress: list[str] | None = None, memory_headroom: float | None = None,
+                optimizer_offload: float = 0.0) -> Problem:
     """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
     from pydantic import ValidationError
 
     from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import precision_refusal
+    from planner.inputs.frameworks import offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
-    from planner.inputs.problem import Problem, parse_compress
+    from planner.inputs.problem import DEFAULT_MEMORY_HEADROOM, Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
 
     _check_names(precision, framework)
@@ -111,8 +113,13 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
     if refusal:
         raise PlanInputError(refusal, field="--precision",
                              fix="use --precision bf16, or a framework with this recipe (megatron-core, nemo)")
+    refusal = offload_refusal(framework, optimizer_offload)
+    if refusal:
+        raise PlanInputError(refusal, field="--optimizer-offload",
+                             fix="use 0 or 1 as the framework allows, or --framework megatron-core (any share)")
     try:
-        tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework)
+        tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
+                          optimizer_offload=optimizer_offload)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and seq_len > m.max_position_embeddings:
@@ -121,5 +128,6 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
     if precision in ("fp8", "fp4") and not (c.gpu.fp8_tflops if precision == "fp8" else c.gpu.fp4_tflops):
         stderr().print(f"warning: {c.gpu.name} has no {precision} tensor cores; predicting at its bf16 rate")
     fixed = parse_pairs(fix or [], "--fix")
+    headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
     return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory,
-                   compress=parse_compress(compress))
+                   compress=parse_compress(compress), memory_headroom=headroom)

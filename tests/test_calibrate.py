@@ -365,3 +365,23 @@ def test_cluster_yaml_profile_key_changes_the_prediction(tmp_path):
     measured = load_cluster(str(tmp_path / "cluster.yaml"))
     assert measured.gpu.matmul_efficiency == 0.5
     assert load_cluster("h100x8").gpu.matmul_efficiency != 0.5
+
+
+def test_real_step_memory_readings_are_the_allocator_figures():
+    """The measured side of the memory comparison reads torch's peak allocated / reserved and the device total (a
+    fake torch stands in for CUDA), and the predicted side offers the same three figures, in order."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("real_step", ROOT / "bench" / "real_step.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    gib = 2**30
+    cuda = SimpleNamespace(max_memory_allocated=lambda: 30 * gib, max_memory_reserved=lambda: 33 * gib,
+                           mem_get_info=lambda: (40 * gib, 80 * gib))
+    got = mod.memory_readings(SimpleNamespace(cuda=cuda))
+    assert got == {"peak_allocated_gib": 30.0, "peak_reserved_gib": 33.0, "device_used_gib": 40.0}
+    pred = mod.predict("h100", 1, "none")
+    assert pred["peak_allocated_gib"] < pred["peak_reserved_gib"] < pred["device_used_gib"]
+    assert {key for key, _ in mod.COMPARED} >= set(got)

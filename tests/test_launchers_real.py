@@ -68,7 +68,7 @@ MEGATRON_PROBLEMS = [
     ("llama8b-h100x16-default", ("--model", "llama3-8b", "--cluster", "h100x16")),
     ("deepseekv3-h100x1024-fp8",  # MLA, dense first layers, shared expert, fp8 recipe
      ("--model", "deepseek-v3", "--cluster", "h100x1024", "--precision", "fp8", "--seq-len", "4096",
-      "--global-batch", "8192")),
+      "--global-batch", "8192", "--framework", "megatron-core")),  # generic may pick DualPipe, which Megatron lacks
 ]
 
 

@@ -165,14 +165,9 @@ def test_stage_memory_matches_evaluate_for_moe(moe: Problem) -> None:
 
 
 @pytest.mark.parametrize("schedule", ["dualpipe", "zb-v"])
-def test_stage_memory_last_rank_holds_its_warm_up(moe: Problem, schedule: str) -> None:
-    """ZB-V and DualPipe keep pp micro-batches in flight on every rank; evaluate charges its last stage one, so the
-    per-rank walk's last rank (same states, pp micro-batches, logits) holds more than evaluate's last stage."""
-    lay = complete_layout(moe, parse_pairs([f"tp=2,pp=8,ep=8,mbs=1,zero=1,recompute=full,schedule={schedule}"], "l"))
-    met = price_layout(moe, lay)
-    stages = stage_memory_gib(moe, lay)
-    assert stages[-1]["activations"] == pytest.approx(stages[0]["activations"])
-    assert stages[-1]["total"] > met["mem_last_stage_gib"]
+def test_stage_memory_matches_evaluate_for_v_and_dual_schedules(moe: Problem, schedule: str) -> None:
+    """ZB-V and DualPipe keep pp micro-batches in flight on every rank; DualPipe holds two stages per rank."""
+    _check_stages(moe, f"tp=2,pp=8,ep=8,mbs=1,zero=1,recompute=full,schedule={schedule}")
 
 
 def _check_stages(problem: Problem, layout: str) -> None:
@@ -185,10 +180,10 @@ def _check_stages(problem: Problem, layout: str) -> None:
         assert stages[-1]["total"] == pytest.approx(met["mem_last_stage_gib"], rel=1e-9)
     busiest = max(stages, key=lambda s: s["total"])
     assert busiest["total"] == pytest.approx(met["memory_peak_gib"], rel=1e-9)
-    for kind in ("weights", "grads", "optimizer", "activations", "logits"):
+    for kind in ("weights", "grads", "optimizer", "activations", "logits", "buffers"):
         assert busiest[kind] == pytest.approx(met[f"mem_{kind}_gib"], rel=1e-9)
     assert all(s["total"] == pytest.approx(sum(s[k] for k in STAGE_KINDS)) for s in stages)
-    if lay["pp"] > 2:  # warm-up depth falls with the rank: fewer activations on later middle stages
+    if lay["pp"] > 2 and lay["schedule"] == Schedule.ONE_F_ONE_B:  # 1F1B's warm-up depth falls with the rank
         mids = [s["activations"] for s in stages[:-1]]
         assert mids == sorted(mids, reverse=True) and mids[0] > mids[-1]
 

@@ -43,6 +43,12 @@ def main(
     compress: Annotated[list[str] | None, typer.Option(
         "--compress", help="what-if: compress each dimension's traffic by a ratio, e.g. dp=4,tp=1.5 (adds codec time)"
     )] = None,
+    memory_headroom: Annotated[float, typer.Option(
+        "--memory-headroom", min=0.0, max=0.5, help="share of GPU memory a plan should leave free; plans above "
+        "(1 - headroom) x capacity rank last and are marked tight")] = 0.05,
+    optimizer_offload: Annotated[float, typer.Option(
+        "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory; "
+        "priced as host-link traffic per step (PCIe or NVLink-C2C)")] = 0.0,
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
 ) -> None:
@@ -58,7 +64,7 @@ def main(
     from planner.search.search import search
 
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
-                            compress=compress)
+                            compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:
@@ -68,7 +74,7 @@ def main(
         raise
     options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
                "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
-               "compress": dict(sorted(problem.compress.items()))}
+               "compress": dict(sorted(problem.compress.items())), "memory_headroom": memory_headroom}
     doc = document.build(result, options)
     doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
     if fmt == "table":

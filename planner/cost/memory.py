@@ -10,28 +10,48 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.profiles import FrameworkProfile, profile_for
-from planner.inputs.layout import Recompute, Zero
+from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 
 GIB = 2.0**30
-# CUDA context and kernels take 1-2 GB ("Ultra-Scale Playbook", First Steps); each NCCL communicator adds ~0.5-0.7 GB
-# of buffers (NVIDIA/nccl #964); the caching allocator loses some to fragmentation, which Megatron's estimator covers
-# with +5% (theoretical_memory_usage.py).
+MIB = 2.0**20
+# Outside the PyTorch allocator, so in neither max_memory_allocated nor max_memory_reserved:
+# - CUDA context and loaded kernels: 0.5-2 GiB; A100 80GB with torch 2.1.1 eager-loaded 0.92 GiB, lazy 0.47 GiB
+#   (stas00/ml-engineering training/performance/README.md "Preloaded CUDA kernels memory usage"; "1-2 GB",
+#   Ultra-Scale Playbook, First Steps). 1 GiB, the eager-loaded figure rounded up for newer kernel libraries.
 CONTEXT_BYTES = 1.0 * GIB
-NCCL_BYTES_PER_GROUP = 0.5 * GIB
+# - NCCL buffers, per communicator: each channel's connection holds a buffer per protocol, Simple NCCL_BUFFSIZE
+#   4 MiB + LL 8x512x8x16 B = 512 KiB + LL128 120x640x8x8 B = 4.69 MiB (nccl src/include/device.h, init.cc); a ring
+#   needs a send and a receive connection per channel regardless of scale (sjeaugey, NVIDIA/nccl#986); 32 channels
+#   on NVLink-class fabrics. 2 x 32 x 9.2 MiB = 0.58 GiB, as measured: 544 MB (2 ranks) / 688 MB per group on A100
+#   (NVIDIA/nccl#964). More communicators, more buffers (nccl#864: ~1.6 GB with one vs ~6 GB with >= 3).
+NCCL_CHANNELS = 32
+NCCL_CONNECTIONS = 2
+NCCL_PROTOCOL_BYTES = 4 * MIB + 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8
+NCCL_BYTES_PER_GROUP = NCCL_CONNECTIONS * NCCL_CHANNELS * NCCL_PROTOCOL_BYTES
+# Inside the allocator, reserved but not allocated: the caching allocator keeps freed blocks per stream and splits
+# cached segments, so reserved >= allocated; Megatron's estimator adds 5% for it (theoretical_memory_usage.py).
+# `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (recommended by Megatron's MoE README, set by torchtitan's
+# run_train.sh) grows one segment per stream instead of one per > 2 MB allocation and avoids unusable slivers
+# (PyTorch docs/source/notes/cuda.md); no published figure quantifies that, so the 5% stands for both.
 FRAGMENTATION = 0.05
+# Transformer Engine delayed scaling keeps an fp32 amax history (default length 1024) and scale for each fp8 GEMM
+# operand (input, weight, grad output) (transformer_engine/common/recipe DelayedScaling amax_history_len).
+FP8_AMAX_HISTORY = 1024
+FP8_OPERANDS_PER_GEMM = 3
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
-                fp8: bool) -> dict[str, np.ndarray]:
+                fp8: bool, offload: float = 0.0) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states (Rajbhandari et al. 2020, ZeRO §5): stage k shards the first k of
     (optimizer, gradients, parameters) over `shard` data-parallel ranks. Transformer Engine keeps an extra fp8 copy of
-    GEMM weights (1 byte/param) in fp8 training."""
+    GEMM weights (1 byte/param) in fp8 training. `offload`: share of the optimizer states kept in CPU memory
+    (planner.cost.offload)."""
     shard = np.maximum(shard, 1)
     weights = params * (prof.weight_bytes + (1.0 if fp8 else 0.0))
     grads = params * prof.grad_bytes
-    optim = params * prof.optimizer_bytes
+    optim = params * prof.optimizer_bytes * (1.0 - offload)
     return {
         "weights": np.where(zero >= Zero.PARAMETERS, weights / shard, weights),
         "grads": np.where(zero >= Zero.GRADIENTS, grads / shard, grads),
@@ -39,36 +59,57 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
     }
 
 
-def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
-                                     dropout: bool, fp8: bool = False) -> np.ndarray:
-    """Activations one layer saves for backward, per token, with fused (flash) attention.
+def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool, dropout: bool,
+                           fp8: bool = False) -> dict[str, np.ndarray]:
+    """Bytes per token one layer saves for backward, by term, with fused kernels (Megatron-Core + Transformer Engine).
 
     Korthikanti et al. 2022 §4.1 count 34·h bytes/token for a GPT layer plus 5·a·s for the s^2 softmax terms; fused
     attention keeps only Q, K, V, the output and a fp32 log-sum-exp per head (Dao et al. 2022), so the s^2 term goes.
-    Generalised to GQA and gated MLPs: each GEMM input and each stored elementwise input counts 2 bytes.
-    In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so the QKV,
-    fc1 and fc2 inputs cost 1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
-    Without sequence parallelism the layer-norm inputs, the two GEMM inputs after them and dropout masks stay
-    replicated across TP ranks (Korthikanti eq. 2: the 10·sbh term); everything else divides by tp.
+    Generalised, and checked tensor by tensor against PyTorch's saved tensors (tests/test_activation_memory.py):
+    - "replicated": the two norm inputs, the two GEMM inputs after them (QKV and fc1) and two 1-byte dropout masks
+      stay whole on every TP rank without sequence parallelism (Korthikanti eq. 2: the 10·sbh term), /tp with it;
+    - "attention": Q, K, V, output, LSE, /tp. MLA trains without weight absorption, so the per-head K (nope + rope)
+      and the kv up-projection output (K nope, V) are kept, and its down-projection latents and their norm outputs
+      are duplicated on every TP rank (Megatron-Core MLA, linear_q/kv_down_proj "duplicated");
+    - "mlp": gated: fc1's gate|up output (kept by the fused bias-SwiGLU, megatron/core/fusions/fused_bias_swiglu.py)
+      and the fc2 input; plain: activation input and fc2 input;
+    - MoE per routed copy (Megatron token dispatcher, moe_utils.permute/unpermute): the permuted expert input, the
+      expert MLP, the expert output the probability-weighted unpermute keeps for the probability gradient, the
+      permuted probability and two int64 index vectors (gather rows, probability order); per token the router's
+      int64 top-k indices and softmax over the k scores; shared experts as a dense MLP.
+    In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so those cost
+    1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
     """
-    h, q = m.hidden_size, m.num_attention_heads * m.d_head
-    kv = m.kv_heads * m.d_head if not m.is_mla else m.kv_lora_rank + m.qk_rope_head_dim
+    h, a = m.hidden_size, m.num_attention_heads
     gemm_in = 1 if fp8 else 2  # bytes per saved GEMM input element
-    replicated = 2 * h + 2 * h + gemm_in * 2 * h + (2 * h if dropout else 0)  # 2 norm inputs, QKV + fc1 inputs, masks
-    attn = 2 * (q + 2 * kv) + 2 * q + 4 * m.num_attention_heads  # Q, K, V, attention output, fp32 LSE
+    replicated = 2 * h + 2 * h + gemm_in * 2 * h + (2 * h if dropout else 0)
+    latent = 0.0
+    if m.is_mla:
+        qk, dv = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        attn = 2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + dv) + 2 * a * dv + 4 * a
+        latent = (4 * m.q_lora_rank if m.q_lora_rank else 0) + 2 * (m.kv_lora_rank + m.qk_rope_head_dim) \
+            + 2 * m.kv_lora_rank
+    else:
+        q, kv = a * m.d_head, m.kv_heads * m.d_head
+        attn = 2 * (q + 2 * kv) + 2 * q + 4 * a  # Q, K, V, attention output, fp32 LSE
     if moe:
-        width = m.expert_ffn
-        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width
-        mlp = m.num_experts_per_tok * per_copy + 2 * m.num_local_experts  # routed copies + router probabilities
+        k, width = m.num_experts_per_tok, m.expert_ffn
+        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 * h + 2 + 16
+        mlp = k * per_copy + 8 * k + 2 * k
         if m.n_shared_experts:
-            mlp += (6 if m.gated_mlp else 4) * width * m.n_shared_experts
+            mlp += ((4 if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
     else:
         f = m.intermediate_size
-        # gated: gate and up outputs + their product (fc2 input); plain: activation input and output (fc2 input)
         mlp = (4 if m.gated_mlp else 2) * f + gemm_in * f
-    sharded = attn + mlp
     tp = np.maximum(tp, 1)
-    return np.where(sp == 1, (replicated + sharded) / tp, replicated + sharded / tp)
+    return {"replicated": np.where(sp == 1, replicated / tp, float(replicated)), "latent": latent + 0 * tp,
+            "attention": attn / tp, "mlp": mlp / tp}
+
+
+def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
+                                     dropout: bool, fp8: bool = False) -> np.ndarray:
+    """Sum of layer_activation_terms: bytes per token one layer saves for backward without recompute."""
+    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8).values())
 
 
 def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
@@ -78,8 +119,29 @@ def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray
 
 
 def runtime_reserve(groups_active: np.ndarray, allocated: np.ndarray) -> np.ndarray:
-    """CUDA context + NCCL buffers per active communicator + allocator fragmentation (constants above)."""
+    """What the device holds beyond allocated tensors: CUDA context + NCCL buffers per active communicator +
+    allocator fragmentation (constants above)."""
     return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups_active + FRAGMENTATION * allocated
+
+
+def fixed_bytes(priced: dict[str, float]) -> float:
+    """Bytes a priced plan holds beyond (1 + FRAGMENTATION) x (states + activations + logits): CUDA context, NCCL
+    buffers and the transient buffers with their fragmentation share. For strategies that re-price the rest."""
+    bufs = (1 + FRAGMENTATION) * priced["mem_buffers_gib"]
+    return (priced["mem_context_gib"] + priced["mem_nccl_gib"] + bufs) * GIB
+
+
+def p2p_buffer_bytes(tok: np.ndarray, h: int, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Pipeline send/recv buffers: one micro-batch's hidden states received and one being sent (Megatron
+    p2p_communication.py allocates the receive tensor per transfer), /tp with sequence parallelism."""
+    per = tok * h * 2.0 / np.where(sp == 1, np.maximum(tp, 1), 1)
+    return np.where(pp > 1, 2.0 * per, 0.0)
+
+
+def fp8_meta_bytes(layers: np.ndarray, gemms_per_layer: int, fp8: bool) -> np.ndarray:
+    """fp8 amax histories and scales: fp32 per operand per GEMM (FP8_AMAX_HISTORY + 1 scale)."""
+    per_gemm = FP8_OPERANDS_PER_GEMM * (FP8_AMAX_HISTORY + 1) * 4.0
+    return layers * gemms_per_layer * per_gemm if fp8 else 0.0 * layers
 
 
 def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray, rc: np.ndarray) -> np.ndarray:
@@ -123,11 +185,19 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
     return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0)
 
 
-def stage_activation_bytes(per_layer_act: np.ndarray, working: np.ndarray, layers: np.ndarray,
-                           inflight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first, last) stage activations: the first stage holds `inflight` micro-batches of its layers at its peak
-    (planner.cost.pipeline.inflight_microbatches), the last one micro-batch; both + the recompute working set."""
-    return per_layer_act * layers * inflight + working, per_layer_act * layers + working
+def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, middle, last) stage layer counts of the split the launchers state: ceil(L/pp) on the middle stages,
+    the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
+    --decoder-first/last-pipeline-num-layers); ceil(L/pp) everywhere when the split is even or needs a layout."""
+    middle = np.ceil(layers / np.maximum(pp, 1))
+    first, last = middle.copy(), middle.copy()
+    pairs = np.unique(np.ravel(pp).astype(np.int64) * 100_000 + np.ravel(vpp).astype(np.int64))
+    for p, v in ((int(k) // 100_000, int(k) % 100_000) for k in pairs):
+        split = uneven_stage_layers(layers, p, v)
+        if split is not None:
+            rows = (pp == p) & (vpp == v)
+            first, last = np.where(rows, split[0], first), np.where(rows, split[1], last)
+    return first, middle, last
 
 
 def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:
@@ -147,37 +217,51 @@ class StageMemory:
     states: dict[str, np.ndarray]  # weights, grads, optimizer (state_bytes)
     activations: np.ndarray
     logits: np.ndarray
-    total: np.ndarray  # states + activations + logits + ZeRO-3 buffers
+    buffers: np.ndarray  # ZeRO-3 gather/reduce buffers, pipeline send/recv buffers, fp8 scaling metadata
+    total: np.ndarray  # states + activations + logits + buffers
 
 
 def stage_memory(states: dict[str, np.ndarray], acts: np.ndarray, logits: np.ndarray,
                  buffer: np.ndarray) -> StageMemory:
-    """total = states + activations + logits + ZeRO-3 buffers."""
-    return StageMemory(states, acts, logits, sum(states.values()) + acts + logits + buffer)
+    """total = states + activations + logits + buffers."""
+    return StageMemory(states, acts, logits, buffer, sum(states.values()) + acts + logits + buffer)
 
 
-def report(first: StageMemory, last: StageMemory, buffer: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
-    """GiB per GPU of the stage with the larger allocations, split by kind, and both stages' device totals.
+def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: np.ndarray) -> dict[str, np.ndarray]:
+    """GiB per GPU of the stage with the largest allocations, split by kind, and the device totals.
 
-    memory_allocated_gib is the peak of live tensors, what frameworks print (torch.cuda.max_memory_allocated;
-    Megatron's "max allocated", DeepSpeed's "Max_MA"); memory_peak_gib adds allocator slack, the CUDA context and
-    NCCL buffers (runtime_reserve).
+    Three figures, each what some tool prints: memory_allocated_gib is the peak of live tensors
+    (torch.cuda.max_memory_allocated: Megatron's "max allocated", DeepSpeed's "Max_MA"); memory_reserved_gib adds
+    the caching allocator's slack (torch.cuda.max_memory_reserved: torchtitan's step log); memory_peak_gib, the
+    device total the fit check uses, adds the CUDA context and NCCL buffers, which live outside the allocator.
+    `second` is the stage after the first, the peak when an uneven split gives the first stage fewer layers.
     """
-    first_is_peak = first.total >= last.total
-    peak_alloc = np.maximum(first.total, last.total)
-    reserve = runtime_reserve(groups, peak_alloc)
-    pick = lambda a, b: np.where(first_is_peak, a, b)  # noqa: E731
+    stages = (first, second, last)
+    totals = np.stack([st.total for st in stages])
+    peak = np.argmax(totals, axis=0)
+    peak_alloc = np.max(totals, axis=0)
+    frag = FRAGMENTATION * peak_alloc
+    fixed = CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
+
+    def pick(get) -> np.ndarray:  # noqa: ANN001
+        return np.choose(peak, [np.broadcast_to(get(st), peak.shape) for st in stages])
+
     return {
-        "memory_peak_gib": (peak_alloc + reserve) / GIB,
+        "memory_peak_gib": (peak_alloc + frag + fixed) / GIB,
+        "memory_reserved_gib": (peak_alloc + frag) / GIB,
         "memory_allocated_gib": peak_alloc / GIB,
-        "mem_weights_gib": pick(first.states["weights"], last.states["weights"]) / GIB,
-        "mem_grads_gib": pick(first.states["grads"], last.states["grads"]) / GIB,
-        "mem_optimizer_gib": pick(first.states["optimizer"], last.states["optimizer"]) / GIB,
-        "mem_activations_gib": pick(first.activations, last.activations) / GIB,
-        "mem_logits_gib": pick(first.logits, last.logits) / GIB,
-        "mem_reserve_gib": (reserve + buffer) / GIB,
-        "mem_first_stage_gib": (first.total + reserve) / GIB,
-        "mem_last_stage_gib": (last.total + reserve) / GIB,
+        "mem_weights_gib": pick(lambda st: st.states["weights"]) / GIB,
+        "mem_grads_gib": pick(lambda st: st.states["grads"]) / GIB,
+        "mem_optimizer_gib": pick(lambda st: st.states["optimizer"]) / GIB,
+        "mem_activations_gib": pick(lambda st: st.activations) / GIB,
+        "mem_logits_gib": pick(lambda st: st.logits) / GIB,
+        "mem_buffers_gib": pick(lambda st: st.buffers) / GIB,
+        "mem_fragmentation_gib": frag / GIB,
+        "mem_context_gib": CONTEXT_BYTES / GIB + 0 * peak_alloc,
+        "mem_nccl_gib": NCCL_BYTES_PER_GROUP * groups / GIB + 0 * peak_alloc,
+        "mem_reserve_gib": (frag + fixed + pick(lambda st: st.buffers)) / GIB,
+        "mem_first_stage_gib": (first.total * (1 + FRAGMENTATION) + fixed) / GIB,
+        "mem_last_stage_gib": (last.total * (1 + FRAGMENTATION) + fixed) / GIB,
     }
 
 
@@ -192,10 +276,9 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
     (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). 2 bytes each; GEMM inputs 1 in fp8.
     """
     gemm_in = 1 if fp8 else 2
-    q, kv = m.num_attention_heads * m.d_head, m.kv_heads * m.d_head
-    if m.is_mla:
-        kv = m.kv_lora_rank + m.qk_rope_head_dim
-    attn = 2 * (q + 2 * kv) + 2 * q + 4 * m.num_attention_heads
+    one = np.array([1])
+    terms = layer_activation_terms(m, one, one * 0, False, False, fp8)
+    attn = float(terms["attention"][0] + terms["latent"][0])  # what an attention layer keeps, as priced above
     per_width = (4 if m.gated_mlp else 2) + gemm_in
     total = 0.0
     for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)):

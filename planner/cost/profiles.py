@@ -29,6 +29,12 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   fused attention became its default; the Megatron-LM paper-era runs (Narayanan 2021, Korthikanti 2022, the Zero
   Bubble fork) used the unfused softmax path, whose s^2 activations their reported memory shows. So `megatron`
   models Megatron-LM as published in those papers; plan today's Megatron-LM with `megatron-core`.
+- memory_reported: which memory figure the stack prints, so `plan validate` compares like with like (frontier_facts
+  §D). "allocated": peak of live tensors, torch.cuda.max_memory_allocated (Megatron-LM report_memory "max allocated",
+  training/utils/common_utils.py; DeepSpeed see_memory_usage "Max_MA"). "reserved": the caching allocator's peak,
+  torch.cuda.max_memory_reserved (torchtitan's step log `memory: X GiB` is `reserved_bytes.all.peak`,
+  components/metrics.py DeviceMemoryMonitor). "device": everything on the GPU (nvidia-smi), allocator + CUDA
+  context + NCCL buffers.
 - kernel_efficiency: achieved fraction of the GPU's best-case GEMM/attention rate (MAMF) in a full training step
   (launch gaps, unfused kernels, clocks under sustained load). The one fitted number per profile: fitted on the dense
   cases of validation/published_runs.yaml by bench/fit_profiles.py; profiles with fewer than 8 cases borrow from the
@@ -54,6 +60,7 @@ class FrameworkProfile:
     kernel_efficiency: float = 1.0  # achieved / best-case (MAMF) rate of the stack's GEMM and attention kernels
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
+    memory_reported: str = "allocated"  # allocated | reserved | device: the memory figure the stack logs
 
 
 _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875, deepep=True, fp8_dispatch=True)
@@ -69,8 +76,7 @@ PROFILES: dict[str, FrameworkProfile] = {
                              deepep=True),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
                                            dp_overlap=0.5),
-    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675,
-                                   **_FSDP),
+    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, memory_reported="reserved", **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.675, grad_reduce_bytes=2.0, **_FSDP),
     "automodel": FrameworkProfile("automodel", kernel_efficiency=0.675, deepep=True, **_FSDP),
     # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
@@ -82,6 +88,9 @@ PROFILES: dict[str, FrameworkProfile] = {
     # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
     "other": replace(_GENERIC, deepep=False, fp8_dispatch=False),
 }
+
+# The metric each `memory_reported` figure is predicted by (planner.cost.memory.report).
+MEMORY_METRIC = {"allocated": "memory_allocated_gib", "reserved": "memory_reserved_gib", "device": "memory_peak_gib"}
 
 
 def profile_for(framework: str) -> FrameworkProfile:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import compute, context, data, expert, groups, memory, pipeline, tensor
+from planner.cost import compute, context, data, expert, groups, memory, offload, pipeline, tensor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.cost.sharding import (
@@ -101,7 +101,9 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
                                         st.fwd, st.bwd)
     optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm, stage_expert_params(params),
-                                     expert_shard_group(c, shard_group))
+                                     expert_shard_group(c, shard_group)) + offload.offload_time(
+        params["stage"], zero, shard_group, prof, problem.training.optimizer_offload,
+        problem.cluster.gpu.host_link_gbps)
     step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
 
     mem = _memory(problem, c, k, x.tok, micro, zero, shard_group, params)
@@ -113,6 +115,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "mfu": compute.mfu(problem, step, x.rates),
         "memory_peak_gib": mem["memory_peak_gib"],
         "memory_allocated_gib": mem["memory_allocated_gib"],
+        "memory_reserved_gib": mem["memory_reserved_gib"],
         "num_microbatches": micro,
         "compute_s": compute.compute_time(micro, layers, lt, recompute_b, head_f),
         "exposed_comm_s": pipeline.exposed_comm_time(micro, p2p_exposed, layers, lc, dp_exposed),
@@ -138,21 +141,55 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
             micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
             params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Memory of the first and last stage of the busiest pipeline (planner.cost.memory), reported as GiB."""
+    """Memory of the busiest pipeline's stages (planner.cost.memory.report), as GiB."""
+    stages = _stages(problem, c, k, tok, micro, zero, shard_group, params)
+    return memory.report(*stages, memory.active_groups(k["tp"], k["pp"], k["dp"], k["cp"], k["ep"]))
+
+
+def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
+    x = _layer(problem, c)
+    out = {}
+    for name, st in zip(("first", "second", "last"), _stages(problem, c, x.k, x.tok, x.micro, x.zero, x.shard_group,
+                                                               x.params), strict=True):
+        kinds = {**st.states, "activations": st.activations, "logits": st.logits, "buffers": st.buffers,
+                 "allocated": st.total}
+        out[name] = {kind: v / memory.GIB for kind, v in kinds.items()}
+    return out
+
+
+def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
+            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
+            params: dict[str, np.ndarray]) -> list[memory.StageMemory]:
+    """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
+    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group."""
     prof = profile_for(problem.training.framework)
     fp8 = compute.is_fp8(problem)
-    tp, pp, layers = k["tp"], k["pp"], params["layers_per_stage"]
-    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, k["sp"], k["rc"])
-    inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], np.floor(micro))
-    acts_first, acts_last = memory.stage_activation_bytes(per_layer_act, working, layers, inflight)
+    tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
+    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
+    m = np.floor(micro)
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
+    ranks = (0, np.minimum(1, pp - 1), pp - 1)
     logits = memory.logits_bytes(tok, problem.model, tp)
-    buffer = memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)
-    experts, expert_shard = stage_expert_params(params), expert_shard_group(c, shard_group)
-    first = memory.stage_memory(split_state_bytes(params["first"], experts, zero, shard_group, expert_shard, prof, fp8),
-                                acts_first, np.where(pp == 1, logits, 0.0), buffer)
-    last = memory.stage_memory(split_state_bytes(params["last"], experts, zero, shard_group, expert_shard, prof, fp8),
-                               acts_last, logits, buffer)
-    return memory.report(first, last, buffer, memory.active_groups(tp, pp, k["dp"], k["cp"], k["ep"]))
+    shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(
+        tok, problem.model.hidden_size, tp, sp, pp)
+    # the embedding/head parameters sit on the first/last stage; sharding.stage_params prices ceil(L/pp) layers
+    # (x copies: DualPipe holds two stages per rank)
+    copies = params["held_layers"] / params["layers_per_stage"]
+    base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
+            params["last"] - params["held_layers"] * per_layer)
+    expert_shard = expert_shard_group(c, shard_group)
+    stages = []
+    for i, (n, rank, edge) in enumerate(zip(counts, ranks, base, strict=True)):
+        inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
+        acts = per_layer_act * n * inflight + working
+        held = n * copies
+        states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
+                                   expert_shard, prof, fp8, problem.training.optimizer_offload)
+        buffers = shared + memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8)
+        stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
+        stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
+    return stages
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -172,7 +209,7 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
 
     def states(params: np.ndarray, expert_params: np.ndarray | float = 0.0) -> np.ndarray:
         return sum(split_state_bytes(params, expert_params, x.zero, x.shard_group, expert_shard, x.prof,
-                                     fp8).values())
+                                     fp8, problem.training.optimizer_offload).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,

@@ -51,6 +51,12 @@ class Capabilities:
     fp8_moe: bool = True
     # fp8 needs zero >= 1 (Megatron-Bridge's fp8 preset gathers fp8 parameters through the distributed optimizer).
     fp8_needs_zero: bool = False
+    # Optimizer states in CPU memory (--optimizer-offload): "fraction" any share (Megatron-Core
+    # --optimizer-cpu-offload --optimizer-offload-fraction, arguments.py; it needs --use-precision-aware-optimizer),
+    # "all" only the whole optimizer (DeepSpeed zero_optimization.offload_optimizer), "none" no switch for it
+    # (torchtitan's FSDP2 CPUOffloadPolicy moves parameters and gradients too, a different trade the planner does
+    # not price).
+    optimizer_offload: str = "fraction"
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -60,6 +66,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(),
         expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
+        optimizer_offload="none",
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
                "interleaving, DP and the distributed optimizer; no context or expert parallelism, no ZeRO-2/3"),
     "megatron-core": Capabilities(
@@ -74,25 +81,26 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
-        cp_comm=(CpComm.RING,),
-        ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False, launcher="torchtitan",
+        cp_comm=(CpComm.RING,), ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False,
+        launcher="torchtitan", optimizer_offload="none",
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
         "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
         expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
+        optimizer_offload="all",
         source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
                "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
     "megatron-deepspeed": Capabilities(
         "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
-        zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
+        zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False, optimizer_offload="all",
         source="Megatron-DeepSpeed: Megatron TP/PP under DeepSpeed's pipe engine (TrainSchedule 1F1B; "
                "runtime/pipe/engine.py asserts ZeRO stage < 2)"),
     "llm-foundry": Capabilities(
         "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
-        cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False,
+        cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False, optimizer_offload="none",
         source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.
@@ -120,6 +128,19 @@ def precision_refusal(framework: str, precision: str, is_moe: bool) -> str | Non
     if precision == "fp8" and is_moe and not caps.fp8_moe:
         return f"{framework} has no fp8 recipe for mixture-of-experts layers"
     return None
+
+
+def offload_refusal(framework: str, fraction: float) -> str | None:
+    """Why `framework` cannot keep `fraction` of its optimizer states in CPU memory (None when it can)."""
+    caps = capabilities_for(framework)
+    if fraction <= 0 or caps.optimizer_offload == "fraction":
+        return None
+    if caps.optimizer_offload == "all" and fraction >= 1:
+        return None
+    if caps.optimizer_offload == "all":
+        return (f"{framework} offloads the whole optimizer or none of it (offload_optimizer), "
+                f"not a share of {fraction:g}")
+    return f"{framework} has no optimizer-state offload switch"
 
 
 def _labels(values: tuple, empty: str = "-") -> str:

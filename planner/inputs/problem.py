@@ -14,6 +14,9 @@ COMPRESS_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 COMPRESS_RANGE = (1.0, 1000.0)  # a ratio of 4 sends a quarter of the bytes; below 1 would send more
 
 
+DEFAULT_MEMORY_HEADROOM = 0.05
+
+
 @dataclass(frozen=True)
 class Problem:
     model: ModelSpec
@@ -28,6 +31,10 @@ class Problem:
     # Schedules the search may choose (codes); None: every schedule the framework ships. Validation narrows it when
     # a case does not state its schedule (opt-in schedules are priced only when a run names them).
     schedule_choices: tuple[int, ...] | None = None
+    # Share of GPU memory a plan should leave free: plans predicted above (1 - headroom) x capacity are "tight",
+    # ranked after every plan with room, and marked (planner.search.search). The memory model's median error on
+    # published runs is ~7% (plan validate), so a plan within 5% of the capacity may well not fit.
+    memory_headroom: float = DEFAULT_MEMORY_HEADROOM
 
     @property
     def num_gpus(self) -> int:

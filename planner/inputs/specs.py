@@ -265,6 +265,8 @@ class GPUSpec(_Spec):
     nvlink_gbps: Rate = Field(description="NVLink/XGMI bandwidth per GPU per direction, GB/s")
     nvlink_domain: int = Field(default=8, gt=0, le=MAX_SIZE)
     network_gbps: Rate = Field(default=50.0, description="scale-out bandwidth per GPU per direction, GB/s")
+    host_link_gbps: Rate = Field(default=64.0, description="GPU <-> CPU bandwidth per GPU per direction, GB/s "
+                                 "(PCIe Gen5 x16 unless the catalog says; NVLink-C2C on Grace parts)")
     matmul_efficiency: Efficiency = Field(default=0.8, description="best achievable bf16 GEMM / peak (MAMF)")
     fp8_matmul_efficiency: Efficiency | None = Field(default=None, description="best fp8 GEMM / fp8 peak")
     attention_efficiency: Efficiency = Field(default=0.5, description="fused attention kernel / peak")
@@ -311,6 +313,9 @@ class TrainingSpec(_Spec):
     global_batch: int = Field(default=512, gt=0, le=1_000_000_000)
     precision: Precision = "bf16"
     framework: str = "generic"
+    optimizer_offload: float = Field(default=0.0, ge=0.0, le=1.0, description=(
+        "share of the optimizer states (fp32 master weights, Adam moments) kept and updated in CPU memory "
+        "(Megatron --optimizer-offload-fraction; DeepSpeed offload_optimizer moves all of it)"))
 
 
 class Layout(BaseModel):

@@ -34,7 +34,7 @@ TIME_TERMS: tuple[tuple[str, str, str], ...] = (
 MEMORY_KINDS: tuple[tuple[str, str, str], ...] = (
     ("weights", "weights", "#4C72B0"), ("grads", "gradients", "#DD8452"), ("optimizer", "optimizer states", "#55A868"),
     ("activations", "activations", "#C44E52"), ("logits", "logits", "#8172B3"),
-    ("reserve", "runtime reserve", "#B0B0B0"),
+    ("buffers", "buffers (ZeRO-3, p2p, fp8)", "#CCB974"), ("reserve", "context, NCCL, fragmentation", "#B0B0B0"),
 )
 # The seven parallelism mixes with the fastest layouts get a colour each; the rest are grey.
 FAMILY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
@@ -172,7 +172,7 @@ def draw_breakdown(ax: Axes, plans: Sequence[tuple[str, dict[str, float]]]) -> N
 
 # --- memory per stage -----------------------------------------------------------------------------
 def draw_stage_memory(ax: Axes, stages: Sequence[dict[str, float]], capacity: float) -> None:
-    """Stacked bars per pipeline rank: weights, gradients, optimizer states, activations, logits, reserve."""
+    """Stacked bars per pipeline rank: weights, gradients, optimizer states, activations, logits, buffers, reserve."""
     x = np.arange(len(stages))
     bottom = np.zeros(len(stages))
     for key, label, colour in MEMORY_KINDS:

@@ -60,6 +60,7 @@ def metrics_dict(metrics: dict[str, float], capacity: float) -> dict[str, float]
         "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"]),
         "mfu": sig(metrics["mfu"], 4),
         "memory_peak_gib": sig(metrics["memory_peak_gib"], 4),
+        "memory_reserved_gib": sig(metrics["memory_reserved_gib"], 4),
         "memory_allocated_gib": sig(metrics["memory_allocated_gib"], 4),
         "memory_capacity_gib": sig(capacity, 4),
     }

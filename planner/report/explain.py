@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from planner.cost.step import memory_stages
 from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
-from planner.search.search import price_layout
+from planner.search.search import is_tight, price_layout
 
 
 def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
@@ -65,6 +66,7 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
     cap = problem.cluster.gpu.memory_gib
     if metrics["memory_peak_gib"] > cap:
         broken.append(MEMORY_RULE)
+    per_stage = memory_stages(problem, cols)
     return {
         "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain),
         "feasible": not broken,
@@ -72,13 +74,21 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
         "metrics": metrics_dict(metrics, cap),
         "breakdown": breakdown_dict(metrics),
         "timeline": timeline(problem, lay, metrics),
+        "memory_tight": bool(is_tight(problem, metrics["memory_peak_gib"])),
         "stages": {
             "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3),
-                      "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6)},
+                      "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6),
+                      "allocations_gib": _rounded(per_stage["first"])},
+            "second": {"allocations_gib": _rounded(per_stage["second"])},
             "last": {"memory_gib": round(metrics["mem_last_stage_gib"], 3),
-                     "microbatch_fwd_bwd_s": round(metrics["last_stage_mb_s"], 6)},
+                     "microbatch_fwd_bwd_s": round(metrics["last_stage_mb_s"], 6),
+                     "allocations_gib": _rounded(per_stage["last"])},
         },
     }
+
+
+def _rounded(kinds: dict[str, np.ndarray]) -> dict[str, float]:
+    return {k: round(float(v[0]), 3) for k, v in kinds.items()}
 
 
 def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partition: bool) -> dict[str, Any]:
@@ -124,6 +134,11 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
     console.print(f"stages: first {first['memory_gib']:.1f} GiB, {first['microbatch_fwd_bwd_s'] * 1e3:.1f} ms per "
                   f"micro-batch; last {last['memory_gib']:.1f} GiB, {last['microbatch_fwd_bwd_s'] * 1e3:.1f} ms per "
                   "micro-batch (fwd+bwd)")
+    for name, stage in out["stages"].items():
+        console.print(f"memory, {name} stage (GiB allocated): "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in stage["allocations_gib"].items()))
+    if out["memory_tight"]:
+        console.print("[yellow]tight[/]: the device total leaves less than the memory headroom free")
     console.print(out["timeline"], highlight=False, markup=False)
     for text in texts:
         console.print(text, highlight=False, markup=False)

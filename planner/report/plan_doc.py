@@ -24,7 +24,7 @@ from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, Trai
 
 SCHEMA_VERSION = 1
 METRIC_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
-OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress")
+OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom")
 MAX_TOP = 1000  # the CLI's --top bound
 RECORD_FIX = "record a baseline with 'plan --model ... --cluster ... --format json > baseline.json'"
 RERECORD_FIX = "re-record the baseline with this planner ('plan ... --format json > baseline.json')"
@@ -135,6 +135,7 @@ class PlanOptions:
     allow_tp_across_nodes: bool
     time_limit: float | None
     compress: dict[str, float] | None  # None: recorded by a planner without --compress
+    memory_headroom: float | None = None  # None: recorded by a planner without --memory-headroom (the default)
 
     def as_dict(self) -> dict[str, Any]:
         """The options mapping as `plan` records it in a new document."""
@@ -142,6 +143,8 @@ class PlanOptions:
                                "allow_tp_across_nodes": self.allow_tp_across_nodes, "time_limit": self.time_limit}
         if self.compress is not None:
             out["compress"] = dict(self.compress)
+        if self.memory_headroom is not None:
+            out["memory_headroom"] = self.memory_headroom
         return out
 
 
@@ -216,7 +219,11 @@ def read_options(options: dict[str, Any], source: str | None = None) -> PlanOpti
     if "compress" in options:  # what-if compressed collectives, recorded only by planners that offer them
         where = "inputs.options.compress"
         compress = parse_compress(_mapping(options["compress"], where, source), where, source)
-    return PlanOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress)
+    headroom = options.get("memory_headroom")
+    if headroom is not None and not (is_number(headroom) and 0 <= headroom <= 0.5):
+        raise PlanInputError(f"expected a share from 0 to 0.5, got {headroom!r:.60}",
+                             field="inputs.options.memory_headroom", source=source, fix="e.g. memory_headroom: 0.05")
+    return PlanOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom)
 
 
 def _spec(cls: type[BaseModel], data: dict[str, Any], name: str, source: str | None) -> Any:
@@ -250,7 +257,9 @@ def problem_from_document(doc: Any, source: str | None = None) -> Problem:
         raise PlanInputError(f"unknown framework {training.framework!r:.60}", field="inputs.training.framework",
                              source=source, fix=f"use one of {', '.join(sorted(PROFILES))}")
     options = read_options(inputs["options"], source)
-    extra = {"compress": options.compress} if options.compress else {}
+    extra: dict[str, Any] = {"compress": options.compress} if options.compress else {}
+    if options.memory_headroom is not None:
+        extra["memory_headroom"] = float(options.memory_headroom)
     return Problem(model, cluster, training, fixed=options.fix, allow_tp_across_nodes=options.allow_tp_across_nodes,
                    **extra)
 

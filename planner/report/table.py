@@ -11,7 +11,7 @@ from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 from planner.search.rules import RULES_BY_NAME
-from planner.search.search import Plan, SearchResult
+from planner.search.search import Plan, SearchResult, is_tight
 
 # Compact layout tokens (`tp4 pp8 v6 dp32 m1 z1 sele sp il`) so that a ranked table fits 80 columns; every
 # abbreviation a table prints is explained by its legend line (LEGEND), keyed by the token's name.
@@ -19,7 +19,7 @@ _RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompu
 _CP_COMM_SHORT = {CpComm.RING: "", CpComm.A2A: "u", CpComm.HYBRID: "h"}
 _SCHEDULE_SHORT = {Schedule.ONE_F_ONE_B: "1f1b", Schedule.INTERLEAVED: "il", Schedule.ZB_H1: "zbh1",
                    Schedule.ZB_H2: "zbh2", Schedule.ZB_V: "zbv", Schedule.SEQ1F1B: "s1f1b",
-                   Schedule.COMBINED_1F1B: "c1f1b", Schedule.DUALPIPE: "dualp", Schedule.DUALPIPE_V: "dualpv"}
+                   Schedule.COMBINED_1F1B: "c1f1b", Schedule.DUALPIPE: "dpipe", Schedule.DUALPIPE_V: "dpipev"}
 LEGEND = {
     "tp": "tp/pp/dp/cp/ep = tensor/pipeline/data/context/expert parallel size",
     "v": "v = virtual stages per pipeline rank", "m": "m = micro-batch (sequences)",
@@ -29,8 +29,9 @@ LEGEND = {
     "sp": "sp = sequence parallel", "1f1b": "1f1b = 1F1B schedule", "il": "il = interleaved 1F1B",
     "zbh1": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2", "zbh2": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2",
     "zbv": "zbv = zero-bubble ZB-V", "s1f1b": "s1f1b = Seq1F1B",
-    "c1f1b": "c1f1b = combined 1F1B (EP all-to-all overlapped)", "dualp": "dualp/dualpv = DualPipe / DualPipe-V",
-    "dualpv": "dualp/dualpv = DualPipe / DualPipe-V",
+    "c1f1b": "c1f1b = combined 1F1B (EP all-to-all overlap)", "dpipe": "dpipe/dpipev = DualPipe/DualPipe-V",
+    "dpipev": "dpipe/dpipev = DualPipe/DualPipe-V",
+    "tight": "! = tight: less than --memory-headroom free, ranked after plans with room",
 }
 
 
@@ -148,19 +149,22 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     best = result.plans[0]
     layouts = [compact_layout(plan.layout) for plan in result.plans]
     mt = [plan.metrics for plan in result.plans]
+    tight = [bool(is_tight(p, x["memory_peak_gib"])) for x in mt]
     columns = [
         ("#", "right", [str(i) for i in range(1, len(result.plans) + 1)]),
         ("layout", "left", [text for text, _ in layouts]),
         ("step s", "right", [f"{x['step_time_s']:.2f}" for x in mt]),
         ("MFU", "right", [f"{x['mfu']:.1%}" for x in mt]),
-        (f"GiB/{cl.gpu.memory_gib:g}", "right", [f"{x['memory_peak_gib']:.1f}" for x in mt]),
+        (f"GiB/{cl.gpu.memory_gib:g}", "right", [f"{x['memory_peak_gib']:.1f}" + ("!" if t else "")
+                                                  for x, t in zip(mt, tight, strict=True)]),
         ("tok/s/GPU", "right", [f"{x['tokens_per_s_per_gpu']:,.0f}" for x in mt]),
         ("comp/comm/bub", "right", [f"{_share(pl, 'compute_s'):.0%}/{_share(pl, 'exposed_comm_s'):.0%}/"
                                     f"{_share(pl, 'bubble_s'):.0%}" for pl in result.plans]),
         ("why", "left", [why(plan, best) for plan in result.plans]),
     ]
     console.print(fitted_table(columns, optional=3, width=console.width))
-    console.print(legend(set().union(*(used for _, used in layouts))), style="dim", highlight=False)
+    used = set().union(*(used for _, used in layouts)) | ({"tight"} if any(tight) else set())
+    console.print(legend(used), style="dim", highlight=False)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"
                   + (f" in {result.seconds:.2f} s" if timings else "")

@@ -243,7 +243,24 @@ MEMORY_RULE = Rule(
     "predicted peak memory per GPU exceeds the GPU's capacity",
     "more GPUs, recompute, a higher ZeRO stage, a smaller micro-batch, or fp8", "cost model (planner.cost.memory)")
 
-RULES_BY_NAME = {r.name: r for r in RULES} | {MEMORY_RULE.name: MEMORY_RULE}
+# Not framework rules: knob values the cost model never prefers, dropped before pricing unless pinned (a pinned value
+# is priced as asked). Each is weakly dominated in every term: time, memory and what the framework accepts.
+DOMINANCE: tuple[Rule, ...] = (
+    Rule("dominated_no_sp", ("tp", "sp"),
+         lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed),
+         "with tp > 1, sequence parallelism moves the same TP bytes (reduce-scatter + all-gather instead of "
+         "all-reduce), shards the norms and dropout, and holds less memory: sp=0 is never better",
+         "pin sp=0 with --fix to price it", "Korthikanti et al. 2022 §4.2.2; planner.cost.tensor/compute/memory"),
+    Rule("dominated_zero0", ("zero", "dp", "cp"),
+         lambda c, p: (c["zero"] != Zero.NONE) | (c["dp"] * c["cp"] == 1) | ("zero" in p.fixed)
+         | (Zero.OPTIMIZER not in capabilities_for(p.training.framework).zero),
+         "where the framework has ZeRO-1 (the distributed optimizer), it reduces the same gradient bytes "
+         "(reduce-scatter + all-gather), hides more of them, updates a shard and holds less: zero=0 is never better",
+         "pin zero=0 with --fix to price it",
+         "Megatron dist_optimizer.md; planner.cost.data (reduction window, optimizer shard)"),
+)
+
+RULES_BY_NAME = {r.name: r for r in (*RULES, *DOMINANCE)} | {MEMORY_RULE.name: MEMORY_RULE}
 
 
 def broken_rules(cols: Cols, problem: Problem) -> list[Rule]:

@@ -49,6 +49,11 @@ def capacity_gib(problem: Problem) -> float:
     return problem.cluster.gpu.memory_gib
 
 
+def is_tight(problem: Problem, memory_peak_gib: np.ndarray | float) -> np.ndarray | bool:
+    """Fits the GPU but leaves less than the problem's memory headroom free."""
+    return memory_peak_gib > capacity_gib(problem) * (1.0 - problem.memory_headroom)
+
+
 def _rank_order(cols: dict[str, np.ndarray], tput: np.ndarray) -> np.ndarray:
     # Quantise throughput so that numerically equal plans tie, then break ties by simplicity, deterministically.
     key_tput = -np.round(tput / np.maximum(tput.max(), 1e-30) * 2000.0)
@@ -92,18 +97,26 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     if feasible == 0:
         raise NoFeasiblePlan("no layout satisfies every rule", {"pruned": pruned, "candidates": enum.candidates})
     tput = all_met["tokens_per_s_per_gpu"]
-    if feasible > 20 * top:  # only rows near the top can tie: rank those, not a million
-        kth = np.partition(tput, feasible - top)[feasible - top]
-        near = np.flatnonzero(tput >= kth - 2 * tput.max() / 2000.0)  # two quantisation buckets of margin
-        sub_cols = {k: v[near] for k, v in all_cols.items()}
-        order = near[_rank_order(sub_cols, tput[near])[:top]]
-    else:
-        order = _rank_order(all_cols, tput)[:top]
+    # plans without headroom rank after every plan with room: they are priced, not trusted
+    tight = np.asarray(is_tight(problem, all_met["memory_peak_gib"]), dtype=bool)
+    order = np.concatenate([_top_rows(np.flatnonzero(group), all_cols, tput, top) for group in (~tight, tight)])[:top]
     plans = [Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
              for i in order]
     priced = {**all_cols, **{k: all_met[k] for k in PRICED_METRICS}} if keep_priced else None
     return SearchResult(problem, plans, enum.candidates, feasible, pruned, time.perf_counter() - start, proven,
                         priced=priced)
+
+
+def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:
+    """The best `top` of `rows` by throughput (ties by simplicity); only rows near the top can tie, so a large
+    set ranks those, not a million."""
+    if len(rows) > 20 * top:
+        t = tput[rows]
+        kth = np.partition(t, len(rows) - top)[len(rows) - top]
+        rows = rows[t >= kth - 2 * t.max() / 2000.0]  # two quantisation buckets of margin
+    if len(rows) == 0:
+        return rows
+    return rows[_rank_order({k: v[rows] for k, v in cols.items()}, tput[rows])[:top]]
 
 
 def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS
 from planner.inputs.problem import Problem
-from planner.search.rules import RULES
+from planner.search.rules import DOMINANCE, RULES
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
 
@@ -35,6 +36,16 @@ def _choices(knob: str) -> list[int]:
     return list(allowed)
 
 
+def _schedules(problem: Problem) -> list[int]:
+    """Schedules worth enumerating: those the problem allows (validation narrows them) and, unless pins are trusted,
+    those the framework ships (the framework_schedule rule would refuse the rest after the cross product)."""
+    choices = list(problem.schedule_choices) if problem.schedule_choices else _choices("schedule")
+    if problem.trust_pins:
+        return choices
+    shipped = {int(s) for s in capabilities_for(problem.training.framework).schedules}
+    return [s for s in choices if s in shipped] or choices
+
+
 def domains(problem: Problem) -> dict[str, list[int]]:
     """Candidate values per knob; a pinned knob gets exactly its value (so a bad pin is reported by the rules)."""
     m, n = problem.model, problem.num_gpus
@@ -51,7 +62,7 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "zero": _choices("zero"),
         "recompute": _choices("recompute"),
         "sp": [0, 1],
-        "schedule": list(problem.schedule_choices) if problem.schedule_choices else _choices("schedule"),
+        "schedule": _schedules(problem),
         "cp_comm": _choices("cp_comm"),
     }
     for knob, value in problem.fixed.items():
@@ -84,10 +95,10 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
     dom = domains(problem)
     sizes = [len(dom[k]) for k in _ORDER]
     candidates = int(np.prod(sizes))
-    pruned = {r.name: 0 for r in RULES}
+    pruned = {r.name: 0 for r in (*RULES, *DOMINANCE)}
     cols: dict[str, np.ndarray] = {}
     known: set[str] = set()
-    pending = list(RULES)
+    pending = [*RULES, *DOMINANCE]  # framework rules first: a row they refuse is charged to them
     for i, knob in enumerate(_ORDER):
         cols = _cross(cols, knob, dom[knob])
         known.add(knob)

@@ -259,8 +259,7 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
     latency = float(comm.all_reduce_time(np.array(0.0), ranks, stride, cl))
     probe = 2.0**30
     slope = (float(comm.all_reduce_time(np.array(probe), ranks, stride, cl)) - latency) / probe
-    alloc = priced["memory_allocated_gib"]
-    fixed = (priced["mem_reserve_gib"] - memory.FRAGMENTATION * alloc) * memory.GIB
+    fixed = memory.fixed_bytes(priced)
     acts = (priced["mem_activations_gib"] + priced["mem_logits_gib"]) * memory.GIB
     return OsdpTable(
         items=tuple(items), micro_batches=micro, base_microbatch_s=base_mb, optimizer_s=priced["optimizer_s"],

@@ -285,13 +285,13 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     head_p = flops.lm_head_params(m)
     per_param = cost.edge_state_bytes / (emb_p + head_p)
     head_copy = head_p if head_p else emb_p  # tied: the last stage keeps its own copy of the table (Megatron)
-    gib, frag = memory.GIB, memory.FRAGMENTATION
+    gib = memory.GIB
 
-    def reserve(priced: dict[str, float]) -> float:  # mem_reserve_gib less its fragmentation share, in bytes
-        return (priced["mem_reserve_gib"] - frag * priced["memory_allocated_gib"]) * gib
-
-    fixed = reserve(price_layout(problem, full_layout(lay, zero=min(lay["zero"], 2))))
-    z3_buffer = reserve(price_layout(problem, lay)) - fixed if lay["zero"] == Zero.PARAMETERS else 0.0
+    below_z3 = price_layout(problem, full_layout(lay, zero=min(lay["zero"], 2)))
+    fixed = memory.fixed_bytes(below_z3)  # context + NCCL + buffers, in bytes
+    # ZeRO-3's gather buffer: an allocation of each stage (scaled by the fragmentation share with the rest)
+    z3_buffer = ((price_layout(problem, lay)["mem_buffers_gib"] - below_z3["mem_buffers_gib"]) * gib
+                 if lay["zero"] == Zero.PARAMETERS else 0.0)
     cap = (cl.gpu.memory_gib if capacity_gib is None else capacity_gib) * gib
     micro = int(cost.micro_batches)
     return PartitionInputs(
@@ -301,7 +301,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
         act_bytes_recompute=cost.checkpoint_bytes, recompute_time=cost.full_recompute_s - cost.recompute_s,
         layer_static_bytes=cost.layer_state_bytes, embed_static_bytes=per_param * emb_p,
         head_static_bytes=per_param * head_copy, head_act_bytes=cost.logits_bytes, working_bytes=cost.working_bytes,
-        stage_fixed_bytes=z3_buffer, capacity_bytes=(cap - fixed) / (1 + frag),
+        stage_fixed_bytes=z3_buffer, capacity_bytes=(cap - fixed) / (1 + memory.FRAGMENTATION),
         inflight=tuple(min(micro, pp - s) for s in range(pp)), **layer_weights(problem, lay))
 
 

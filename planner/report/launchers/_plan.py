@@ -97,6 +97,7 @@ class PlanView:
     global_batch: int
     precision: str
     layout: Layout
+    optimizer_offload: float = 0.0  # share of optimizer states in CPU memory (inputs.training.optimizer_offload)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -245,6 +246,14 @@ def _check(view: PlanView) -> None:
                           f"the {rest} layers left for the {middle} middle stages do not split evenly")
 
 
+def _offload(training: dict) -> float:
+    value = training.get("optimizer_offload", 0.0) if isinstance(training, dict) else 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise PlanInputError(f"expected a share from 0 to 1, got {value!r:.60}",
+                             field="inputs.training.optimizer_offload", fix="e.g. optimizer_offload: 0.5")
+    return float(value)
+
+
 def load(doc: dict | PlanDocument, rank: int) -> PlanView:
     """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
     pd = loose_plan_document(doc)
@@ -269,6 +278,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         global_batch=get_int(training, "global_batch", "inputs.training", minimum=1),
         precision=precision,
         layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
+        optimizer_offload=_offload(training),
     )
     _check(view)
     return view

@@ -24,6 +24,11 @@ def render(view: PlanView) -> str:
     if lay.zero >= 1:
         # The cost model overlaps gradient reduction with backward; DeepSpeed only does so with overlap_comm.
         zero.update(overlap_comm=True, contiguous_gradients=True)
+    if view.optimizer_offload > 0:
+        if lay.zero == 0 or view.optimizer_offload < 1:
+            refuse(view, NAME, "inputs.training.optimizer_offload", "DeepSpeed offloads the whole optimizer "
+                   "(offload_optimizer), and only under ZeRO >= 1", "re-plan with --optimizer-offload 1 --fix zero=1")
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}  # ZeRO-Offload (Ren et al. 2021)
     config: dict[str, object] = {
         # DeepSpeed asserts train_batch_size == micro x accumulation x data-parallel world size.
         "train_batch_size": lay.micro_batch * lay.num_microbatches * lay.dp,

@@ -159,7 +159,7 @@ def _recompute(view: PlanView) -> list[Flag]:
 def _data_parallel(view: PlanView) -> list[Flag]:
     zero = view.layout.zero
     if zero == 0:
-        return [("--overlap-grad-reduce",)]
+        return [("--overlap-grad-reduce",)] + _offload(view)
     flags: list[Flag] = []
     if zero >= 2:
         # ZeRO-2/3 exist in Megatron only as Megatron-FSDP; these are its required companions per the
@@ -171,7 +171,16 @@ def _data_parallel(view: PlanView) -> list[Flag]:
             ("--ckpt-format", "fsdp_dtensor"),
         ]
     flags += [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
-    return flags
+    return flags + _offload(view)
+
+
+def _offload(view: PlanView) -> list[Flag]:
+    """Optimizer states in CPU memory: Megatron's HybridDeviceOptimizer needs the precision-aware optimizer
+    (arguments.py: --optimizer-cpu-offload requires --use-precision-aware-optimizer)."""
+    if view.optimizer_offload <= 0:
+        return []
+    return [("--optimizer-cpu-offload",), ("--optimizer-offload-fraction", f"{view.optimizer_offload:g}"),
+            ("--use-precision-aware-optimizer",)]
 
 
 def _precision(view: PlanView) -> list[Flag]:

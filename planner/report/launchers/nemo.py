@@ -99,6 +99,10 @@ def _data_parallel(view: PlanView) -> list[Item]:
             ("ddp.data_parallel_sharding_strategy", _mcore.FSDP_STRATEGY[zero]),
             ("checkpoint.ckpt_format", "fsdp_dtensor"),  # the only format Megatron-FSDP saves and loads
         ]
+    if view.optimizer_offload > 0:  # Megatron-Core OptimizerConfig: the CPU offload needs the precision-aware optimizer
+        items += [("optimizer.optimizer_cpu_offload", True),
+                  ("optimizer.optimizer_offload_fraction", view.optimizer_offload),
+                  ("optimizer.use_precision_aware_optimizer", True)]
     return items
 
 

@@ -29,6 +29,10 @@ Value = int | bool | str | list
 
 def render(view: PlanView) -> str:
     _check(view)
+    if view.optimizer_offload > 0:
+        refuse(view, NAME, "inputs.training.optimizer_offload", "torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) "
+               "moves parameters and gradients too, not the optimizer share the plan prices",
+               "re-plan with --optimizer-offload 0, or use --format megatron")
     lay = view.layout
     notes = ["# merge into the model's train_configs/*.toml; model, tokenizer, data and optimizer keys stay yours"]
     if lay.zero in (1, 2) and _shard_degree(view) > 1:
