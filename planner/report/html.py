@@ -124,9 +124,10 @@ def _charts(result: SearchResult) -> list[Chart]:
         out.append(Chart("memory", "Memory per pipeline stage (top pick)", charts.to_svg(fig), (
             (f"Peak GiB per GPU on each of the {len(stages)} pipeline ranks of " if len(stages) > 1 else
              "Peak GiB per GPU (no pipeline: one stage) of ") + f"{layout_text(top.layout)}: model "
-            "states after ZeRO sharding, the activations of the micro-batches each rank holds at its peak (deepest on "
-            "the first rank), the last rank's logits, and the runtime reserve (CUDA context, NCCL buffers, "
-            "fragmentation, ZeRO-3 buffers).")))
+            "states after ZeRO sharding (the first and last stage hold the layers of the launched split plus the "
+            "embedding / LM head), the activations of the micro-batches each rank holds at its peak, the last "
+            "rank's logits, buffers (ZeRO-3 gathers, pipeline send/receive, fp8 scaling) and the CUDA context, NCCL "
+            "and fragmentation reserve.")))
     chosen = _pipelined(result)
     if chosen is not None:
         chart = timeline_chart(chosen[1], chosen[2], chosen[0])
