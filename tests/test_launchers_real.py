@@ -126,7 +126,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--no-gradient-accumulation-fusion", "--ckpt-format", "--use-distributed-optimizer", "--overlap-grad-reduce",
         "--overlap-param-gather", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-amax-history-len",
         "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear", "--moe-flex-dispatcher-backend",
-        "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
+        "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -151,6 +151,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         recompute_granularity=_str(flags, "--recompute-granularity"),
         recompute_method=_str(flags, "--recompute-method"),
         recompute_num_layers=_int(flags, "--recompute-num-layers"),
+        **({"recompute_modules": flags["--recompute-modules"]} if "--recompute-modules" in flags else {}),
         # Megatron-LM defaults gradient_accumulation_fusion on (then turns it off without APEX/TE at start-up).
         gradient_accumulation_fusion=False,
         bf16="--bf16" in flags,

@@ -223,15 +223,22 @@ class MLAttention(nn.Module):
         x = self.par.gather(x)
         return (self.q_down(x) if self.q_lora else self.q_up(x)), self.kv_down(x)
 
-    def up(self, q_a: torch.Tensor, kv_a: torch.Tensor) -> torch.Tensor:
+    def up(self, q_a: torch.Tensor, kv_a: torch.Tensor, discard: bool = False) -> torch.Tensor:
+        """Up projections, fused attention core and output projection. `discard`: Megatron's mla_up_proj recompute,
+        the per-head q, k, v are not kept for backward (emulated by checkpointing them with the core, which also
+        drops the core's fp32 log-sum-exp: 4 bytes per head and token, inside the tests' 2 %)."""
+        if discard:
+            return self.par.reduce(self.o(checkpoint(self._core, q_a, kv_a, use_reentrant=True)))
+        return self.par.reduce(self.o(self._core(q_a, kv_a)))
+
+    def _core(self, q_a: torch.Tensor, kv_a: torch.Tensor) -> torch.Tensor:
         s, b, a = q_a.shape[0], q_a.shape[1], self.a
         q = (self.q_up(self.q_norm(q_a)) if self.q_lora else q_a).view(s, b, a, self.nope + self.rope)
         latent, k_pe = kv_a.split([self.lora, self.rope], dim=-1)
         kv = self.kv_up(self.kv_norm(latent)).view(s, b, a, self.nope + self.dv)
         k_nope, v = kv.split([self.nope, self.dv], dim=-1)
         k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(s, b, a, self.rope)], dim=-1)
-        out = _FlashAttention.apply(q, k, v).view(s, b, a * self.dv)
-        return self.par.reduce(self.o(out))
+        return _FlashAttention.apply(q, k, v).view(s, b, a * self.dv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.up(*self.down(x))
@@ -317,7 +324,7 @@ class Layer(nn.Module):
         if not sel:
             return attn(norm(x))
         if isinstance(attn, MLAttention):  # norm output discarded: norm + down projections recomputed
-            return attn.up(*checkpoint(lambda y: attn.down(norm(y)), x, use_reentrant=True))
+            return attn.up(*checkpoint(lambda y: attn.down(norm(y)), x, use_reentrant=True), discard=True)
         if not self.flash:  # Korthikanti et al. 2022 §5: selective recompute = the core attention
             return attn(norm(x), recompute_core=True)
         return attn.core(checkpoint(lambda y: attn.qkv(norm(y)), x, use_reentrant=True))

@@ -87,13 +87,19 @@ def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
     return h + q + h + width, (q + kv) + h + up + h
 
 
-def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
+def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
+              ep: np.ndarray | None = None) -> np.ndarray:
     """Forward GEMMs of an average layer: tok·((1-f_moe)·dense + f_moe·moe)/tp / (peak·eff); the MoE share carries
-    the busiest expert's extra load (planner.cost.expert)."""
+    the busiest expert's extra load, and its routed-expert part runs at the grouped-GEMM rate of its tokens per
+    expert (planner.cost.expert)."""
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
     moe_layer = expert.moe_layer_flops(m, tf)
+    if m.is_moe and ep is not None:
+        routed = expert.EXPERT_IMBALANCE * flops.routed_flops(m)
+        slow = 1.0 / expert.grouped_gemm_rate(m, tok, tp, ep) - 1.0
+        moe_layer = moe_layer + routed * slow
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
     return gemm_flops / (r.peak * r.eff)
 
@@ -176,7 +182,7 @@ class LayerTimes:
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
                 ep: np.ndarray, attn_len: np.ndarray | float | None = None) -> LayerTimes:
     """t_f = gemm + attn + elem + launch; t_b = 2·gemm + attn_b + 2·elem_bytes/HBM + 2·launch; W = gemm."""
-    gemm_f = gemm_time(problem, r, tok, tp)
+    gemm_f = gemm_time(problem, r, tok, tp, ep)
     attn_f, attn_b = attention_time(problem, r, tok, tp, attn_len)
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
@@ -186,15 +192,30 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     return LayerTimes(layer_f, layer_b, gemm_f, attn_f, attn_b, elem_f, launch_f)
 
 
-def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes) -> np.ndarray:
+def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray | None = None,
+                   tp: np.ndarray | None = None) -> np.ndarray:
     """Extra backward work per layer: full = one forward; selective = see below; none = 0.
 
     Selective recompute: with unfused attention it is Korthikanti et al.'s (re-run the attention core); with fused
     attention there is no s^2 state to drop, and Megatron-Core's selective modules re-run the memory-bound
     norms and activation functions instead (`--recompute-modules layernorm mlp/moe_act`): one forward of them.
+    With multi-head latent attention the up-projections are re-run too (`--recompute-modules mla_up_proj`; DeepSeek-V3
+    report §3.2.3 recomputes them): their GEMMs once more, f_mla·tok·2·a·(q_lora·qk + kv_lora·(nope + v))/tp.
     """
     selective_cost = lt.elem_f if profile_for(problem.training.framework).flash_attention else lt.attn_f
+    if tok is not None and tp is not None and problem.model.is_mla:
+        r = rates(problem)
+        selective_cost = selective_cost + tok * mla_up_proj_flops(problem.model) / tp / (r.peak * r.eff)
     return np.where(rc == Recompute.FULL, lt.fwd, np.where(rc == Recompute.SELECTIVE, selective_cost, 0.0))
+
+
+def mla_up_proj_flops(m: ModelSpec) -> float:
+    """Forward FLOPs per token of MLA's up-projections (query from its latent, per-head keys/values from theirs),
+    averaged over the layers that have MLA: 2·a·(q_lora·(nope + rope) + kv_lora·(nope + v))."""
+    a = m.num_attention_heads
+    q_in = m.q_lora_rank or m.hidden_size
+    return 2.0 * a * (q_in * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+                      + m.kv_lora_rank * (m.qk_nope_head_dim + m.v_head_dim))
 
 
 def head_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:

@@ -17,9 +17,10 @@ from planner.inputs.specs import ModelSpec
 
 # Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
 # waits for it. Factor on the routed-expert GEMM time, fitted on the MoE cases of validation/published_runs.yaml
-# (bench/fit_profiles.py --moe); it lands where Switch Transformer's capacity factors do (Fedus et al. 2021 §2.2:
-# 1.0-1.25 drops only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load).
-EXPERT_IMBALANCE = 1.2
+# (bench/fit_profiles.py --moe, refitted once the grouped-GEMM rate below took over the small-token slowdown it had
+# absorbed: 1.2 -> 1.1); it lands where Switch Transformer's capacity factors do (Fedus et al. 2021 §2.2: 1.0-1.25
+# drops only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load).
+EXPERT_IMBALANCE = 1.1
 # Dropless token dispatch copies the per-expert token counts to the host to size the grouped GEMMs (Megatron-Core
 # MoEAlltoAllTokenDispatcher: tokens_per_expert.cpu()), stalling the GPU once per MoE layer and pass until the CPU has
 # launched the following kernels again: eager PyTorch enqueues the layer's remaining ~50-100 ops at ~10 us each.
@@ -37,6 +38,29 @@ def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops) -> float:
     moe_gemm + (EXPERT_IMBALANCE - 1)·routed, routed = 2·k·(expert MLP params)."""
     routed = 2.0 * m.num_experts_per_tok * flops.mlp_params(m, m.expert_ffn) if m.is_moe else 0.0
     return tf.moe_gemm + (EXPERT_IMBALANCE - 1) * routed
+
+
+# Grouped expert GEMMs run below the large-GEMM rate when each expert gets few tokens (short M per group): DeepGEMM
+# (README @55ab91f, FP8 on H800; frontier_facts.md §F) measures masked grouped GEMMs at 815-932 TFLOP/s with 256
+# tokens per expert and 925-1233 with 1024, against 1214-1346 for 4 groups of 8192. A saturating M / (M + M0) puts
+# 256 at 0.68 and 1024 at 0.87 of 8192's rate with M0 = 125 tokens (the midpoints of those ranges); the catalog's
+# GEMM efficiency is the large-shape rate, so the factor is normalised at 8192 tokens per expert.
+GROUPED_GEMM_HALF_TOKENS = 125.0
+GROUPED_GEMM_REFERENCE_TOKENS = 8192.0
+
+
+def tokens_per_expert(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Average tokens each local expert's GEMM sees: the EP group's tok/tp tokens x k copies spread over E experts
+    and gathered onto E/ep per GPU, tok·k·ep/(tp·E) (expert TP keeps the token count and slices the width)."""
+    return tok * m.num_experts_per_tok * ep / (np.maximum(tp, 1) * max(m.num_local_experts, 1))
+
+
+def grouped_gemm_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """Rate of the routed-expert grouped GEMMs relative to the catalog's large-GEMM rate:
+    (M / (M + M0)) / (M_ref / (M_ref + M0)), M = tokens per expert, capped at 1."""
+    tpe = np.maximum(tokens_per_expert(m, tok, tp, ep), 1.0)
+    ref = GROUPED_GEMM_REFERENCE_TOKENS / (GROUPED_GEMM_REFERENCE_TOKENS + GROUPED_GEMM_HALF_TOKENS)
+    return np.minimum(tpe / (tpe + GROUPED_GEMM_HALF_TOKENS) / ref, 1.0)
 
 
 def moe_launch_time(m: ModelSpec, ep: np.ndarray) -> np.ndarray:

@@ -160,13 +160,18 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == Recompute.SELECTIVE, 0.0, 5.0 * m.num_attention_heads * s / tp)
-    else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input)
+    else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input), and
+        # with MLA the up-projection outputs (Megatron-Core --recompute-modules layernorm moe_act mla_up_proj)
         gemm_in = 1.0 if fp8 else 2.0
         width = m.intermediate_size
         if m.is_moe:
             width = (1 - frac_moe) * m.intermediate_size + frac_moe * m.expert_ffn * (
                 m.num_experts_per_tok + m.n_shared_experts)
         saved = np.where(sp == 1, 2 * gemm_in * m.hidden_size / tp, 2 * gemm_in * m.hidden_size) + gemm_in * width / tp
+        if m.is_mla:  # mla_up_proj: the latent norms, up projections and per-head q, k, v are re-made
+            a, qk = m.num_attention_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
+            saved = saved + (2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + m.v_head_dim)) / tp \
+                + 2 * (m.q_lora_rank + m.kv_lora_rank)
         act_per_token = act_per_token - np.where(rc == Recompute.SELECTIVE, saved, 0.0)
     return act_per_token
 

@@ -67,7 +67,7 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
     lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
-    recompute_b = compute.recompute_time(problem, rc, lt)
+    recompute_b = compute.recompute_time(problem, rc, lt, tok, tp)
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
 

@@ -39,6 +39,7 @@ _HANDLED = {
     "--squared-relu", "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
+    "--recompute-modules",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
 }

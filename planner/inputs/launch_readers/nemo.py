@@ -24,6 +24,7 @@ _CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size", "model.sequence_parallel",
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
+            "model.recompute_modules", "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend",
             "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
             "dist.use_megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
             "mixed_precision", "model.expert_tensor_parallel_size", "model.hierarchical_context_parallel_sizes",

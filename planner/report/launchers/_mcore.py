@@ -22,6 +22,16 @@ RECOMPUTE = {
 FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 
 
+def recompute_modules(view: PlanView) -> list[str]:
+    """The modules selective recompute re-runs where the planner prices more than Megatron's default core_attn:
+    MoE models re-run norms and the expert activation, MLA models also their up-projections
+    (transformer_config.py recompute_modules; planner.cost.compute.recompute_time)."""
+    m = view.model
+    if view.layout.recompute != "selective" or not (m.is_moe or m.is_mla):
+        return []
+    return ["layernorm", *(["moe_act"] if m.is_moe else []), *(["mla_up_proj"] if m.is_mla else [])]
+
+
 def ep_overlap(view: PlanView) -> bool:
     """The plan pairs micro-batches to hide the expert all-to-all (`--overlap-moe-expert-parallel-comm`)."""
     return view.layout.schedule == "combined-1f1b"

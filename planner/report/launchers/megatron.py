@@ -151,6 +151,9 @@ def _recompute(view: PlanView) -> list[Flag]:
     flags: list[Flag] = []
     if granularity:
         flags.append(("--recompute-granularity", granularity))
+    modules = _mcore.recompute_modules(view)
+    if modules:
+        flags.append(("--recompute-modules", *modules))
     if method:
         flags += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
     return flags

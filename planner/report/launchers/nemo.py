@@ -52,6 +52,8 @@ def _model(view: PlanView) -> list[Item]:
     if lay.cp > 1 and lay.cp_comm == "a2a+p2p" and lay.cp_hierarchy:
         items.append(("model.cp_comm_type", "a2a+p2p"))
         items.append(("model.hierarchical_context_parallel_sizes", "[{},{}]".format(*lay.cp_hierarchy)))
+    if _mcore.recompute_modules(view):
+        items.append(("model.recompute_modules", "[" + ",".join(_mcore.recompute_modules(view)) + "]"))
     if view.model.is_moe:
         items.append(("model.expert_tensor_parallel_size", lay.expert_tp or lay.tp))
         if _mcore.deepep_dispatch(view):
