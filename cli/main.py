@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, sweep, validate
+from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, report, sweep, validate
 from cli.exit_codes import ExitCode
 from cli.options import stderr
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
@@ -28,6 +28,8 @@ Examples:
 
   plan explain --from launch.sh --cluster h100x512
 
+  plan report --model llama70b --cluster h100x512 -o report.html
+
   plan sweep --model llama70b --gpus h100,b200 --counts 256,512,1024 --train-tokens 15T
 
   plan validate --format json
@@ -42,6 +44,7 @@ app = typer.Typer(
 # The order here is the order of `plan --help`.
 app.callback(invoke_without_command=True)(plan.main)
 app.command("explain")(explain.explain)
+app.command("report")(report.report)
 app.command("models")(models.models)
 app.command("clusters")(clusters.clusters)
 app.command("validate")(validate.validate)

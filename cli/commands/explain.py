@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli.commands.report import writable_path, write_text
 from cli.exit_codes import ExitCode
-from cli.options import PlanFwOpt, build_problem, check_format, framework_for, problem_for, stdout, table_console
+from cli.options import (
+    PlanFwOpt,
+    build_problem,
+    check_format,
+    framework_for,
+    problem_for,
+    stderr,
+    stdout,
+    table_console,
+)
 from planner.errors import PlanInputError
+
+if TYPE_CHECKING:
+    from planner.inputs.problem import Problem
 
 
 def explain(
@@ -37,6 +51,8 @@ def explain(
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
     partition: Annotated[bool, typer.Option("--partition", help="also balance layers (and recompute) per "
                                             "pipeline stage with CP-SAT")] = False,
+    svg: Annotated[str | None, typer.Option("--svg", help="also write this layout's simulated pipeline timeline "
+                                            "and memory per stage as an SVG file")] = None,
 ) -> None:
     """Price one layout in full: time and memory breakdown, schedule timeline, every rule it breaks."""
     from planner.report import document
@@ -47,8 +63,9 @@ def explain(
     if (layout is None) == (from_file is None):
         raise PlanInputError("give exactly one of --layout and --from", field="--layout",
                              fix='e.g. --layout "tp=8,pp=4" or --from launch.sh')
+    svg_path = writable_path(svg, "--svg", ".svg") if svg is not None else None
     if from_file is not None:
-        _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt)
+        _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path)
         return
     if model is None or cluster is None:
         raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
@@ -59,6 +76,8 @@ def explain(
                             framework or "generic", None)
     given = parse_pairs([layout or ""], "--layout")
     out = run_explain(problem, given)
+    if svg_path is not None:
+        write_svg(problem, given, svg_path)
     extras = explain_extras(problem, given, osdp, partition)
     if fmt != "table":
         out.update({k: v for k, v in extras.items() if k != "text"})
@@ -69,8 +88,20 @@ def explain(
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
 
 
+def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
+    """The layout's timeline and memory chart, priced as `explain` prices it (even when it breaks a rule)."""
+    from planner.report.explain import complete_layout
+    from planner.report.html import layout_svg
+    from planner.search.search import price_layout
+
+    lay = complete_layout(problem, given)
+    write_text(path, layout_svg(problem, lay, price_layout(problem, lay)), "--svg")
+    stderr().print(f"wrote {path}")
+
+
 def _explain_from(path: str, dialect: str | None, model: str | None, cluster: str | None, seq_len: int | None,
-                  global_batch: int | None, precision: str | None, framework: str | None, fmt: str) -> None:
+                  global_batch: int | None, precision: str | None, framework: str | None, fmt: str,
+                  svg_path: Path | None = None) -> None:
     """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best."""
     from planner.inputs.files import warn
     from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
@@ -87,6 +118,8 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
                           global_batch or cfg.global_batch or 512, precision or cfg.precision or "bf16",
                           framework_for(framework, cfg.dialect), None)
     out = explain_from(problem, given, cfg)
+    if svg_path is not None:
+        write_svg(problem, given, svg_path)
     if fmt != "table":
         out = {"schema_version": document.SCHEMA_VERSION, "inputs": document.inputs_dict(problem, {}), **out}
         sys.stdout.write(document.dumps(out, fmt))

@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Console
 
 from planner.cost.step import memory_stages
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
@@ -42,24 +42,17 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     Capped at 4 x pp micro-batches so the chart stays readable; the bubble does not grow past that point.
     """
     from planner.report.timeline import render_timeline
-    from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, simulate_schedule
+    from planner.strategies.pipeline_sim import simulate_layout
 
     name = Schedule(lay["schedule"]).label
     p, v = lay["pp"], lay["vpp"]
     if p < 2:
         return "no pipeline (pp = 1): nothing to schedule"
-    m = max(1, min(int(round(metrics["num_microbatches"])), 4 * p))
-    if name == "interleaved" or (name == "combined-1f1b" and v > 1):
-        m = max(p, m - m % p)
-    if name == "dualpipe":
-        if p % 2:
-            return f"dualpipe needs an even number of pipeline ranks (pp = {p}): nothing to simulate"
-        m = max(2 * p, m - m % 2)
-    t_f, t_b, t_w = metrics["stage_fwd_s"], metrics["stage_bwd_s"], metrics["stage_wgrad_s"]
-    split = name in SPLIT_SCHEDULES
-    kwargs = {"t_b": t_b - t_w, "t_w": t_w} if split else {"t_b": t_b}
-    k = SEQ1F1B_SEGMENTS if name == "seq1f1b" else 1
-    sim = simulate_schedule(name, p, m, t_f=t_f, v=v, k=k, t_comm=metrics["p2p_s"], **kwargs)
+    if name == "dualpipe" and p % 2:
+        return f"dualpipe needs an even number of pipeline ranks (pp = {p}): nothing to simulate"
+    sim = simulate_layout(lay, metrics, max_microbatches=4 * p)
+    assert sim is not None  # pp > 1 and a schedule it can run, checked above
+    m = sim.m
     head = (f"{name} timeline, {p} stages x {m} micro-batches (simulated): bubble {sim.bubble * 1e3:.1f} ms, "
             f"peak in-flight on stage 0 {sim.peak_inflight[0] / (1 if name == 'dualpipe' else v):.2f} micro-batches")
     return head + "\n" + render_timeline(sim, width=width)

@@ -19,6 +19,7 @@ from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE
 from planner.search.space import enumerate_layouts
 
+PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
 # Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
 _SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
@@ -40,6 +41,8 @@ class SearchResult:
     seconds: float
     proven_best: bool = True
     notes: list[str] = field(default_factory=list)
+    # Every feasible layout priced (knob columns + PRICED_METRICS), kept only on request (`plan report`'s scatter).
+    priced: dict[str, np.ndarray] | None = None
 
 
 def capacity_gib(problem: Problem) -> float:
@@ -58,7 +61,9 @@ def _rank_order(cols: dict[str, np.ndarray], tput: np.ndarray) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) -> SearchResult:
+def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
+           keep_priced: bool = False) -> SearchResult:
+    """Rank every rule-feasible layout that fits; `keep_priced` also returns all of them (SearchResult.priced)."""
     start = time.perf_counter()
     enum = enumerate_layouts(problem)
     cols = enum.cols
@@ -97,7 +102,9 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None) ->
     order = np.concatenate([_top_rows(np.flatnonzero(group), all_cols, tput, top) for group in (~tight, tight)])[:top]
     plans = [Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
              for i in order]
-    return SearchResult(problem, plans, enum.candidates, feasible, pruned, time.perf_counter() - start, proven)
+    priced = {**all_cols, **{k: all_met[k] for k in PRICED_METRICS}} if keep_priced else None
+    return SearchResult(problem, plans, enum.candidates, feasible, pruned, time.perf_counter() - start, proven,
+                        priced=priced)
 
 
 def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:
