@@ -26,7 +26,7 @@ from planner.cost.sharding import (
 )
 from planner.inputs.problem import Problem
 
-__all__ = ["evaluate", "layer_terms"]
+__all__ = ["evaluate", "layer_terms", "memory_peak_gib"]
 
 
 def _knobs(c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -136,6 +136,16 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "recompute_s": per_step * recompute_b,
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
     }
+
+
+def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
+    """`evaluate`'s memory_peak_gib alone (no time terms), so that a search can drop what does not fit, or what a
+    leaner sibling dominates, before pricing time."""
+    k = _knobs(c)
+    zero, _, shard_group = sharding(problem, c)
+    micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
+    tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
+    return _memory(problem, c, k, tok, micro, zero, shard_group, stage_params(problem, c))["memory_peak_gib"]
 
 
 def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,

@@ -266,7 +266,16 @@ DOMINANCE: tuple[Rule, ...] = (
          "Qi et al. 2024 §2.1 (ZB-H1 bubble (p-1)(F + B - W) at 1F1B's activation memory)"),
 )
 
-RULES_BY_NAME = {r.name: r for r in (*RULES, *DOMINANCE)} | {MEMORY_RULE.name: MEMORY_RULE}
+# Applied by the search after the memory check: time grows with recomputation (none < selective < full) and nothing
+# else changes, so among layouts that differ only in recompute the least that fits (and the least that fits with
+# headroom) are the only candidates for a rank.
+RECOMPUTE_DOMINANCE = Rule(
+    "dominated_recompute", ("*",), lambda c, p: np.ones(len(c["tp"]), dtype=bool),
+    "more recomputation than the layout needs to fit: the same layout with less recompute fits and is faster",
+    "pin recompute with --fix to price it", "planner.cost.compute.recompute_time (recompute only adds time)")
+
+RULES_BY_NAME = {r.name: r for r in (*RULES, *DOMINANCE)} | {MEMORY_RULE.name: MEMORY_RULE,
+                                                             RECOMPUTE_DOMINANCE.name: RECOMPUTE_DOMINANCE}
 
 
 def broken_rules(cols: Cols, problem: Problem) -> list[Rule]:
