@@ -130,6 +130,7 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
         best = _least_recompute(cols, keep) | _least_recompute(cols, keep & ~tight)
         pruned[RECOMPUTE_DOMINANCE.name] = int((keep & ~best).sum())
         keep &= best
+        fitting = int(keep.sum())  # candidates = feasible + pruned: a dominated layout is counted as pruned
     return {k: v[keep] for k, v in cols.items()}, fitting, proven
 
 
