@@ -76,13 +76,14 @@ def framework_for(framework: str | None, fmt: str) -> str:
 def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                   compress: list[str] | None = None, memory_headroom: float | None = None,
-                  optimizer_offload: float = 0.0) -> Problem:
+                  optimizer_offload: float = 0.0, optimizer_moments: str = "fp32") -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from planner.inputs.catalog import load_cluster, load_model
 
     _check_names(precision, framework)
     return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
-                       allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload)
+                       allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload,
+                       optimizer_moments)
 
 
 def _check_names(precision: str, framework: str) -> None:
@@ -98,12 +99,12 @@ def _check_names(precision: str, framework: str) -> None:
 def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, precision: str, framework: str,
                 fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                 compress: list[str] | None = None, memory_headroom: float | None = None,
-                optimizer_offload: float = 0.0) -> Problem:
+                optimizer_offload: float = 0.0, optimizer_moments: str = "fp32") -> Problem:
     """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
     from pydantic import ValidationError
 
     from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import offload_refusal, precision_refusal
+    from planner.inputs.frameworks import moments_refusal, offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
     from planner.inputs.problem import DEFAULT_MEMORY_HEADROOM, Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
@@ -117,9 +118,16 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
     if refusal:
         raise PlanInputError(refusal, field="--optimizer-offload",
                              fix="use 0 or 1 as the framework allows, or --framework megatron-core (any share)")
+    if optimizer_moments not in ("fp32", "bf16"):
+        raise PlanInputError(f"unknown moment dtype '{optimizer_moments}'", field="--optimizer-moments",
+                             fix="use fp32 or bf16")
+    refusal = moments_refusal(framework, optimizer_moments)
+    if refusal:
+        raise PlanInputError(refusal, field="--optimizer-moments",
+                             fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
     try:
         tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
-                          optimizer_offload=optimizer_offload)
+                          optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and seq_len > m.max_position_embeddings:

@@ -49,6 +49,9 @@ def main(
     optimizer_offload: Annotated[float, typer.Option(
         "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory; "
         "priced as host-link traffic per step (PCIe or NVLink-C2C)")] = 0.0,
+    optimizer_moments: Annotated[str, typer.Option(
+        "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (Megatron-Core's precision-aware "
+        "optimizer; halves them)")] = "fp32",
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
 ) -> None:
@@ -64,7 +67,8 @@ def main(
     from planner.search.search import search
 
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
-                            compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload)
+                            compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload,
+                            optimizer_moments=optimizer_moments)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from planner.inputs.specs import TrainingSpec
+
 
 @dataclass(frozen=True)
 class FrameworkProfile:
@@ -95,3 +97,16 @@ MEMORY_METRIC = {"allocated": "memory_allocated_gib", "reserved": "memory_reserv
 
 def profile_for(framework: str) -> FrameworkProfile:
     return PROFILES.get(framework, _GENERIC)
+
+
+# Adam keeps two moments per parameter; bf16 moments (Megatron-Core precision-aware optimizer) hold 2 + 2 bytes
+# instead of 4 + 4.
+BF16_MOMENTS_SAVING = 4.0
+
+
+def stack_profile(training: TrainingSpec) -> FrameworkProfile:
+    """The framework's profile with the training's optimizer-state dtype applied (`optimizer_moments`)."""
+    prof = profile_for(training.framework)
+    if getattr(training, "optimizer_moments", "fp32") == "bf16":
+        return replace(prof, optimizer_bytes=prof.optimizer_bytes - BF16_MOMENTS_SAVING)
+    return prof

@@ -13,7 +13,7 @@ import numpy as np
 from planner.cost import flops, memory
 from planner.cost.fabric import Fabric
 from planner.cost.groups import expert_data_ranks, expert_tp, hsdp_shard_group
-from planner.cost.profiles import FrameworkProfile, profile_for
+from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.inputs.layout import Schedule, Zero
 from planner.inputs.problem import Problem
 
@@ -56,7 +56,7 @@ def sharding(problem: Problem, c: Mapping[str, np.ndarray]) -> tuple[np.ndarray,
     HSDP (PyTorch HYBRID_SHARD; FSDP2 2-D mesh) is ZeRO-3 whose shard group is the data ranks tiling one NVLink
     domain; a profile whose stack always shards optimizer states runs "zero 0" as ZeRO-1.
     """
-    prof = profile_for(problem.training.framework)
+    prof = stack_profile(problem.training)
     hsdp = c["zero"] == Zero.HSDP
     zero = np.where(hsdp, Zero.PARAMETERS, c["zero"])
     if prof.optimizer_always_sharded:
@@ -96,7 +96,7 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
     params = stage_params(problem, c)
     fp8 = problem.training.precision in ("fp8", "fp4")
     states = split_state_bytes(params["stage"], stage_expert_params(params), zero, shard,
-                               expert_shard_group(c, shard), profile_for(problem.training.framework), fp8,
+                               expert_shard_group(c, shard), stack_profile(problem.training), fp8,
                                problem.training.optimizer_offload)
     return sum(states.values()) / memory.GIB
 

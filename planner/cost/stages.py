@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import compute, memory, pipeline
-from planner.cost.profiles import profile_for
+from planner.cost.profiles import stack_profile
 from planner.cost.sharding import expert_shard_group, sharding, split_state_bytes, stage_params
 from planner.inputs.layout import KNOBS
 from planner.inputs.problem import Problem
@@ -29,7 +29,7 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
     tp, pp, dp, cp, ep, mbs = (c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
     zero, _, shard = sharding(problem, c)
     params = stage_params(problem, c)
-    prof, fp8 = profile_for(tr.framework), compute.is_fp8(problem)
+    prof, fp8 = stack_profile(tr), compute.is_fp8(problem)
     tok = compute.tokens_per_gpu(mbs, float(tr.seq_len), cp)
     per_layer = params["per_layer"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, c["sp"], c["recompute"])

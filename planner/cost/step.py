@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.cost import compute, context, data, expert, groups, memory, offload, pipeline, tensor
 from planner.cost.fabric import Fabric
-from planner.cost.profiles import FrameworkProfile, profile_for
+from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.cost.sharding import (
     expert_shard_group,
     fsdp_exposed,
@@ -57,7 +57,7 @@ class _Layer:
 
 def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     m, tr = problem.model, problem.training
-    prof = profile_for(tr.framework)
+    prof = stack_profile(tr)
     k = _knobs(c)
     tp, dp, cp, ep, etp, sp, rc = (k[x] for x in ("tp", "dp", "cp", "ep", "etp", "sp", "rc"))
     zero, hsdp, shard_group = sharding(problem, c)
@@ -173,7 +173,7 @@ def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
             params: dict[str, np.ndarray]) -> list[memory.StageMemory]:
     """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
     the micro-batches in flight at its rank; expert states shard over the expert data-parallel group."""
-    prof = profile_for(problem.training.framework)
+    prof = stack_profile(problem.training)
     fp8 = compute.is_fp8(problem)
     tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])

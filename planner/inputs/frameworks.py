@@ -57,6 +57,10 @@ class Capabilities:
     # (torchtitan's FSDP2 CPUOffloadPolicy moves parameters and gradients too, a different trade the planner does
     # not price).
     optimizer_offload: str = "fraction"
+    # bf16 Adam moments (--optimizer-moments bf16): Megatron-Core's precision-aware optimizer
+    # (--use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16, arguments.py). No switch for it in a
+    # ds_config, torchtitan's job config or paper-era Megatron-LM.
+    bf16_moments: bool = True
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -64,7 +68,7 @@ class Capabilities:
 FRAMEWORKS: dict[str, Capabilities] = {
     "generic": Capabilities("generic", source="every knob; launch through --format env"),
     "megatron": Capabilities(
-        "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(),
+        "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
         optimizer_offload="none",
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
@@ -82,24 +86,25 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
         cp_comm=(CpComm.RING,), ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False,
-        launcher="torchtitan", optimizer_offload="none",
+        launcher="torchtitan", optimizer_offload="none", bf16_moments=False,
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
-        "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
+        "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), bf16_moments=False,
         schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
         expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
         optimizer_offload="all",
         source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
                "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
     "megatron-deepspeed": Capabilities(
-        "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False,
+        "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False, bf16_moments=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False, optimizer_offload="all",
         source="Megatron-DeepSpeed: Megatron TP/PP under DeepSpeed's pipe engine (TrainSchedule 1F1B; "
                "runtime/pipe/engine.py asserts ZeRO stage < 2)"),
     "llm-foundry": Capabilities(
         "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
+        bf16_moments=False,
         cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False, optimizer_offload="none",
         source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
 }
@@ -128,6 +133,13 @@ def precision_refusal(framework: str, precision: str, is_moe: bool) -> str | Non
     if precision == "fp8" and is_moe and not caps.fp8_moe:
         return f"{framework} has no fp8 recipe for mixture-of-experts layers"
     return None
+
+
+def moments_refusal(framework: str, moments: str) -> str | None:
+    """Why `framework` cannot keep Adam's moments in `moments` precision (None when it can)."""
+    if moments == "fp32" or capabilities_for(framework).bf16_moments:
+        return None
+    return f"{framework} has no switch for {moments} optimizer moments"
 
 
 def offload_refusal(framework: str, fraction: float) -> str | None:

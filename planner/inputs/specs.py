@@ -316,6 +316,9 @@ class TrainingSpec(_Spec):
     optimizer_offload: float = Field(default=0.0, ge=0.0, le=1.0, description=(
         "share of the optimizer states (fp32 master weights, Adam moments) kept and updated in CPU memory "
         "(Megatron --optimizer-offload-fraction; DeepSpeed offload_optimizer moves all of it)"))
+    optimizer_moments: Literal["fp32", "bf16"] = Field(default="fp32", description=(
+        "dtype of Adam's two moments: bf16 halves them (Megatron-Core precision-aware optimizer, --exp-avg-dtype / "
+        "--exp-avg-sq-dtype bf16; DeepSeek-V3 trains with bf16 moments, report §3.3.3); master weights stay fp32"))
 
 
 class Layout(BaseModel):

@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.cost import fabric as comm
 from planner.cost import flops, memory
-from planner.cost.profiles import profile_for
+from planner.cost.profiles import stack_profile
 from planner.cost.step import layer_terms
 from planner.errors import PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY, KERNEL_OVERHEAD_S
@@ -214,7 +214,7 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
     if m.is_moe:
         raise PlanInputError("OSDP here models dense layers only (experts reduce over a different group)",
                              field="--model", fix="use a dense model")
-    prof = profile_for(problem.training.framework)
+    prof = stack_profile(problem.training)
     fp8 = problem.training.precision in ("fp8", "fp4")
     repl = full_layout(lay, zero=1)
     cost = layer_costs(problem, repl)

@@ -98,6 +98,7 @@ class PlanView:
     precision: str
     layout: Layout
     optimizer_offload: float = 0.0  # share of optimizer states in CPU memory (inputs.training.optimizer_offload)
+    optimizer_moments: str = "fp32"  # dtype of Adam's moments (inputs.training.optimizer_moments)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -254,6 +255,14 @@ def _offload(training: dict) -> float:
     return float(value)
 
 
+def _moments(training: dict) -> str:
+    value = training.get("optimizer_moments", "fp32") if isinstance(training, dict) else "fp32"
+    if value not in ("fp32", "bf16"):
+        raise PlanInputError(f"expected fp32 or bf16, got {value!r:.60}", field="inputs.training.optimizer_moments",
+                             fix="e.g. optimizer_moments: bf16")
+    return str(value)
+
+
 def load(doc: dict | PlanDocument, rank: int) -> PlanView:
     """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
     pd = loose_plan_document(doc)
@@ -279,6 +288,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         precision=precision,
         layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
         optimizer_offload=_offload(training),
+        optimizer_moments=_moments(training),
     )
     _check(view)
     return view

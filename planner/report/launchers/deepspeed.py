@@ -24,6 +24,9 @@ def render(view: PlanView) -> str:
     if lay.zero >= 1:
         # The cost model overlaps gradient reduction with backward; DeepSpeed only does so with overlap_comm.
         zero.update(overlap_comm=True, contiguous_gradients=True)
+    if view.optimizer_moments != "fp32":
+        refuse(view, NAME, "inputs.training.optimizer_moments", f"{NAME} has no switch for bf16 Adam moments",
+               "re-plan with --optimizer-moments fp32, or use --format megatron / nemo")
     if view.optimizer_offload > 0:
         if lay.zero == 0 or view.optimizer_offload < 1:
             refuse(view, NAME, "inputs.training.optimizer_offload", "DeepSpeed offloads the whole optimizer "

@@ -178,12 +178,16 @@ def _data_parallel(view: PlanView) -> list[Flag]:
 
 
 def _offload(view: PlanView) -> list[Flag]:
-    """Optimizer states in CPU memory: Megatron's HybridDeviceOptimizer needs the precision-aware optimizer
-    (arguments.py: --optimizer-cpu-offload requires --use-precision-aware-optimizer)."""
-    if view.optimizer_offload <= 0:
-        return []
-    return [("--optimizer-cpu-offload",), ("--optimizer-offload-fraction", f"{view.optimizer_offload:g}"),
-            ("--use-precision-aware-optimizer",)]
+    """Optimizer states in CPU memory and bf16 moments: both run through the precision-aware optimizer
+    (arguments.py: --optimizer-cpu-offload requires --use-precision-aware-optimizer; --exp-avg(-sq)-dtype)."""
+    flags: list[Flag] = []
+    if view.optimizer_offload > 0:
+        flags += [("--optimizer-cpu-offload",), ("--optimizer-offload-fraction", f"{view.optimizer_offload:g}")]
+    if view.optimizer_moments == "bf16":  # precision-aware optimizer with bf16 moments (arguments.py)
+        flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    if flags:
+        flags.append(("--use-precision-aware-optimizer",))
+    return flags
 
 
 def _precision(view: PlanView) -> list[Flag]:

@@ -103,8 +103,11 @@ def _data_parallel(view: PlanView) -> list[Item]:
         ]
     if view.optimizer_offload > 0:  # Megatron-Core OptimizerConfig: the CPU offload needs the precision-aware optimizer
         items += [("optimizer.optimizer_cpu_offload", True),
-                  ("optimizer.optimizer_offload_fraction", view.optimizer_offload),
-                  ("optimizer.use_precision_aware_optimizer", True)]
+                  ("optimizer.optimizer_offload_fraction", view.optimizer_offload)]
+    if view.optimizer_moments == "bf16":  # OptimizerConfig exp_avg_dtype / exp_avg_sq_dtype
+        items += [("optimizer.exp_avg_dtype", "bf16"), ("optimizer.exp_avg_sq_dtype", "bf16")]
+    if view.optimizer_offload > 0 or view.optimizer_moments == "bf16":
+        items.append(("optimizer.use_precision_aware_optimizer", True))
     return items
 
 

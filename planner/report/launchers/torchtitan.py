@@ -29,6 +29,9 @@ Value = int | bool | str | list
 
 def render(view: PlanView) -> str:
     _check(view)
+    if view.optimizer_moments != "fp32":
+        refuse(view, NAME, "inputs.training.optimizer_moments", f"{NAME} has no switch for bf16 Adam moments",
+               "re-plan with --optimizer-moments fp32, or use --format megatron / nemo")
     if view.optimizer_offload > 0:
         refuse(view, NAME, "inputs.training.optimizer_offload", "torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) "
                "moves parameters and gradients too, not the optimizer share the plan prices",
