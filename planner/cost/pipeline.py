@@ -146,18 +146,6 @@ class StageTimes:
     wgrad: np.ndarray
 
 
-def edge_stage_layers(num_layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first, last) stage layer counts of the split a launcher emits, vectorised: middle stages hold ceil(L/pp), the
-    first and last share the rest, last >= first (planner.inputs.layout.uneven_stage_layers, Megatron
-    --decoder-first/last-pipeline-num-layers); an even split, or one with virtual stages, gives ceil(L/pp) to both."""
-    cap = np.ceil(num_layers / pp)
-    rest = num_layers - (pp - 2) * cap
-    first = np.floor(rest / 2)
-    last = rest - first
-    uneven = (pp > 1) & (vpp == 1) & (num_layers % np.maximum(pp, 1) != 0) & (first >= 1) & (last <= cap)
-    return np.where(uneven, first, cap), np.where(uneven, last, cap)
-
-
 def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc: LayerComm,
                 head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray] | None = None,
                 schedule: np.ndarray | None = None) -> StageTimes:
@@ -166,7 +154,8 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
     MTP): forward 1x head, backward 2x, W 1x. (Pricing the last stage at the launcher's smaller edge count instead
     moved the dense validation median from 8.2 % to 10.9 %: published runs with uneven splits do not run faster by
     that much, so the pessimistic stage stays.) DualPipe runs half the micro-batches through each of a rank's two
-    stages, first with last on rank 0 (`edges`: the launcher's first/last counts), so its busiest rank is
+    stages, first with last on rank 0 (`edges`: the launcher's first/last counts, planner.cost.memory.
+    stage_layer_counts), so its busiest rank is
     max(middle, (first + last layers + head) / 2) (DeepSeek-V3 report §3.2.1: the head and embedding share a rank)."""
     per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
     per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)

@@ -90,8 +90,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    edges = pipeline.edge_stage_layers(problem.model.num_hidden_layers, pp, k["vpp"])
-    st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, edges, k["sched"])
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
+    st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
