@@ -87,8 +87,7 @@ def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
     return h + q + h + width, (q + kv) + h + up + h
 
 
-def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
-              ep: np.ndarray | None = None) -> np.ndarray:
+def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
     """Forward GEMMs of an average layer: tok·((1-f_moe)·dense + f_moe·moe)/tp / (peak·eff); the MoE share carries
     the busiest expert's extra load, and its routed-expert part runs at the grouped-GEMM rate of its tokens per
     expert (planner.cost.expert)."""
@@ -96,7 +95,7 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
     moe_layer = expert.moe_layer_flops(m, tf)
-    if m.is_moe and ep is not None:
+    if m.is_moe:
         routed = expert.EXPERT_IMBALANCE * flops.routed_flops(m)
         slow = 1.0 / expert.grouped_gemm_rate(m, tok, tp, ep) - 1.0
         moe_layer = moe_layer + routed * slow
@@ -192,8 +191,8 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     return LayerTimes(layer_f, layer_b, gemm_f, attn_f, attn_b, elem_f, launch_f)
 
 
-def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray | None = None,
-                   tp: np.ndarray | None = None) -> np.ndarray:
+def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray,
+                   tp: np.ndarray) -> np.ndarray:
     """Extra backward work per layer: full = one forward; selective = see below; none = 0.
 
     Selective recompute: with unfused attention it is Korthikanti et al.'s (re-run the attention core); with fused
@@ -203,7 +202,7 @@ def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.nda
     report §3.2.3 recomputes them): their GEMMs once more, f_mla·tok·2·a·(q_lora·qk + kv_lora·(nope + v))/tp.
     """
     selective_cost = lt.elem_f if profile_for(problem.training.framework).flash_attention else lt.attn_f
-    if tok is not None and tp is not None and problem.model.is_mla:
+    if problem.model.is_mla:
         r = rates(problem)
         selective_cost = selective_cost + tok * mla_up_proj_flops(problem.model) / tp / (r.peak * r.eff)
     return np.where(rc == Recompute.FULL, lt.fwd, np.where(rc == Recompute.SELECTIVE, selective_cost, 0.0))

@@ -109,13 +109,10 @@ def hand_off_time(fab: Fabric, act_bytes: np.ndarray, tp: np.ndarray, sp: np.nda
     return np.where(pp > 1, fab.send(hand_off, pp_crosses, "pp"), 0.0)
 
 
-def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray, schedule: np.ndarray | None = None) -> np.ndarray:
+def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray, schedule: np.ndarray) -> np.ndarray:
     """Per micro-batch, one send each way; interleaving sends v times as many (Narayanan et al. 2021 §4.1).
     DualPipe's paired chunks hide the pipeline sends as they hide the all-to-all (DeepSeek-V3 report §3.2.1)."""
-    exposed = 2 * p2p * vpp
-    if schedule is None:
-        return exposed
-    return np.where(np.isin(schedule, DUALPIPES), 0.0, exposed)
+    return np.where(np.isin(schedule, DUALPIPES), 0.0, 2 * p2p * vpp)
 
 
 @dataclass(frozen=True)
@@ -147,8 +144,7 @@ class StageTimes:
 
 
 def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc: LayerComm,
-                head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray] | None = None,
-                schedule: np.ndarray | None = None) -> StageTimes:
+                head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> StageTimes:
     """One micro-batch through the busiest rank. Per layer: t_f = layer fwd + exposed fwd comm, t_b = layer bwd +
     recompute + the rest of the exposed comm. The busiest stage is priced as ceil(L/pp) layers + the LM head (and
     MTP): forward 1x head, backward 2x, W 1x. (Pricing the last stage at the launcher's smaller edge count instead
@@ -160,12 +156,10 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
     per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
     per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)
                    + (lc.ep - lc.ep_f) + lc.fsdp_b)
-    first, last = edges if edges is not None else (layers, layers)
+    first, last = edges
 
     def busiest(per_layer: np.ndarray, head: np.ndarray) -> np.ndarray:
         single = layers * per_layer + head
-        if schedule is None:
-            return single
         paired = np.maximum(layers * per_layer, 0.5 * ((first + last) * per_layer + head))
         return np.where(schedule == Schedule.DUALPIPE, paired, single)
 

@@ -64,11 +64,12 @@ TERMS: tuple[Term, ...] = (
          "m·L·((r-1)·max(KV send - attention/r, 0) per ring pass + step launches + 2·Ulysses all-to-alls) "
          "(Liu 2023; Jacobs 2023; Fang & Zhao 2024; Transformer Engine p2p CP)"),
     Term("ep_comm_s", "exposed EP per step", "s", _C + "expert.dispatch_exposed",
-         "m·L·f_moe·4·all-to-all(k·h tokens)·(1 - overlap) (dispatch + combine, each way)"),
+         "m·L·f_moe·((1 - s)·A + s·(max(A, C/(1 - σ)) - C)), A = dispatch + combine each way (k·h per token, "
+         "once per remote node with DeepEP), s = share of passes paired by combined-1f1b/DualPipe (DeepSeek-V3 §3.2)"),
     Term("fsdp_comm_s", "exposed ZeRO-3 per step", "s", _C + "sharding.fsdp_exposed",
          "m·L·(max(gather - t_f, 0) + max(gather + reduce-scatter - t_b, 0)) (Rajbhandari et al. 2020)"),
     Term("pp_comm_s", "exposed hand-offs per step", "s", _C + "pipeline.hand_offs_exposed",
-         "m·2·p2p·v (one each way per micro-batch, v times with interleaving)"),
+         "m·2·p2p·v (one each way per micro-batch, v times with interleaving; hidden by DualPipe's pairing)"),
     Term("dp_comm_s", "exposed DP reduction", "s", _C + "data.reduction_exposed",
          "max(grad all-reduce (dense, expert, HSDP replicas) - overlap·last backward, 0); ZeRO-2: "
          "m·max(reduce-scatter - overlap·backward, 0) + parameter all-gather (DeepSpeed stage_1_and_2.py)"),
