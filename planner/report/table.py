@@ -205,6 +205,9 @@ def render_validation(report: dict, console: Console) -> None:
     if s["not_modelled"]:
         console.print(f"not modelled ({len(s['not_modelled'])}): "
                       + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_modelled"][:8]), style="dim")
+    if s.get("not_scored"):
+        console.print(f"not scored ({len(s['not_scored'])}): "
+                      + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_scored"][:8]), style="dim")
 
 
 def render_models(rows: list[dict], console: Console) -> None:
