@@ -19,7 +19,8 @@ The kernels follow Megatron-Core with Transformer Engine, the stack the planner'
   backward, tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication), and the row-parallel output
   is reduced (or reduce-scattered) — collectives move no saved bytes, so the emulation copies or slices;
 * MoE as Megatron's token dispatcher: top-k of the router logits, softmax over the k scores, permute by sorted
-  indices, experts, unpermute weighted by the probabilities (moe_utils.permute/unpermute);
+  indices, experts with the probability applied in their activation (Megatron-Core 0.16 experts.py
+  activation_func_with_probs), unpermute (moe_utils.permute/unpermute, no probabilities);
 * recompute: "selective" discards the norm outputs and the activation output (Megatron --recompute-modules
   layernorm, moe_act / mlp activation; TE CheckpointWithoutOutput), emulated with torch.utils.checkpoint around
   norm + following GEMM and activation + fc2; "full" checkpoints the layer, keeping its input.
@@ -90,6 +91,22 @@ class _FusedSwiGLU(torch.autograd.Function):
         ctx.save_for_backward(y)
         gate, up = y.chunk(2, -1)
         return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        raise NotImplementedError("forward-only: the test counts what is saved")
+
+
+class _WeightedSwiGLU(torch.autograd.Function):
+    """(silu(gate) * up) * prob keeping the [gate, up] input and the per-row probability (Megatron-Core
+    weighted_bias_swiglu_impl, the experts' activation_func_with_probs: the router probability is applied inside
+    the activation, so the unpermute that follows needs no expert output for its gradient)."""
+
+    @staticmethod
+    def forward(ctx, y, prob):  # noqa: ANN001
+        ctx.save_for_backward(y, prob)
+        gate, up = y.chunk(2, -1)
+        return F.silu(gate) * up * prob
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001
@@ -259,14 +276,20 @@ class MLP(nn.Module):
     def _tail(self, y: torch.Tensor) -> torch.Tensor:
         return self.par.reduce(self.fc2(_FusedSwiGLU.apply(y) if self.gated else self.act(y)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _weighted_tail(self, y: torch.Tensor, prob: torch.Tensor) -> torch.Tensor:
+        return self.fc2(_WeightedSwiGLU.apply(y, prob) if self.gated else self.act(y) * prob)
+
+    def forward(self, x: torch.Tensor, prob: torch.Tensor | None = None) -> torch.Tensor:
         y = self.fc1(x)
+        if prob is not None:  # a routed expert: the probability scales the activation (Megatron-Core experts.py)
+            return (checkpoint(self._weighted_tail, y, prob, use_reentrant=True) if self.selective
+                    else self._weighted_tail(y, prob))
         return checkpoint(self._tail, y, use_reentrant=True) if self.selective else self._tail(y)
 
 
 class MoE(nn.Module):
     """Megatron token-dispatch MoE of one rank (no TP/EP split of the experts here): router, top-k, permute,
-    experts, probability-weighted unpermute, plus shared experts."""
+    experts (the router probability applied in their activation), unpermute, plus shared experts."""
 
     def __init__(self, m: ModelSpec, par: Par, selective: bool):
         super().__init__()
@@ -291,10 +314,11 @@ class MoE(nn.Module):
         rows = order // self.k
         counts = torch.bincount(top.reshape(-1), minlength=self.e).tolist()
         permuted = flat.index_select(0, rows)
-        outs = [expert(chunk) for expert, chunk in zip(self.experts, permuted.split(counts), strict=True)]
-        weighted = torch.cat(outs) * probs.reshape(-1).index_select(0, order).unsqueeze(-1)
+        permuted_probs = probs.reshape(-1).index_select(0, order).unsqueeze(-1)
+        outs = [expert(chunk, p) for expert, chunk, p in
+                zip(self.experts, permuted.split(counts), permuted_probs.split(counts), strict=True)]
         index = rows.unsqueeze(1).expand(-1, shape[-1])  # Megatron unpermute: scatter_add keeps only the index
-        out = torch.zeros_like(flat).scatter_add(0, index, weighted).view(shape)
+        out = torch.zeros_like(flat).scatter_add(0, index, torch.cat(outs)).view(shape)
         if self.shared is None:
             return out
         if selective:

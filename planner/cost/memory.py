@@ -74,9 +74,11 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
     - "mlp": gated: fc1's gate|up output (kept by the fused bias-SwiGLU, megatron/core/fusions/fused_bias_swiglu.py)
       and the fc2 input; plain: activation input and fc2 input;
     - MoE per routed copy (Megatron token dispatcher, moe_utils.permute/unpermute): the permuted expert input, the
-      expert MLP, the expert output the probability-weighted unpermute keeps for the probability gradient, the
-      permuted probability and two int64 index vectors (gather rows, probability order); per token the router's
-      int64 top-k indices and softmax over the k scores; shared experts as a dense MLP.
+      expert MLP, the permuted probability and two int64 index vectors (gather rows, probability order); per token
+      the router's int64 top-k indices and softmax over the k scores; shared experts as a dense MLP. Megatron-Core
+      applies the probability inside the experts' activation (experts.py activation_func_with_probs, the weighted
+      SwiGLU keeps its input and the probability) and unpermutes without it, so no expert output is kept;
+      torchtitan scales the expert input instead (moe.py score_before_experts), the same saving.
     In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so those cost
     1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
     """
@@ -94,7 +96,7 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
         attn = 2 * (q + 2 * kv) + 2 * q + 4 * a  # Q, K, V, attention output, fp32 LSE
     if moe:
         k, width = m.num_experts_per_tok, m.expert_ffn
-        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 * h + 2 + 16
+        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 + 16
         mlp = k * per_copy + 8 * k + 2 * k
         if m.n_shared_experts:
             mlp += ((4 if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
