@@ -291,9 +291,9 @@ class MoE(nn.Module):
     """Megatron token-dispatch MoE of one rank (no TP/EP split of the experts here): router, top-k, permute,
     experts (the router probability applied in their activation), unpermute, plus shared experts."""
 
-    def __init__(self, m: ModelSpec, par: Par, selective: bool):
+    def __init__(self, m: ModelSpec, par: Par, selective: bool, weighted: bool = True):
         super().__init__()
-        self.k, self.e, self.par = m.num_experts_per_tok, m.num_local_experts, par
+        self.k, self.e, self.par, self.weighted = m.num_experts_per_tok, m.num_local_experts, par, weighted
         self.router = nn.Linear(m.hidden_size, self.e, bias=False, dtype=DTYPE)
         self.experts = nn.ModuleList(MLP(m, Par(1, False), m.expert_ffn, selective, column=False)
                                      for _ in range(self.e))
@@ -315,10 +315,14 @@ class MoE(nn.Module):
         counts = torch.bincount(top.reshape(-1), minlength=self.e).tolist()
         permuted = flat.index_select(0, rows)
         permuted_probs = probs.reshape(-1).index_select(0, order).unsqueeze(-1)
-        outs = [expert(chunk, p) for expert, chunk, p in
-                zip(self.experts, permuted.split(counts), permuted_probs.split(counts), strict=True)]
+        if self.weighted:  # Megatron-Core: the probability scales the activation
+            outs = torch.cat([expert(chunk, p) for expert, chunk, p in
+                              zip(self.experts, permuted.split(counts), permuted_probs.split(counts), strict=True)])
+        else:  # Hugging Face / DeepSpeed MoE: the expert output times the probability (the output is kept)
+            outs = torch.cat([expert(chunk) for expert, chunk in
+                              zip(self.experts, permuted.split(counts), strict=True)]) * permuted_probs
         index = rows.unsqueeze(1).expand(-1, shape[-1])  # Megatron unpermute: scatter_add keeps only the index
-        out = torch.zeros_like(flat).scatter_add(0, index, torch.cat(outs)).view(shape)
+        out = torch.zeros_like(flat).scatter_add(0, index, outs).view(shape)
         if self.shared is None:
             return out
         if selective:
@@ -331,14 +335,14 @@ class Layer(nn.Module):
     """Pre-norm decoder layer of one TP rank: x + attn(norm(x)); x + mlp(norm(x)), dropout after each (GPT)."""
 
     def __init__(self, m: ModelSpec, t: int = 1, sp: bool = False, recompute: str = "none", moe: bool = False,
-                 flash: bool = True, dropout: bool = False):
+                 flash: bool = True, dropout: bool = False, weighted: bool = True):
         super().__init__()
         self.par = Par(t, sp)
         rms, sel = m.gated_mlp, recompute == "selective"
         self.recompute, self.dropout, self.flash = recompute, dropout, flash
         self.norm1, self.norm2 = Norm(m.hidden_size, rms), Norm(m.hidden_size, rms)
         self.attn = MLAttention(m, self.par) if m.is_mla else Attention(m, self.par, flash, dropout)
-        self.mlp = MoE(m, self.par, sel) if moe else MLP(m, self.par, m.intermediate_size, False)
+        self.mlp = MoE(m, self.par, sel, weighted) if moe else MLP(m, self.par, m.intermediate_size, False)
 
     def _drop(self, y: torch.Tensor) -> torch.Tensor:
         return _dropout(y) if self.dropout else y
