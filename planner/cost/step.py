@@ -29,9 +29,10 @@ from planner.inputs.problem import Problem
 __all__ = ["evaluate", "layer_terms", "memory_peak_gib"]
 
 
-def _knobs(c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _knobs(c: Mapping[str, np.ndarray], expert: bool = True) -> dict[str, np.ndarray]:
     out = {k: c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")}
-    return {**out, "rc": c["recompute"], "sp": c["sp"], "sched": c["schedule"], "etp": groups.expert_tp(c)}
+    out.update(rc=c["recompute"], sp=c["sp"], sched=c["schedule"])
+    return {**out, "etp": groups.expert_tp(c)} if expert else out
 
 
 @dataclass(frozen=True)
@@ -139,14 +140,41 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     }
 
 
-def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
+@dataclass(frozen=True)
+class Shared:
+    """Rows grouped by the knobs some terms read: `table` holds one representative layout per group, `index` each
+    row's group. Those terms are computed once per representative and spread to the rows; every term is elementwise,
+    so each row gets the bits it would get row by row (tests/test_search_speed.py checks)."""
+
+    table: dict[str, np.ndarray]
+    index: np.ndarray
+
+    def spread(self, x: np.ndarray) -> np.ndarray:
+        return x[self.index] if isinstance(x, np.ndarray) and x.ndim else x
+
+    def subset(self, keep: np.ndarray) -> Shared:
+        return Shared(self.table, self.index[keep])
+
+
+# What the grouped terms read. Model states, their buffers, stage layer counts and communicators read neither the
+# micro-batch size nor recompute; the micro-batches in flight read neither ZeRO nor recompute.
+STATE_FREE_KNOBS = ("mbs", "recompute")
+INFLIGHT_FREE_KNOBS = ("zero", "recompute")
+
+
+def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray], by_state: Shared | None = None,
+                    by_batch: Shared | None = None) -> np.ndarray:
     """`evaluate`'s memory_peak_gib alone (no time terms), so that a search can drop what does not fit, or what a
-    leaner sibling dominates, before pricing time."""
-    k = _knobs(c)
-    zero, _, shard_group = sharding(problem, c)
+    leaner sibling dominates, before pricing time. `by_state` groups rows that differ only in STATE_FREE_KNOBS,
+    `by_batch` rows that differ only in INFLIGHT_FREE_KNOBS (a search's table has few groups of each)."""
+    k = _knobs(c, expert=False)
+    cs = c if by_state is None else by_state.table
+    zero, _, shard_group = sharding(problem, cs)
     micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    return _memory(problem, c, k, tok, micro, zero, shard_group, stage_params(problem, c))["memory_peak_gib"]
+    stages = _stages(problem, c, k, tok, micro, zero, shard_group, stage_params(problem, cs), by_state, by_batch)
+    active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
+    return memory.peak_gib(*stages, active if by_state is None else by_state.spread(active))
 
 
 def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
@@ -170,37 +198,57 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
 
 
 def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
-            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
-            params: dict[str, np.ndarray]) -> list[memory.StageMemory]:
+            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, params: dict[str, np.ndarray],
+            by_state: Shared | None = None, by_batch: Shared | None = None) -> list[memory.StageMemory]:
     """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
-    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group."""
+    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group. With
+    `by_state`, zero, shard_group and params are per representative of its groups (memory_peak_gib)."""
     prof = stack_profile(problem.training)
     fp8 = compute.is_fp8(problem)
-    tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
+    tp, pp, sp = k["tp"], k["pp"], k["sp"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
-    m = np.floor(micro)
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
-    ranks = (0, np.minimum(1, pp - 1), pp - 1)
+    cs, spread = (c, _whole) if by_state is None else (by_state.table, by_state.spread)
+    per_layer = params["per_layer"]
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, *(cs[x].astype(float) for x in ("pp", "vpp")))
     logits = memory.logits_bytes(tok, problem.model, tp)
-    shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(
+    shared = spread(memory.fsdp_buffer_bytes(zero, per_layer, prof)) + memory.p2p_buffer_bytes(
         tok, problem.model.hidden_size, tp, sp, pp)
     # the embedding/head parameters sit on the first/last stage; sharding.stage_params prices ceil(L/pp) layers
     # (x copies: DualPipe holds two stages per rank)
     copies = params["held_layers"] / params["layers_per_stage"]
     base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
             params["last"] - params["held_layers"] * per_layer)
-    expert_shard = expert_shard_group(c, shard_group)
+    expert_shard = expert_shard_group(cs, shard_group)
+    inflight = _inflight(problem, c, micro, by_batch)
     stages = []
-    for i, (n, rank, edge) in enumerate(zip(counts, ranks, base, strict=True)):
-        inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
-        acts = per_layer_act * n * inflight + working
+    for i, (n, edge, in_flight) in enumerate(zip(counts, base, inflight, strict=True)):
+        acts = per_layer_act * spread(n) * in_flight + working
         held = n * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
                                    expert_shard, prof, fp8, problem.training.optimizer_offload)
-        buffers = shared + memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8)
+        buffers = shared + spread(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
-        stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
+        stages.append(memory.stage_memory({key: spread(v) for key, v in states.items()}, acts, stage_logits,
+                                          buffers))
     return stages
+
+
+def _whole(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _inflight(problem: Problem, c: Mapping[str, np.ndarray], micro: np.ndarray,
+              by_batch: Shared | None) -> list[np.ndarray]:
+    """Micro-batches in flight at the first, second and last stage's rank (pipeline.inflight_microbatches)."""
+    if by_batch is not None:
+        cb = by_batch.table
+        micro = pipeline.microbatches(problem.training.global_batch, cb["mbs"].astype(float), cb["dp"].astype(float))
+    else:
+        cb = c
+    pp, vpp, m = cb["pp"].astype(float), cb["vpp"].astype(float), np.floor(micro)
+    out = [pipeline.inflight_microbatches(cb["schedule"], pp, vpp, m, rank)
+           for rank in (0, np.minimum(1, pp - 1), pp - 1)]
+    return out if by_batch is None else [by_batch.spread(x) for x in out]
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.cost.sharding import state_memory_floor_gib
-from planner.cost.step import evaluate, memory_peak_gib
+from planner.cost.step import INFLIGHT_FREE_KNOBS, STATE_FREE_KNOBS, evaluate, memory_peak_gib
 from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, ExpertTp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import enumerate_layouts
+from planner.search.space import enumerate_layouts, shared_rows
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
@@ -115,9 +115,11 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
                 keep[lo:], proven = False, False
                 break
             part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
-            ok = state_memory_floor_gib(problem, part) <= cap  # model states alone already too big
+            by_state = shared_rows(part, STATE_FREE_KNOBS)  # states are priced once per group of rows sharing them
+            ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
             sub = {k: v[ok] for k, v in part.items()}
-            peak = memory_peak_gib(problem, sub) if ok.any() else np.zeros(0)
+            by_batch = shared_rows(part, INFLIGHT_FREE_KNOBS).subset(ok)
+            peak = memory_peak_gib(problem, sub, by_state.subset(ok), by_batch) if ok.any() else np.zeros(0)
             fits = np.zeros(len(ok), dtype=bool)
             fits[ok] = peak <= cap
             keep[lo:lo + CHUNK] = fits

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost.step import Shared
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS
 from planner.inputs.problem import Problem
@@ -125,3 +126,30 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
         cols = {k: v[keep] for k, v in cols.items()}
     assert not pending and set(KNOBS) <= set(cols), (pending, set(KNOBS) - set(cols))
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
+
+
+def shared_rows(cols: dict[str, np.ndarray], free: tuple[str, ...]) -> Shared:
+    """Group the rows of an enumerated table (or of a subset, in its order) that agree on every knob but `free`.
+
+    Rows agreeing on every knob enumerated before the first free one are adjacent, so those knobs group by runs
+    (no sort); the knobs after it that are not free (small codes) refine the run ids as a mixed-radix key. A table
+    in another order only groups less, never wrongly: a run never joins rows that differ."""
+    n = len(cols["tp"])
+    first_free = min(_ORDER.index(k) for k in free)
+    start = np.zeros(n, dtype=bool)
+    start[:1] = True
+    for knob in (*_ORDER[:first_free], "dp"):
+        start[1:] |= cols[knob][1:] != cols[knob][:-1]
+    key = np.cumsum(start) - 1
+    rest = [k for k in _ORDER[first_free:] if k not in free]
+    for knob in rest:
+        code = cols[knob].astype(np.int64)
+        key = key * (int(code.max(initial=0)) + 1) + code
+    if not rest:
+        rep, index = np.flatnonzero(start), key
+    else:
+        slot = np.full(int(key.max(initial=-1)) + 1, -1, dtype=np.int64)
+        slot[key] = np.arange(n)  # any row of a group represents it
+        present = slot >= 0
+        rep, index = slot[present], (np.cumsum(present) - 1)[key]
+    return Shared({k: v[rep] for k, v in cols.items()}, index)
