@@ -26,7 +26,7 @@ from planner.cost.sharding import (
 )
 from planner.inputs.problem import Problem
 
-__all__ = ["evaluate", "layer_terms", "memory_peak_gib"]
+__all__ = ["evaluate", "layer_terms", "memory_peak_gib", "step_time_floor"]
 
 
 def _knobs(c: Mapping[str, np.ndarray], expert: bool = True) -> dict[str, np.ndarray]:
@@ -138,6 +138,29 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "recompute_s": per_step * recompute_b,
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
     }
+
+
+def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
+    """A lower bound on `evaluate`'s step_time_s: the same step with every communication term at zero (exposed TP,
+    CP, EP and ZeRO-3 per layer, hand-offs, DP reduction) and no optimizer update. Each of those is non-negative and
+    enters the step through sums, max() and bubble formulas non-decreasing in t_f and t_b (pipeline.stage_times,
+    bubble_time, step_time), so a search can skip layouts whose floor is already slower than its N-th best
+    (tests/test_search_speed.py checks floor <= step on whole problems)."""
+    k = _knobs(c, expert=False)
+    tr, layers_total = problem.training, problem.model.num_hidden_layers
+    tp, pp, cp, tok = k["tp"], k["pp"], k["cp"], compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), k["cp"])
+    rates = compute.rates(problem)
+    _, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
+    lt = compute.layer_times(problem, rates, tok, tp, k["sp"], k["ep"], attn_len=float(tr.seq_len) / r)
+    layers = np.ceil(layers_total / pp)  # sharding.stage_params' layers_per_stage
+    first, _, last = memory.stage_layer_counts(layers_total, pp, k["vpp"])
+    none = np.zeros_like(tp)
+    st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, k["rc"], lt, tok, tp),
+                              pipeline.LayerComm(*[none] * 8), compute.head_time(problem, rates, tok, tp),
+                              (first, last), k["sched"])
+    micro = pipeline.microbatches(tr.global_batch, k["mbs"], k["dp"])
+    bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd, st.bwd, st.wgrad, m=micro)
+    return pipeline.step_time(micro, pipeline.microbatch_time(st, none, k["sched"], lt, layers), bubble, none, none)
 
 
 @dataclass(frozen=True)

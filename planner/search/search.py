@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.cost import compute
 from planner.cost.sharding import state_memory_floor_gib
-from planner.cost.step import INFLIGHT_FREE_KNOBS, STATE_FREE_KNOBS, evaluate, memory_peak_gib
+from planner.cost.step import INFLIGHT_FREE_KNOBS, STATE_FREE_KNOBS, evaluate, memory_peak_gib, step_time_floor
 from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, ExpertTp
 from planner.inputs.problem import Problem
@@ -21,6 +22,7 @@ from planner.search.space import enumerate_layouts, shared_rows
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
+SAMPLE = 1024  # rows priced first to bound the rest (_rankable)
 # Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
 _SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
 
@@ -70,21 +72,13 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     pruned[MEMORY_RULE.name] = 0
     # `keep_priced` shows the memory/throughput trade-off, where more recompute is the leaner point: keep every one
     deadline = None if time_limit_s is None else start + time_limit_s
-    cols, fitting, proven = _fitting(problem, enum.cols, pruned, dominate=not keep_priced, deadline=deadline)
-    n = len(cols["tp"])
-    kept_cols: list[dict[str, np.ndarray]] = []
-    kept_metrics: list[dict[str, np.ndarray]] = []
-    for lo in range(0, n, CHUNK):
-        if deadline is not None and (lo or not proven) and time.perf_counter() > deadline and kept_cols:
-            proven = False
-            break
-        part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
-        met = evaluate(problem, part)
-        ok = np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
-        kept_cols.append({k: v[ok] for k, v in part.items()})
-        kept_metrics.append({k: v[ok] for k, v in met.items()})
-    all_cols = {k: np.concatenate([c[k] for c in kept_cols]) if kept_cols else np.array([], int) for k in KNOBS}
-    all_met = {k: np.concatenate([m[k] for m in kept_metrics]) for k in kept_metrics[0]} if kept_metrics else {}
+    cols, tight_rows, fitting, proven = _fitting(problem, enum.cols, pruned, dominate=not keep_priced,
+                                                 deadline=deadline)
+    # (a time limit prices rows in table order, as it always did; without the memory pass tightness is unknown here)
+    if deadline is None and not keep_priced and problem.enforce_memory:
+        all_cols, all_met = _price_rankable(problem, cols, tight_rows, top)
+    else:
+        all_cols, all_met, proven = _price_all(problem, cols, deadline, proven)
     feasible = fitting if proven else len(all_cols["tp"])
     if len(all_cols["tp"]) == 0:
         raise NoFeasiblePlan("no layout satisfies every rule", {"pruned": pruned, "candidates": enum.candidates})
@@ -100,8 +94,9 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
 
 
 def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, int], dominate: bool = True,
-             deadline: float | None = None) -> tuple[dict[str, np.ndarray], int, bool]:
-    """The rows worth pricing in full, and how many fit: a cheap state floor, then the memory model alone; among
+             deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool]:
+    """The rows worth pricing in full, which of them are tight, and how many fit: a cheap state floor, then the
+    memory model alone; among
     layouts that differ only in recompute (adjacent rows: recompute is enumerated last), only the least recompute
     that fits and the least that fits with headroom can rank (RECOMPUTE_DOMINANCE). Past `deadline` the rows not
     yet checked are dropped and the answer is not proven best."""
@@ -133,7 +128,71 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
         pruned[RECOMPUTE_DOMINANCE.name] = int((keep & ~best).sum())
         keep &= best
         fitting = int(keep.sum())  # candidates = feasible + pruned: a dominated layout is counted as pruned
-    return {k: v[keep] for k, v in cols.items()}, fitting, proven
+    return {k: v[keep] for k, v in cols.items()}, tight[keep], fitting, proven
+
+
+def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | None,
+               proven: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], bool]:
+    """Every row priced, in table order, until `deadline` (then not proven best); rows without a finite step
+    time dropped."""
+    kept_cols: list[dict[str, np.ndarray]] = []
+    kept_metrics: list[dict[str, np.ndarray]] = []
+    for lo in range(0, len(cols["tp"]), CHUNK):
+        if deadline is not None and (lo or not proven) and time.perf_counter() > deadline and kept_cols:
+            proven = False
+            break
+        part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
+        met = evaluate(problem, part)
+        ok = np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
+        kept_cols.append({k: v[ok] for k, v in part.items()})
+        kept_metrics.append({k: v[ok] for k, v in met.items()})
+    all_cols = {k: np.concatenate([c[k] for c in kept_cols]) if kept_cols else np.array([], int) for k in KNOBS}
+    all_met = {k: np.concatenate([m[k] for m in kept_metrics]) for k in kept_metrics[0]} if kept_metrics else {}
+    return all_cols, all_met, proven
+
+
+def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.ndarray,
+                    top: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
+
+    Rows are priced best-first by a throughput bound (step_time_floor), in growing batches, until the next bound is
+    below kth' - 2·bound_max/2000: kth', the group's top-th best throughput priced so far, is <= the true top-th
+    best kth, and bound_max >= the group's true best, so every row left is slower than kth - 2·max/2000, below the
+    two quantisation buckets _top_rows keeps, and ranks after at least `top` rows. The priced rows come back in
+    table order (ties rank as they would unpruned), rows without a finite step time dropped."""
+    floor = step_time_floor(problem, cols) * (1.0 - 1e-9)  # (1e-9: the floor sums its terms in another order)
+    bound = compute.throughput_per_gpu(problem, floor)
+    bound = np.where(np.isfinite(bound), bound, np.inf)  # a layout the floor cannot bound is priced first
+    picked: list[np.ndarray] = []
+    mets: list[dict[str, np.ndarray]] = []
+    for group in (~tight, tight):
+        rows = np.flatnonzero(group)
+        rows = rows[np.argsort(-bound[rows], kind="stable")]
+        margin = 2 * bound[rows].max(initial=0.0) / 2000.0
+        best = np.zeros(0)
+        lo, size = 0, max(SAMPLE, 4 * top)
+        while lo < len(rows):
+            batch = rows[lo:lo + size]
+            lo, size = lo + size, size * 4
+            met = evaluate(problem, {k: v[batch] for k, v in cols.items()})
+            picked.append(batch)
+            mets.append(met)
+            best = np.concatenate([best, met["tokens_per_s_per_gpu"][_valid(met)]])
+            if len(best) >= top and lo < len(rows):
+                kth = np.partition(best, len(best) - top)[len(best) - top]
+                if bound[rows[lo]] < kth - margin:
+                    break
+    if not picked:
+        return {k: v[:0] for k, v in cols.items() if k in KNOBS}, {}
+    index = np.concatenate(picked)
+    order = np.argsort(index, kind="stable")
+    met = {k: np.concatenate([m[k] for m in mets])[order] for k in mets[0]}
+    ok = _valid(met)
+    return {k: cols[k][index[order][ok]] for k in KNOBS}, {k: v[ok] for k, v in met.items()}
+
+
+def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
+    return np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
 
 
 def _least_recompute(cols: dict[str, np.ndarray], eligible: np.ndarray) -> np.ndarray:
