@@ -96,10 +96,9 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
 def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, int], dominate: bool = True,
              deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool]:
     """The rows worth pricing in full, which of them are tight, and how many fit: a cheap state floor, then the
-    memory model alone; among
-    layouts that differ only in recompute (adjacent rows: recompute is enumerated last), only the least recompute
-    that fits and the least that fits with headroom can rank (RECOMPUTE_DOMINANCE). Past `deadline` the rows not
-    yet checked are dropped and the answer is not proven best."""
+    memory model alone; among layouts that differ only in recompute (adjacent rows: recompute is enumerated last),
+    only the least recompute that fits and the least that fits with headroom can rank (RECOMPUTE_DOMINANCE). Past
+    `deadline` the rows not yet checked are dropped and the answer is not proven best."""
     cap = capacity_gib(problem)
     keep = np.ones(len(cols["tp"]), dtype=bool)
     tight = np.zeros(len(cols["tp"]), dtype=bool)
