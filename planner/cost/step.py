@@ -183,6 +183,8 @@ class Shared:
 # micro-batch size nor recompute; the micro-batches in flight read neither ZeRO nor recompute.
 STATE_FREE_KNOBS = ("mbs", "recompute")
 INFLIGHT_FREE_KNOBS = ("zero", "recompute")
+# step_time_floor reads no ZeRO stage (ZeRO enters the step only through communication and the optimizer).
+FLOOR_FREE_KNOBS = ("zero",)
 
 
 def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray], by_state: Shared | None = None,

@@ -13,12 +13,19 @@ import numpy as np
 
 from planner.cost import compute
 from planner.cost.sharding import state_memory_floor_gib
-from planner.cost.step import INFLIGHT_FREE_KNOBS, STATE_FREE_KNOBS, evaluate, memory_peak_gib, step_time_floor
+from planner.cost.step import (
+    FLOOR_FREE_KNOBS,
+    INFLIGHT_FREE_KNOBS,
+    STATE_FREE_KNOBS,
+    evaluate,
+    memory_peak_gib,
+    step_time_floor,
+)
 from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, ExpertTp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import enumerate_layouts, shared_rows
+from planner.search.space import enumerate_layouts, select, shared_rows
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
@@ -111,7 +118,7 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
             part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
             by_state = shared_rows(part, STATE_FREE_KNOBS)  # states are priced once per group of rows sharing them
             ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
-            sub = {k: v[ok] for k, v in part.items()}
+            sub = select(part, ok)
             by_batch = shared_rows(part, INFLIGHT_FREE_KNOBS).subset(ok)
             peak = memory_peak_gib(problem, sub, by_state.subset(ok), by_batch) if ok.any() else np.zeros(0)
             fits = np.zeros(len(ok), dtype=bool)
@@ -127,7 +134,7 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
         pruned[RECOMPUTE_DOMINANCE.name] = int((keep & ~best).sum())
         keep &= best
         fitting = int(keep.sum())  # candidates = feasible + pruned: a dominated layout is counted as pruned
-    return {k: v[keep] for k, v in cols.items()}, tight[keep], fitting, proven
+    return select(cols, keep), tight[keep], fitting, proven
 
 
 def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | None,
@@ -143,8 +150,8 @@ def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | 
         part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
         met = evaluate(problem, part)
         ok = np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
-        kept_cols.append({k: v[ok] for k, v in part.items()})
-        kept_metrics.append({k: v[ok] for k, v in met.items()})
+        kept_cols.append(select(part, ok))
+        kept_metrics.append(select(met, ok))
     all_cols = {k: np.concatenate([c[k] for c in kept_cols]) if kept_cols else np.array([], int) for k in KNOBS}
     all_met = {k: np.concatenate([m[k] for m in kept_metrics]) for k in kept_metrics[0]} if kept_metrics else {}
     return all_cols, all_met, proven
@@ -154,40 +161,36 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
                     top: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
 
-    Rows are priced best-first by a throughput bound (step_time_floor), in growing batches, until the next bound is
-    below kth' - 2·bound_max/2000: kth', the group's top-th best throughput priced so far, is <= the true top-th
-    best kth, and bound_max >= the group's true best, so every row left is slower than kth - 2·max/2000, below the
-    two quantisation buckets _top_rows keeps, and ranks after at least `top` rows. The priced rows come back in
-    table order (ties rank as they would unpruned), rows without a finite step time dropped."""
-    floor = step_time_floor(problem, cols) * (1.0 - 1e-9)  # (1e-9: the floor sums its terms in another order)
-    bound = compute.throughput_per_gpu(problem, floor)
-    bound = np.where(np.isfinite(bound), bound, np.inf)  # a layout the floor cannot bound is priced first
-    picked: list[np.ndarray] = []
-    mets: list[dict[str, np.ndarray]] = []
+    A throughput bound per row (step_time_floor) picks the SAMPLE most promising rows; once they are priced, kth',
+    the group's top-th best throughput among them, is <= the true top-th best kth, and bound_max >= the group's true
+    best. A row whose bound is below kth' - 2·bound_max/2000 is slower than kth - 2·max/2000, below the two
+    quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and is never priced; the rest are.
+    The priced rows come back in table order (ties rank as they would unpruned), rows without a finite step time
+    dropped."""
+    by_floor = shared_rows(cols, FLOOR_FREE_KNOBS)  # the floor is the same for every ZeRO stage
+    floor = step_time_floor(problem, by_floor.table) * (1.0 - 1e-9)  # (1e-9: it sums its terms in another order)
+    bound = by_floor.spread(compute.throughput_per_gpu(problem, floor))
+    bound = np.where(np.isfinite(bound), bound, np.inf)  # a layout the floor cannot bound is priced
+    price = np.zeros(len(bound), dtype=bool)
     for group in (~tight, tight):
         rows = np.flatnonzero(group)
-        rows = rows[np.argsort(-bound[rows], kind="stable")]
-        margin = 2 * bound[rows].max(initial=0.0) / 2000.0
-        best = np.zeros(0)
-        lo, size = 0, max(SAMPLE, 4 * top)
-        while lo < len(rows):
-            batch = rows[lo:lo + size]
-            lo, size = lo + size, size * 4
-            met = evaluate(problem, {k: v[batch] for k, v in cols.items()})
-            picked.append(batch)
-            mets.append(met)
-            best = np.concatenate([best, met["tokens_per_s_per_gpu"][_valid(met)]])
-            if len(best) >= top and lo < len(rows):
-                kth = np.partition(best, len(best) - top)[len(best) - top]
-                if bound[rows[lo]] < kth - margin:
-                    break
-    if not picked:
-        return {k: v[:0] for k, v in cols.items() if k in KNOBS}, {}
-    index = np.concatenate(picked)
-    order = np.argsort(index, kind="stable")
-    met = {k: np.concatenate([m[k] for m in mets])[order] for k in mets[0]}
-    ok = _valid(met)
-    return {k: cols[k][index[order][ok]] for k in KNOBS}, {k: v[ok] for k, v in met.items()}
+        size = max(SAMPLE, 4 * top)
+        if len(rows) <= size:
+            price[rows] = True
+            continue
+        sample = rows[np.argpartition(-bound[rows], size - 1)[:size]]
+        met = evaluate(problem, {k: v.take(sample) for k, v in cols.items()})
+        tput = met["tokens_per_s_per_gpu"][_valid(met)]
+        price[sample] = True
+        if len(tput) < top:
+            price[rows] = True
+            continue
+        kth = np.partition(tput, len(tput) - top)[len(tput) - top]
+        price[rows[bound[rows] >= kth - 2 * bound[rows].max() / 2000.0]] = True
+    rows = np.flatnonzero(price)
+    met = evaluate(problem, {k: v.take(rows) for k, v in cols.items()})  # (the sample again: simpler, and small)
+    ok = np.flatnonzero(_valid(met))
+    return {k: cols[k].take(rows.take(ok)) for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
 
 
 def _valid(met: dict[str, np.ndarray]) -> np.ndarray:

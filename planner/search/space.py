@@ -123,7 +123,7 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
                 ok &= cols["dp"] > 0
             pruned[rule.name] += int((keep & ~ok).sum()) * later
             keep &= ok
-        cols = {k: v[keep] for k, v in cols.items()}
+        cols = select(cols, keep)
     assert not pending and set(KNOBS) <= set(cols), (pending, set(KNOBS) - set(cols))
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
 
@@ -152,4 +152,11 @@ def shared_rows(cols: dict[str, np.ndarray], free: tuple[str, ...]) -> Shared:
         slot[key] = np.arange(n)  # any row of a group represents it
         present = slot >= 0
         rep, index = slot[present], (np.cumsum(present) - 1)[key]
-    return Shared({k: v[rep] for k, v in cols.items()}, index)
+    return Shared({k: v.take(rep) for k, v in cols.items()}, index)
+
+
+def select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of a table where `mask` holds: one flatnonzero, then a take per column (several times faster than
+    boolean indexing each column)."""
+    rows = np.flatnonzero(mask)
+    return {k: v.take(rows) for k, v in cols.items()}
