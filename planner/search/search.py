@@ -161,36 +161,45 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
                     top: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
 
-    A throughput bound per row (step_time_floor) picks the SAMPLE most promising rows; once they are priced, kth',
-    the group's top-th best throughput among them, is <= the true top-th best kth, and bound_max >= the group's true
-    best. A row whose bound is below kth' - 2·bound_max/2000 is slower than kth - 2·max/2000, below the two
-    quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and is never priced; the rest are.
-    The priced rows come back in table order (ties rank as they would unpruned), rows without a finite step time
-    dropped."""
+    A throughput bound per row (step_time_floor) orders the pricing: the most promising rows first, in growing
+    rounds. After each round kth', the group's top-th best throughput priced so far, is <= the true top-th best kth,
+    and bound_max >= the group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than
+    kth - 2·max/2000, below the two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and
+    is never priced. Rounds end once every row above that line is priced. The priced rows come back in table order
+    (ties rank as they would unpruned), rows without a finite step time dropped."""
     by_floor = shared_rows(cols, FLOOR_FREE_KNOBS)  # the floor is the same for every ZeRO stage
     floor = step_time_floor(problem, by_floor.table) * (1.0 - 1e-9)  # (1e-9: it sums its terms in another order)
     bound = by_floor.spread(compute.throughput_per_gpu(problem, floor))
     bound = np.where(np.isfinite(bound), bound, np.inf)  # a layout the floor cannot bound is priced
-    price = np.zeros(len(bound), dtype=bool)
+    picked: list[np.ndarray] = []
+    mets: list[dict[str, np.ndarray]] = []
+    priced = np.zeros(len(bound), dtype=bool)
     for group in (~tight, tight):
-        rows = np.flatnonzero(group)
+        left = np.flatnonzero(group)  # rows not yet priced whose bound can still rank
+        margin = 2 * bound[left].max(initial=0.0) / 2000.0
+        best = np.zeros(0)
         size = max(SAMPLE, 4 * top)
-        if len(rows) <= size:
-            price[rows] = True
-            continue
-        sample = rows[np.argpartition(-bound[rows], size - 1)[:size]]
-        met = evaluate(problem, {k: v.take(sample) for k, v in cols.items()})
-        tput = met["tokens_per_s_per_gpu"][_valid(met)]
-        price[sample] = True
-        if len(tput) < top:
-            price[rows] = True
-            continue
-        kth = np.partition(tput, len(tput) - top)[len(tput) - top]
-        price[rows[bound[rows] >= kth - 2 * bound[rows].max() / 2000.0]] = True
-    rows = np.flatnonzero(price)
-    met = evaluate(problem, {k: v.take(rows) for k, v in cols.items()})  # (the sample again: simpler, and small)
+        while len(left):
+            batch = left if len(left) <= size else left[np.argpartition(-bound[left], size - 1)[:size]]
+            met = evaluate(problem, {k: v.take(batch) for k, v in cols.items()})
+            picked.append(batch)
+            mets.append(met)
+            best = np.concatenate([best, met["tokens_per_s_per_gpu"][_valid(met)]])
+            if len(batch) == len(left):
+                break
+            priced[batch] = True
+            left = left[~priced[left]]
+            if len(best) >= top:
+                kth = np.partition(best, len(best) - top)[len(best) - top]
+                left = left[bound[left] >= kth - margin]
+            size *= 4
+    if not picked:
+        return {k: v[:0] for k, v in cols.items() if k in KNOBS}, {}
+    index = np.concatenate(picked)
+    order = np.argsort(index)
+    met = {k: np.concatenate([m[k] for m in mets]).take(order) for k in mets[0]}
     ok = np.flatnonzero(_valid(met))
-    return {k: cols[k].take(rows.take(ok)) for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
+    return {k: cols[k].take(index.take(order).take(ok)) for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
 
 
 def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
