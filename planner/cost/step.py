@@ -173,7 +173,7 @@ class Shared:
     index: np.ndarray
 
     def spread(self, x: np.ndarray) -> np.ndarray:
-        return x[self.index] if isinstance(x, np.ndarray) and x.ndim else x
+        return x.take(self.index) if isinstance(x, np.ndarray) and x.ndim else x
 
     def subset(self, keep: np.ndarray) -> Shared:
         return Shared(self.table, self.index[keep])
@@ -253,8 +253,9 @@ def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
                                    expert_shard, prof, fp8, problem.training.optimizer_offload)
         buffers = shared + spread(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
-        stages.append(memory.stage_memory({key: spread(v) for key, v in states.items()}, acts, stage_logits,
-                                          buffers))
+        # with by_state only their sum is spread (memory_peak_gib reads totals): the same sum, in the same order
+        states = states if by_state is None else {"all": spread(sum(states.values()))}
+        stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
     return stages
 
 

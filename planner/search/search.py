@@ -130,7 +130,8 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
         pruned[MEMORY_RULE.name] += int((~keep).sum())  # (rows left unchecked by the deadline too)
     fitting = int(keep.sum())
     if dominate and "recompute" not in problem.fixed and fitting:
-        best = _least_recompute(cols, keep) | _least_recompute(cols, keep & ~tight)
+        siblings = _siblings(cols)
+        best = _least_recompute(cols, siblings, keep) | _least_recompute(cols, siblings, keep & ~tight)
         pruned[RECOMPUTE_DOMINANCE.name] = int((keep & ~best).sum())
         keep &= best
         fitting = int(keep.sum())  # candidates = feasible + pruned: a dominated layout is counted as pruned
@@ -206,19 +207,24 @@ def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
     return np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
 
 
-def _least_recompute(cols: dict[str, np.ndarray], eligible: np.ndarray) -> np.ndarray:
+def _siblings(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each run of rows that differ only in recompute, each row's run)."""
+    n = len(cols["tp"])
+    start = np.zeros(n, dtype=bool)
+    start[:1] = True
+    for k in KNOBS:
+        if k != "recompute":
+            start[1:] |= cols[k][1:] != cols[k][:-1]
+    return np.flatnonzero(start), np.cumsum(start) - 1
+
+
+def _least_recompute(cols: dict[str, np.ndarray], siblings: tuple[np.ndarray, np.ndarray],
+                     eligible: np.ndarray) -> np.ndarray:
     """Rows that are eligible and carry their sibling group's least eligible recompute level."""
-    others = [cols[k] for k in KNOBS if k != "recompute"]
-    n = len(eligible)
-    start = np.ones(n, dtype=bool)
-    for col in others:
-        start[1:] &= col[1:] == col[:-1]
-    start = ~start
-    start[0] = True
-    group = np.cumsum(start) - 1
+    starts, group = siblings
     level = np.where(eligible, cols["recompute"], np.iinfo(np.int32).max).astype(np.int64)
-    least = np.minimum.reduceat(level, np.flatnonzero(start))
-    return eligible & (level == least[group])
+    least = np.minimum.reduceat(level, starts)
+    return eligible & (level == least.take(group))
 
 
 def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:
