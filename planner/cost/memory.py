@@ -200,14 +200,31 @@ def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np
     the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
     --decoder-first/last-pipeline-num-layers); ceil(L/pp) everywhere when the split is even or needs a layout."""
     middle = np.ceil(layers / np.maximum(pp, 1))
-    first, last = middle.copy(), middle.copy()
-    pairs = np.unique(np.ravel(pp).astype(np.int64) * 100_000 + np.ravel(vpp).astype(np.int64))
-    for p, v in ((int(k) // 100_000, int(k) % 100_000) for k in pairs):
-        split = uneven_stage_layers(layers, p, v)
-        if split is not None:
-            rows = (pp == p) & (vpp == v)
-            first, last = np.where(rows, split[0], first), np.where(rows, split[1], last)
-    return first, middle, last
+    pairs, index = distinct_pairs(pp, vpp)
+    splits = [uneven_stage_layers(layers, int(p), int(v)) for p, v in pairs]
+    if not any(splits):
+        return middle.copy(), middle, middle.copy()
+    uneven = np.array([s is not None for s in splits])[index].reshape(np.shape(middle))
+    first = np.array([s[0] if s else 0 for s in splits], dtype=float)[index].reshape(np.shape(middle))
+    last = np.array([s[1] if s else 0 for s in splits], dtype=float)[index].reshape(np.shape(middle))
+    return np.where(uneven, first, middle), middle, np.where(uneven, last, middle)
+
+
+def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """The distinct (a, b) integer pairs of two equal-shape arrays and each element's pair (flattened), by a dense
+    key (the values are small knob values) instead of a sort."""
+    ai, bi = np.ravel(a).astype(np.int64), np.ravel(b).astype(np.int64)
+    if ai.size == 0:
+        return [], np.zeros(0, dtype=np.int64)
+    if min(ai.min(), bi.min()) < 0:
+        found, index = np.unique(np.stack([ai, bi]), axis=1, return_inverse=True)
+        return [(int(x), int(y)) for x, y in found.T], index.reshape(-1)
+    radix = int(bi.max()) + 1
+    key = ai * radix + bi
+    present = np.flatnonzero(np.bincount(key))
+    slot = np.zeros(int(present[-1]) + 1, dtype=np.int64)
+    slot[present] = np.arange(len(present))
+    return [(int(k) // radix, int(k) % radix) for k in present], slot[key]
 
 
 def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:

@@ -8,7 +8,7 @@ named, with its formula and source, in planner.cost.terms.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,6 +163,10 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray
     return pipeline.step_time(micro, pipeline.microbatch_time(st, none, k["sched"], lt, layers), bubble, none, none)
 
 
+def _whole(x: np.ndarray) -> np.ndarray:
+    return x
+
+
 @dataclass(frozen=True)
 class Shared:
     """Rows grouped by the knobs some terms read: `table` holds one representative layout per group, `index` each
@@ -179,34 +183,38 @@ class Shared:
         return Shared(self.table, self.index[keep])
 
 
-# What the grouped terms read. Model states, their buffers, stage layer counts and communicators read neither the
-# micro-batch size nor recompute; the micro-batches in flight read neither ZeRO nor recompute.
+# What the grouped terms read: model states, their buffers, stage layer counts and communicators read neither the
+# micro-batch size nor recompute; activations, logits, hand-off buffers, the micro-batches in flight and
+# step_time_floor read no ZeRO stage (ZeRO enters the step only through communication and the optimizer).
 STATE_FREE_KNOBS = ("mbs", "recompute")
-INFLIGHT_FREE_KNOBS = ("zero", "recompute")
-# step_time_floor reads no ZeRO stage (ZeRO enters the step only through communication and the optimizer).
-FLOOR_FREE_KNOBS = ("zero",)
+ZERO_FREE_KNOBS = ("zero",)
 
 
 def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray], by_state: Shared | None = None,
-                    by_batch: Shared | None = None) -> np.ndarray:
+                    by_zero: Shared | None = None) -> np.ndarray:
     """`evaluate`'s memory_peak_gib alone (no time terms), so that a search can drop what does not fit, or what a
     leaner sibling dominates, before pricing time. `by_state` groups rows that differ only in STATE_FREE_KNOBS,
-    `by_batch` rows that differ only in INFLIGHT_FREE_KNOBS (a search's table has few groups of each)."""
-    k = _knobs(c, expert=False)
+    `by_zero` rows that differ only in ZERO_FREE_KNOBS (a search's table has few groups of each); give both or
+    neither."""
+    if (by_state is None) != (by_zero is None):
+        raise ValueError("memory_peak_gib groups rows by state and by ZeRO-free knobs together, or not at all")
     cs = c if by_state is None else by_state.table
+    cz = c if by_zero is None else by_zero.table
+    k = _knobs(cz, expert=False)
     zero, _, shard_group = sharding(problem, cs)
     micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    stages = _stages(problem, c, k, tok, micro, zero, shard_group, stage_params(problem, cs), by_state, by_batch)
+    spreads = (_whole, _whole) if by_state is None or by_zero is None else (by_state.spread, by_zero.spread)
+    stages = _stages(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs), *spreads)
     active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
-    return memory.peak_gib(*stages, active if by_state is None else by_state.spread(active))
+    return memory.peak_gib(*stages, spreads[0](active))
 
 
 def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
             micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
             params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Memory of the busiest pipeline's stages (planner.cost.memory.report), as GiB."""
-    stages = _stages(problem, c, k, tok, micro, zero, shard_group, params)
+    stages = _stages(problem, k, tok, micro, c, zero, shard_group, params)
     return memory.report(*stages, memory.active_groups(k["tp"], k["pp"], k["dp"], k["cp"], k["ep"]))
 
 
@@ -214,7 +222,7 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
     """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
     x = _layer(problem, c)
     out = {}
-    for name, st in zip(("first", "second", "last"), _stages(problem, c, x.k, x.tok, x.micro, x.zero, x.shard_group,
+    for name, st in zip(("first", "second", "last"), _stages(problem, x.k, x.tok, x.micro, c, x.zero, x.shard_group,
                                                                x.params), strict=True):
         kinds = {**st.states, "activations": st.activations, "logits": st.logits, "buffers": st.buffers,
                  "allocated": st.total}
@@ -222,59 +230,48 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
     return out
 
 
-def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
-            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, params: dict[str, np.ndarray],
-            by_state: Shared | None = None, by_batch: Shared | None = None) -> list[memory.StageMemory]:
+def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
+            cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray, params: dict[str, np.ndarray],
+            spread_s: Callable[[np.ndarray], np.ndarray] = _whole,
+            spread_z: Callable[[np.ndarray], np.ndarray] = _whole) -> list[memory.StageMemory]:
     """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
-    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group. With
-    `by_state`, zero, shard_group and params are per representative of its groups (memory_peak_gib)."""
+    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group.
+
+    Grouped (memory_peak_gib): `cs`, zero, shard_group and params are per state group and `spread_s` spreads them
+    to the rows; k, tok and micro are per ZeRO-free group, spread by `spread_z`; each row then sums the same terms
+    in the same order as ungrouped, and the states only as their sum (the peak reads totals)."""
     prof = stack_profile(problem.training)
     fp8 = compute.is_fp8(problem)
     tp, pp, sp = k["tp"], k["pp"], k["sp"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
-    cs, spread = (c, _whole) if by_state is None else (by_state.table, by_state.spread)
-    per_layer = params["per_layer"]
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, *(cs[x].astype(float) for x in ("pp", "vpp")))
+    grouped = spread_s is not _whole
+    layers = problem.model.num_hidden_layers
+    counts = memory.stage_layer_counts(layers, pp, k["vpp"])
+    counts_s = memory.stage_layer_counts(layers, *(cs[x].astype(float) for x in ("pp", "vpp"))) if grouped else counts
     logits = memory.logits_bytes(tok, problem.model, tp)
-    shared = spread(memory.fsdp_buffer_bytes(zero, per_layer, prof)) + memory.p2p_buffer_bytes(
-        tok, problem.model.hidden_size, tp, sp, pp)
+    per_layer = params["per_layer"]
+    shared = spread_s(memory.fsdp_buffer_bytes(zero, per_layer, prof)) + spread_z(memory.p2p_buffer_bytes(
+        tok, problem.model.hidden_size, tp, sp, pp))
     # the embedding/head parameters sit on the first/last stage; sharding.stage_params prices ceil(L/pp) layers
     # (x copies: DualPipe holds two stages per rank)
     copies = params["held_layers"] / params["layers_per_stage"]
     base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
             params["last"] - params["held_layers"] * per_layer)
     expert_shard = expert_shard_group(cs, shard_group)
-    inflight = _inflight(problem, c, micro, by_batch)
+    m = np.floor(micro)
+    ranks = (0, np.minimum(1, pp - 1), pp - 1)
     stages = []
-    for i, (n, edge, in_flight) in enumerate(zip(counts, base, inflight, strict=True)):
-        acts = per_layer_act * spread(n) * in_flight + working
-        held = n * copies
+    for i, (n, n_s, edge, rank) in enumerate(zip(counts, counts_s, base, ranks, strict=True)):
+        inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
+        acts = spread_z(per_layer_act * n * inflight + working)
+        held = n_s * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
                                    expert_shard, prof, fp8, problem.training.optimizer_offload)
-        buffers = shared + spread(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
-        stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
-        # with by_state only their sum is spread (memory_peak_gib reads totals): the same sum, in the same order
-        states = states if by_state is None else {"all": spread(sum(states.values()))}
+        buffers = shared + spread_s(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
+        stage_logits = spread_z(logits if i == 2 else np.where(pp == 1, logits, 0.0))
+        states = {"all": spread_s(sum(states.values()))} if grouped else states
         stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
     return stages
-
-
-def _whole(x: np.ndarray) -> np.ndarray:
-    return x
-
-
-def _inflight(problem: Problem, c: Mapping[str, np.ndarray], micro: np.ndarray,
-              by_batch: Shared | None) -> list[np.ndarray]:
-    """Micro-batches in flight at the first, second and last stage's rank (pipeline.inflight_microbatches)."""
-    if by_batch is not None:
-        cb = by_batch.table
-        micro = pipeline.microbatches(problem.training.global_batch, cb["mbs"].astype(float), cb["dp"].astype(float))
-    else:
-        cb = c
-    pp, vpp, m = cb["pp"].astype(float), cb["vpp"].astype(float), np.floor(micro)
-    out = [pipeline.inflight_microbatches(cb["schedule"], pp, vpp, m, rank)
-           for rank in (0, np.minimum(1, pp - 1), pp - 1)]
-    return out if by_batch is None else [by_batch.spread(x) for x in out]
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.groups import domain_group
+from planner.cost.memory import distinct_pairs
 from planner.inputs.frameworks import Capabilities, capabilities_for
 from planner.inputs.layout import (
     SEQ1F1B_SEGMENTS,
@@ -73,10 +74,9 @@ def _trusted(knob: str, p: Problem) -> bool:
 
 def _split_ok(c: Cols, p: Problem) -> np.ndarray:
     layers, uneven = p.model.num_hidden_layers, _caps(p).uneven_pipeline
-    pairs = np.stack([c["pp"], c["vpp"]]).astype(np.int64)
-    unique, index = np.unique(pairs, axis=1, return_inverse=True)
-    ok = np.array([stage_split_launchable(layers, int(pp), int(v), uneven) for pp, v in unique.T], dtype=bool)
-    return ok[index.reshape(-1)] if ok.size else np.ones(len(c["pp"]), dtype=bool)
+    pairs, index = distinct_pairs(c["pp"], c["vpp"])
+    ok = np.array([stage_split_launchable(layers, pp, v, uneven) for pp, v in pairs], dtype=bool)
+    return ok[index] if ok.size else np.ones(len(c["pp"]), dtype=bool)
 
 
 def _microbatches(c: Cols, p: Problem) -> np.ndarray:

@@ -14,9 +14,8 @@ import numpy as np
 from planner.cost import compute
 from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import (
-    FLOOR_FREE_KNOBS,
-    INFLIGHT_FREE_KNOBS,
     STATE_FREE_KNOBS,
+    ZERO_FREE_KNOBS,
     evaluate,
     memory_peak_gib,
     step_time_floor,
@@ -119,8 +118,8 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
             by_state = shared_rows(part, STATE_FREE_KNOBS)  # states are priced once per group of rows sharing them
             ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
             sub = select(part, ok)
-            by_batch = shared_rows(part, INFLIGHT_FREE_KNOBS).subset(ok)
-            peak = memory_peak_gib(problem, sub, by_state.subset(ok), by_batch) if ok.any() else np.zeros(0)
+            by_zero = shared_rows(part, ZERO_FREE_KNOBS).subset(ok)
+            peak = memory_peak_gib(problem, sub, by_state.subset(ok), by_zero) if ok.any() else np.zeros(0)
             fits = np.zeros(len(ok), dtype=bool)
             fits[ok] = peak <= cap
             keep[lo:lo + CHUNK] = fits
@@ -168,7 +167,7 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     kth - 2·max/2000, below the two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and
     is never priced. Rounds end once every row above that line is priced. The priced rows come back in table order
     (ties rank as they would unpruned), rows without a finite step time dropped."""
-    by_floor = shared_rows(cols, FLOOR_FREE_KNOBS)  # the floor is the same for every ZeRO stage
+    by_floor = shared_rows(cols, ZERO_FREE_KNOBS)  # the floor is the same for every ZeRO stage
     floor = step_time_floor(problem, by_floor.table) * (1.0 - 1e-9)  # (1e-9: it sums its terms in another order)
     bound = by_floor.spread(compute.throughput_per_gpu(problem, floor))
     bound = np.where(np.isfinite(bound), bound, np.inf)  # a layout the floor cannot bound is priced
