@@ -26,7 +26,7 @@ from planner.cost.sharding import (
 )
 from planner.inputs.problem import Problem
 
-__all__ = ["evaluate", "layer_terms", "memory_peak_gib", "step_time_floor"]
+__all__ = ["evaluate", "grouped_memory_peak_gib", "layer_terms", "memory_peak_gib", "step_time_floor"]
 
 
 def _knobs(c: Mapping[str, np.ndarray], expert: bool = True) -> dict[str, np.ndarray]:
@@ -179,8 +179,9 @@ class Shared:
     def spread(self, x: np.ndarray) -> np.ndarray:
         return x.take(self.index) if isinstance(x, np.ndarray) and x.ndim else x
 
-    def subset(self, keep: np.ndarray) -> Shared:
-        return Shared(self.table, self.index[keep])
+    def subset(self, rows: np.ndarray) -> Shared:
+        """The groups of the rows at positions `rows`."""
+        return Shared(self.table, self.index.take(rows))
 
 
 # What the grouped terms read: model states, their buffers, stage layer counts and communicators read neither the
@@ -190,24 +191,27 @@ STATE_FREE_KNOBS = ("mbs", "recompute")
 ZERO_FREE_KNOBS = ("zero",)
 
 
-def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray], by_state: Shared | None = None,
-                    by_zero: Shared | None = None) -> np.ndarray:
+def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
     """`evaluate`'s memory_peak_gib alone (no time terms), so that a search can drop what does not fit, or what a
-    leaner sibling dominates, before pricing time. `by_state` groups rows that differ only in STATE_FREE_KNOBS,
-    `by_zero` rows that differ only in ZERO_FREE_KNOBS (a search's table has few groups of each); give both or
-    neither."""
-    if (by_state is None) != (by_zero is None):
-        raise ValueError("memory_peak_gib groups rows by state and by ZeRO-free knobs together, or not at all")
-    cs = c if by_state is None else by_state.table
-    cz = c if by_zero is None else by_zero.table
+    leaner sibling dominates, before pricing time."""
+    return _peak(problem, c, c, _whole, _whole)
+
+
+def grouped_memory_peak_gib(problem: Problem, by_state: Shared, by_zero: Shared) -> np.ndarray:
+    """memory_peak_gib of the rows `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_zero` (only in
+    ZERO_FREE_KNOBS) group: a search's table has few groups of each, so most terms are priced per group."""
+    return _peak(problem, by_state.table, by_zero.table, by_state.spread, by_zero.spread)
+
+
+def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.ndarray],
+          spread_s: Callable[[np.ndarray], np.ndarray], spread_z: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     k = _knobs(cz, expert=False)
     zero, _, shard_group = sharding(problem, cs)
     micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    spreads = (_whole, _whole) if by_state is None or by_zero is None else (by_state.spread, by_zero.spread)
-    stages = _stages(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs), *spreads)
+    stages = _stages(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs), spread_s, spread_z)
     active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
-    return memory.peak_gib(*stages, spreads[0](active))
+    return memory.peak_gib(*stages, spread_s(active))
 
 
 def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,

@@ -17,7 +17,7 @@ from planner.cost.step import (
     STATE_FREE_KNOBS,
     ZERO_FREE_KNOBS,
     evaluate,
-    memory_peak_gib,
+    grouped_memory_peak_gib,
     step_time_floor,
 )
 from planner.errors import NoFeasiblePlan
@@ -117,9 +117,9 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
             part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
             by_state = shared_rows(part, STATE_FREE_KNOBS)  # states are priced once per group of rows sharing them
             ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
-            sub = select(part, ok)
-            by_zero = shared_rows(part, ZERO_FREE_KNOBS).subset(ok)
-            peak = memory_peak_gib(problem, sub, by_state.subset(ok), by_zero) if ok.any() else np.zeros(0)
+            rows = np.flatnonzero(ok)
+            by_zero = shared_rows(part, ZERO_FREE_KNOBS).subset(rows)
+            peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero) if len(rows) else np.zeros(0)
             fits = np.zeros(len(ok), dtype=bool)
             fits[ok] = peak <= cap
             keep[lo:lo + CHUNK] = fits

@@ -6,6 +6,7 @@ still refer to the full cross product, so `candidates == feasible + sum(pruned)`
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,12 +87,37 @@ _ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "etp", "vpp"
                            "recompute")
 
 
-def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:
-    size = len(next(iter(cols.values()))) if cols else 1
-    vals = np.asarray(values, dtype=np.int32)  # sizes stay below 2**31 (specs cap counts at 10,000,000)
-    out = {k: np.repeat(v, len(vals)) for k, v in cols.items()}
-    out[knob] = np.tile(vals, size)
-    return out
+class _Crossed(Mapping[str, np.ndarray]):
+    """The table crossed with one more knob (each row repeated once per value), materialising only the columns a
+    rule reads; `rows` then builds the kept rows straight from the smaller table (one take per column instead of a
+    repeat and a take)."""
+
+    def __init__(self, cols: dict[str, np.ndarray], knob: str, values: list[int]) -> None:
+        self.cols, self.knob = cols, knob
+        self.vals = np.asarray(values, dtype=np.int32)  # sizes stay below 2**31 (specs cap counts at 10,000,000)
+        self.size = (len(next(iter(cols.values()))) if cols else 1) * len(self.vals)
+        self._made: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._made:
+            if key == self.knob:
+                self._made[key] = np.tile(self.vals, self.size // len(self.vals))
+            else:
+                self._made[key] = np.repeat(self.cols[key], len(self.vals))
+        return self._made[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*self.cols, self.knob))
+
+    def __len__(self) -> int:
+        return len(self.cols) + 1
+
+    def rows(self, keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        if keep is None:
+            return {k: self[k] for k in self}
+        rows = np.flatnonzero(keep)
+        parent = rows // len(self.vals)
+        return {**{k: v.take(parent) for k, v in self.cols.items()}, self.knob: self.vals.take(rows % len(self.vals))}
 
 
 def enumerate_layouts(problem: Problem) -> Enumeration:
@@ -103,27 +129,29 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
     known: set[str] = set()
     pending = [*RULES, *DOMINANCE]  # framework rules first: a row they refuse is charged to them
     for i, knob in enumerate(_ORDER):
-        cols = _cross(cols, knob, dom[knob])
+        table: Mapping[str, np.ndarray] = _Crossed(cols, knob, dom[knob])
         known.add(knob)
         if knob == "cp":
-            denom = cols["tp"].astype(np.int64) * cols["pp"] * cols["cp"]  # int64: the product can pass 2**31
-            cols["dp"] = np.where(problem.num_gpus % denom == 0, problem.num_gpus // denom, 0).astype(np.int32)
+            table = table.rows()
+            denom = table["tp"].astype(np.int64) * table["pp"] * table["cp"]  # int64: the product can pass 2**31
+            table["dp"] = np.where(problem.num_gpus % denom == 0, problem.num_gpus // denom, 0).astype(np.int32)
             if "dp" in problem.fixed:
-                cols["dp"] = np.where(cols["dp"] == problem.fixed["dp"], cols["dp"], -cols["dp"] - 1)
+                table["dp"] = np.where(table["dp"] == problem.fixed["dp"], table["dp"], -table["dp"] - 1)
             known.add("dp")
         later = int(np.prod(sizes[i + 1:])) if i + 1 < len(sizes) else 1
         ready = [r for r in pending if set(r.knobs) <= known]
         if not ready:
+            cols = table.rows() if isinstance(table, _Crossed) else table
             continue
-        keep = np.ones(len(cols["tp"]), dtype=bool)
+        keep = np.ones(table.size if isinstance(table, _Crossed) else len(table["tp"]), dtype=bool)
         for rule in ready:  # a row is charged to the first rule (in RULES order) that refuses it
             pending.remove(rule)
-            ok = rule.check(cols, problem)
+            ok = rule.check(table, problem)
             if rule.name == "world_size":
-                ok &= cols["dp"] > 0
+                ok &= table["dp"] > 0
             pruned[rule.name] += int((keep & ~ok).sum()) * later
             keep &= ok
-        cols = select(cols, keep)
+        cols = table.rows(keep) if isinstance(table, _Crossed) else select(table, keep)
     assert not pending and set(KNOBS) <= set(cols), (pending, set(KNOBS) - set(cols))
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
 
