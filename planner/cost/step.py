@@ -141,26 +141,36 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
 
 def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
-    """A lower bound on `evaluate`'s step_time_s: the same step with every communication term at zero (exposed TP,
-    CP, EP and ZeRO-3 per layer, hand-offs, DP reduction) and no optimizer update. Each of those is non-negative and
-    enters the step through sums, max() and bubble formulas non-decreasing in t_f and t_b (pipeline.stage_times,
-    bubble_time, step_time), so a search can skip layouts whose floor is already slower than its N-th best
-    (tests/test_search_speed.py checks floor <= step on whole problems)."""
-    k = _knobs(c, expert=False)
-    tr, layers_total = problem.training, problem.model.num_hidden_layers
-    tp, pp, cp, tok = k["tp"], k["pp"], k["cp"], compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), k["cp"])
-    rates = compute.rates(problem)
-    _, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    lt = compute.layer_times(problem, rates, tok, tp, k["sp"], k["ep"], attn_len=float(tr.seq_len) / r)
-    layers = np.ceil(layers_total / pp)  # sharding.stage_params' layers_per_stage
-    first, _, last = memory.stage_layer_counts(layers_total, pp, k["vpp"])
-    none = np.zeros_like(tp)
-    st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, k["rc"], lt, tok, tp),
-                              pipeline.LayerComm(*[none] * 8), compute.head_time(problem, rates, tok, tp),
-                              (first, last), k["sched"])
+    """A lower bound on `evaluate`'s step_time_s: the same step without what ZeRO adds (ZeRO-3 gathers and
+    reduce-scatters, the DP reduction, the optimizer update), so it reads no ZeRO stage. Every term left out is
+    non-negative and enters the step through sums, max() and bubble formulas non-decreasing in t_f and t_b
+    (pipeline.stage_times, bubble_time, step_time), so a search can skip layouts whose floor is already slower than
+    its N-th best (tests/test_search_speed.py checks floor <= step on whole problems)."""
+    m, tr, k = problem.model, problem.training, _knobs(c)
+    tp, pp, cp, ep, sp, rc = (k[x] for x in ("tp", "pp", "cp", "ep", "sp", "rc"))
+    prof, rates = stack_profile(tr), compute.rates(problem)
+    fab = Fabric(problem.cluster, problem.compress, rates.hbm)
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], k["dp"])
-    bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd, st.bwd, st.wgrad, m=micro)
-    return pipeline.step_time(micro, pipeline.microbatch_time(st, none, k["sched"], lt, layers), bubble, none, none)
+    tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
+    u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
+    layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
+    act_bytes = tensor.activation_bytes(tok, m.hidden_size)
+    tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
+    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
+    share = expert.overlapped_share(k["sched"], micro, pp, k["vpp"])
+    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, k["etp"], compute.is_fp8(problem), share,
+                                           lt.fwd + lt.bwd)
+    none = np.zeros_like(tp)
+    lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, none, none)
+    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])
+    st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
+                              compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
+    p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
+    p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
+    bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
+    t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
+    return pipeline.step_time(micro, t_mb, bubble, none, none)
 
 
 def _whole(x: np.ndarray) -> np.ndarray:

@@ -162,18 +162,16 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
 
     A throughput bound per row (step_time_floor) orders the pricing: the most promising rows first, in growing
-    rounds. After each round kth', the group's top-th best throughput priced so far, is <= the true top-th best kth,
-    and bound_max >= the group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than
-    kth - 2·max/2000, below the two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and
-    is never priced. Rounds end once every row above that line is priced. The priced rows come back in table order
-    (ties rank as they would unpruned), rows without a finite step time dropped."""
-    by_floor = shared_rows(cols, ZERO_FREE_KNOBS)  # the floor is the same for every ZeRO stage
-    floor = step_time_floor(problem, by_floor.table) * (1.0 - 1e-9)  # (1e-9: it sums its terms in another order)
-    bound = by_floor.spread(compute.throughput_per_gpu(problem, floor))
-    bound = np.where(np.isfinite(bound), bound, np.inf)  # a layout the floor cannot bound is priced
+    rounds. After each round kth', the group's top-th best throughput priced so far, is <= the true top-th best
+    kth, and bound_max >= the group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than
+    kth - 2·max/2000, below the two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows
+    and is never priced. Rounds end once every row above that line is priced. The priced rows come back in table
+    order (ties rank as they would unpruned), rows without a finite step time dropped."""
+    by_zero = shared_rows(cols, ZERO_FREE_KNOBS)  # the floor is the same for every ZeRO stage
+    bound = by_zero.spread(_bound(problem, by_zero.table))
+    priced = np.zeros(len(bound), dtype=bool)
     picked: list[np.ndarray] = []
     mets: list[dict[str, np.ndarray]] = []
-    priced = np.zeros(len(bound), dtype=bool)
     for group in (~tight, tight):
         left = np.flatnonzero(group)  # rows not yet priced whose bound can still rank
         margin = 2 * bound[left].max(initial=0.0) / 2000.0
@@ -200,6 +198,14 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     met = {k: np.concatenate([m[k] for m in mets]).take(order) for k in mets[0]}
     ok = np.flatnonzero(_valid(met))
     return {k: cols[k].take(index.take(order).take(ok)) for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
+
+
+def _bound(problem: Problem, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """An upper bound on each row's throughput: step_time_floor's, less 1e-9 (the floor sums its terms in another
+    order than evaluate); a row the floor cannot bound gets +inf, so it is priced."""
+    floor = step_time_floor(problem, cols) * (1.0 - 1e-9)
+    bound = compute.throughput_per_gpu(problem, floor)
+    return np.where(np.isfinite(bound), bound, np.inf)
 
 
 def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
