@@ -173,6 +173,24 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray
     return pipeline.step_time(micro, t_mb, bubble, none, none)
 
 
+def _inflight(sched: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> list[np.ndarray]:
+    """Micro-batches in flight at the first, second and last stage's rank (pipeline.inflight_microbatches), computed
+    once per distinct (schedule, pp, vpp, m): a table has few of them."""
+    keys = [np.ravel(np.broadcast_to(x, np.shape(m))) for x in (sched, pp, vpp, m)]
+    order = np.lexsort(keys)
+    ordered = [x.take(order) for x in keys]
+    new = np.ones(len(order), dtype=bool)
+    for x in ordered:
+        new[1:] &= x[1:] == x[:-1]  # (NaN != NaN: such rows get a group each)
+    new = ~new
+    new[:1] = True
+    index = np.empty(len(order), dtype=np.int64)
+    index[order] = np.cumsum(new) - 1
+    s, p, v, mm = (x.take(order[new]) for x in keys)
+    ranks = (0, np.minimum(1, p - 1), p - 1)
+    return [pipeline.inflight_microbatches(s, p, v, mm, rank).take(index).reshape(np.shape(m)) for rank in ranks]
+
+
 def _whole(x: np.ndarray) -> np.ndarray:
     return x
 
@@ -272,12 +290,10 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
             params["last"] - params["held_layers"] * per_layer)
     expert_shard = expert_shard_group(cs, shard_group)
-    m = np.floor(micro)
-    ranks = (0, np.minimum(1, pp - 1), pp - 1)
+    inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
     stages = []
-    for i, (n, n_s, edge, rank) in enumerate(zip(counts, counts_s, base, ranks, strict=True)):
-        inflight = pipeline.inflight_microbatches(k["sched"], pp, k["vpp"], m, rank)
-        acts = spread_z(per_layer_act * n * inflight + working)
+    for i, (n, n_s, edge, in_flight) in enumerate(zip(counts, counts_s, base, inflight, strict=True)):
+        acts = spread_z(per_layer_act * n * in_flight + working)
         held = n_s * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
                                    expert_shard, prof, fp8, problem.training.optimizer_offload)
