@@ -24,7 +24,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, ExpertTp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import enumerate_layouts, select, shared_rows
+from planner.search.space import enumerate_layouts, row_groups, select, shared_rows
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
@@ -115,11 +115,12 @@ def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, in
                 keep[lo:], proven = False, False
                 break
             part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
-            by_state = shared_rows(part, STATE_FREE_KNOBS)  # states are priced once per group of rows sharing them
+            # most terms are priced once per group of rows sharing what they read
+            by_state, by_zero = shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
             ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
             rows = np.flatnonzero(ok)
-            by_zero = shared_rows(part, ZERO_FREE_KNOBS).subset(rows)
-            peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero) if len(rows) else np.zeros(0)
+            peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero.subset(rows)) if len(rows) \
+                else np.zeros(0)
             fits = np.zeros(len(ok), dtype=bool)
             fits[ok] = peak <= cap
             keep[lo:lo + CHUNK] = fits
@@ -167,7 +168,7 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     kth - 2·max/2000, below the two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows
     and is never priced. Rounds end once every row above that line is priced. The priced rows come back in table
     order (ties rank as they would unpruned), rows without a finite step time dropped."""
-    by_zero = shared_rows(cols, ZERO_FREE_KNOBS)  # the floor is the same for every ZeRO stage
+    by_zero, = shared_rows(cols, ZERO_FREE_KNOBS)  # the floor is the same for every ZeRO stage
     bound = by_zero.spread(_bound(problem, by_zero.table))
     priced = np.zeros(len(bound), dtype=bool)
     picked: list[np.ndarray] = []
@@ -214,13 +215,7 @@ def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
 
 def _siblings(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(first row of each run of rows that differ only in recompute, each row's run)."""
-    n = len(cols["tp"])
-    start = np.zeros(n, dtype=bool)
-    start[:1] = True
-    for k in KNOBS:
-        if k != "recompute":
-            start[1:] |= cols[k][1:] != cols[k][:-1]
-    return np.flatnonzero(start), np.cumsum(start) - 1
+    return row_groups(cols, ("recompute",))[0]
 
 
 def _least_recompute(cols: dict[str, np.ndarray], siblings: tuple[np.ndarray, np.ndarray],

@@ -156,31 +156,45 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
 
 
-def shared_rows(cols: dict[str, np.ndarray], free: tuple[str, ...]) -> Shared:
-    """Group the rows of an enumerated table (or of a subset, in its order) that agree on every knob but `free`.
+def shared_rows(cols: dict[str, np.ndarray], *frees: tuple[str, ...]) -> list[Shared]:
+    """For each set of `frees`, the groups of rows of an enumerated table (or of a subset, in its order) that agree
+    on every knob but those (planner.cost.step.Shared: a representative table and each row's group)."""
+    return [Shared({k: v.take(rep) for k, v in cols.items()}, index) for rep, index in row_groups(cols, *frees)]
+
+
+def row_groups(cols: dict[str, np.ndarray], *frees: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each set of `frees`, (a representative row per group, each row's group) of the rows that agree on every
+    knob but those.
 
     Rows agreeing on every knob enumerated before the first free one are adjacent, so those knobs group by runs
-    (no sort); the knobs after it that are not free (small codes) refine the run ids as a mixed-radix key. A table
-    in another order only groups less, never wrongly: a run never joins rows that differ."""
+    (no sort, and the runs are shared between the sets); the knobs after it that are not free (small codes) refine
+    the run ids as a mixed-radix key. A table in another order only groups less, never wrongly: a run never joins
+    rows that differ."""
     n = len(cols["tp"])
-    first_free = min(_ORDER.index(k) for k in free)
+    firsts = [min(_ORDER.index(k) for k in free) for free in frees]
     start = np.zeros(n, dtype=bool)
     start[:1] = True
-    for knob in (*_ORDER[:first_free], "dp"):
+    start[1:] |= cols["dp"][1:] != cols["dp"][:-1]
+    runs: dict[int, np.ndarray] = {}
+    for i, knob in enumerate(_ORDER[:max(firsts) + 1]):
+        if i in firsts:
+            runs[i] = start.copy()
         start[1:] |= cols[knob][1:] != cols[knob][:-1]
-    key = np.cumsum(start) - 1
-    rest = [k for k in _ORDER[first_free:] if k not in free]
-    for knob in rest:
-        code = cols[knob].astype(np.int64)
-        key = key * (int(code.max(initial=0)) + 1) + code
-    if not rest:
-        rep, index = np.flatnonzero(start), key
-    else:
+    out = []
+    for free, first in zip(frees, firsts, strict=True):
+        key = np.cumsum(runs[first]) - 1
+        rest = [k for k in _ORDER[first:] if k not in free]
+        for knob in rest:
+            code = cols[knob].astype(np.int64)
+            key = key * (int(code.max(initial=0)) + 1) + code
+        if not rest:
+            out.append((np.flatnonzero(runs[first]), key))
+            continue
         slot = np.full(int(key.max(initial=-1)) + 1, -1, dtype=np.int64)
         slot[key] = np.arange(n)  # any row of a group represents it
         present = slot >= 0
-        rep, index = slot[present], (np.cumsum(present) - 1)[key]
-    return Shared({k: v.take(rep) for k, v in cols.items()}, index)
+        out.append((slot[present], (np.cumsum(present) - 1)[key]))
+    return out
 
 
 def select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
