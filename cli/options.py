@@ -7,11 +7,12 @@ import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from planner.errors import PlanInputError
 
-if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no pydantic specs
+if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no pydantic specs, JSON output no rich
+    from rich.console import Console
+
     from planner.inputs.problem import Problem
     from planner.inputs.specs import ClusterSpec, ModelSpec
 
@@ -33,11 +34,15 @@ PlanFwOpt = Annotated[str | None, typer.Option(
 
 
 def stdout() -> Console:
+    from rich.console import Console
+
     return Console(no_color="NO_COLOR" in os.environ or None, soft_wrap=False,
                    width=None if sys.stdout.isatty() else 200)
 
 
 def table_console() -> Console:
+    from rich.console import Console
+
     """stdout for tables: a terminal's own width, or COLUMNS (80 when unset) when piped, so that output is the same
     on every machine unless the caller asks for a width."""
     width: int | None = None
@@ -50,6 +55,8 @@ def table_console() -> Console:
 
 
 def stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, no_color="NO_COLOR" in os.environ or None, soft_wrap=True)
 
 

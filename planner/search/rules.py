@@ -56,6 +56,15 @@ def _domain_peers(c: Cols, p: Problem) -> np.ndarray:
     return domain_group(p.cluster.nvlink_domain, c["tp"], c["dp"] * c["cp"])
 
 
+def _where_hsdp(c: Cols, test: Callable[[Cols], np.ndarray]) -> np.ndarray:
+    """True where zero is not HSDP, else `test` of the row (run on the HSDP rows alone: the table is at its largest
+    when ZeRO joins it)."""
+    rows = np.flatnonzero(c["zero"] == Zero.HSDP)
+    ok = np.ones(len(c["zero"]), dtype=bool)
+    ok[rows] = test({k: c[k].take(rows) for k in ("tp", "dp", "cp")})
+    return ok
+
+
 def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
     """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
     inside = domain_group(p.cluster.nvlink_domain, c["tp"], c["cp"])
@@ -185,7 +194,7 @@ RULES: tuple[Rule, ...] = (
          "ZeRO/FSDP sharding needs more than one data-parallel rank", "set zero=0 when dp x cp = 1",
          "ZeRO partitions states over data-parallel ranks (Rajbhandari et al. 2020)"),
     Rule("hsdp_spans_domains", ("zero", "tp", "dp", "cp"),
-         lambda c, p: (c["zero"] != Zero.HSDP) | (_domain_peers(c, p) < c["dp"] * c["cp"]),
+         lambda c, p: _where_hsdp(c, lambda sub: _domain_peers(sub, p) < sub["dp"] * sub["cp"]),
          "HSDP (zero=4) shards inside an NVLink domain and replicates across domains, so its data ranks must span "
          "more than one domain (otherwise it is zero=3)", "use zero=3",
          "PyTorch FSDP HYBRID_SHARD / FSDP2 2-D device mesh (torchtitan docs/fsdp.md)"),
