@@ -6,15 +6,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.cost.step import evaluate
+from planner.cost.step import STATE_FREE_KNOBS, ZERO_FREE_KNOBS, grouped_memory_peak_gib
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_gpu
 from planner.inputs.frameworks import capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
-from planner.search.cpsat import diagnose
 from planner.search.search import search
-from planner.search.space import enumerate_layouts
+from planner.search.space import enumerate_layouts, shared_rows
 
 
 def _fits(problem: Problem) -> bool:
@@ -41,6 +40,8 @@ def _batch_with(problem: Problem, gbs: int) -> Problem:
 
 def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
     """The global batch closest to the asked one for which some layout satisfies every rule (CP-SAT check)."""
+    from planner.search.cpsat import diagnose  # (ortools loads only here and when no layout passes the rules)
+
     gbs, n = problem.training.global_batch, problem.num_gpus
     caps = capabilities_for(problem.training.framework)
     if not (caps.tensor_parallel or caps.pipeline_parallel or caps.cp_comm):
@@ -61,8 +62,16 @@ def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
 
 
 def explain_infeasible(problem: Problem) -> dict:
-    core = diagnose(problem)
-    if not core.feasible:
+    enum = enumerate_layouts(problem)
+    # CP-SAT (and its import) only when no layout satisfies every rule: it names the conflicting core; the numpy
+    # enumeration and CP-SAT read the same rules and agree on the count (tests/test_search.py)
+    if len(enum.cols["tp"]) == 0:
+        from planner.search.cpsat import diagnose
+
+        core = diagnose(problem)
+    else:
+        core = None
+    if core is not None and not core.feasible:
         caps = capabilities_for(problem.training.framework)
         absent = [r for r in core.core if r.name in _NO_SUCH_KNOB and _NO_SUCH_KNOB[r.name][1](caps)]
         suggestions = [r.fix for r in core.core if r not in absent]
@@ -79,12 +88,11 @@ def explain_infeasible(problem: Problem) -> dict:
             "suggestions": suggestions,
         }
     # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
-    enum = enumerate_layouts(problem)
     n = len(enum.cols["tp"])
     best = float("nan")
     for lo in range(0, n, 200_000):
         part = {k: v[lo:lo + 200_000] for k, v in enum.cols.items()}
-        low = float(np.min(evaluate(problem, part)["memory_peak_gib"]))
+        low = float(np.min(grouped_memory_peak_gib(problem, *shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS))))
         best = low if best != best else min(best, low)
     cap = problem.cluster.gpu.memory_gib
     out = {
