@@ -57,10 +57,10 @@ class _Layer:
 
 
 def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
-    m, tr = problem.model, problem.training
+    tr = problem.training
     prof = stack_profile(tr)
     k = _knobs(c)
-    tp, dp, cp, ep, etp, sp, rc = (k[x] for x in ("tp", "dp", "cp", "ep", "etp", "sp", "rc"))
+    tp, dp, cp, ep, sp, rc = (k[x] for x in ("tp", "dp", "cp", "ep", "sp", "rc"))
     zero, hsdp, shard_group = sharding(problem, c)
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], dp)
     rates = compute.rates(problem)
@@ -72,6 +72,19 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
 
+    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
+    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
+    lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
+    return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
+                  act_bytes, lc)
+
+
+def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfile, fab: Fabric, tok: np.ndarray,
+                micro: np.ndarray, lt: compute.LayerTimes, u: np.ndarray,
+                r: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """(activation bytes, exposed TP, CP and EP time per layer: total and forward share of each): the layer's
+    communication that no ZeRO stage changes (`evaluate` and step_time_floor)."""
+    m, tp, ep, etp, rc = problem.model, k["tp"], k["ep"], k["etp"], k["rc"]
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     whole_experts = m.moe_layers / m.num_hidden_layers if (m.is_moe and not m.n_shared_experts) else 0.0
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc, 1.0 - whole_experts * (etp == 1))
@@ -79,10 +92,7 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp, compute.is_fp8(problem), share,
                                            lt.fwd + lt.bwd)
-    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
-    lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, z3_f, z3_b)
-    return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
-                  act_bytes, lc)
+    return act_bytes, (tp_all, tp_f, cp_all, cp_f, ep_all, ep_f)
 
 
 def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -155,14 +165,9 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
     lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
     layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
-    act_bytes = tensor.activation_bytes(tok, m.hidden_size)
-    tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
-    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
-    share = expert.overlapped_share(k["sched"], micro, pp, k["vpp"])
-    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, k["etp"], compute.is_fp8(problem), share,
-                                           lt.fwd + lt.bwd)
+    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
     none = np.zeros_like(tp)
-    lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, none, none)
+    lc = pipeline.LayerComm(*tp_cp_ep, none, none)
     first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
