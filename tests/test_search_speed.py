@@ -54,7 +54,7 @@ def test_step_time_floor_never_exceeds_the_step(case):
     floor = step_time_floor(p, cols)
     ok = np.isfinite(step)
     assert ok.any() and (floor[ok] <= step[ok] * (1 + 1e-12)).all()
-    assert np.median(floor[ok] / step[ok]) > 0.5  # a floor worth having, not zero
+    assert np.median(floor[ok] / step[ok]) > 0.25  # a floor worth having (ZeRO-3 and DP traffic are left out), not 0
 
 
 @pytest.mark.parametrize("case", PROBLEMS)
