@@ -61,32 +61,37 @@ def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
     return None
 
 
+def _rules_conflict(problem: Problem) -> dict | None:
+    """The binding rules and their fixes when no layout satisfies every rule (CP-SAT names the conflicting core),
+    else None. CP-SAT and its import run only then: the numpy enumeration answers first (it and CP-SAT read the same
+    rules and agree on the count, tests/test_search.py)."""
+    from planner.search.cpsat import diagnose
+
+    core = diagnose(problem)
+    if core.feasible:
+        return None
+    caps = capabilities_for(problem.training.framework)
+    absent = [r for r in core.core if r.name in _NO_SUCH_KNOB and _NO_SUCH_KNOB[r.name][1](caps)]
+    suggestions = [r.fix for r in core.core if r not in absent]
+    if absent:
+        what = " or ".join(_NO_SUCH_KNOB[r.name][0] for r in absent)
+        suggestions.append(f"{caps.name} runs no {what}; for those plan with --format megatron or torchtitan")
+    if any(r.name in ("global_batch_divisible", "interleaved_microbatches") for r in core.core):
+        batch = _nearest_feasible_batch(problem)
+        if batch:
+            suggestions.append(f"--global-batch {batch} (the nearest batch every rule accepts)")
+    return {
+        "binding": [r.name for r in core.core],
+        "reasons": [f"{r.name}: {r.message}" + ("" if r in absent else f" (fix: {r.fix})") for r in core.core],
+        "suggestions": suggestions,
+    }
+
+
 def explain_infeasible(problem: Problem) -> dict:
     enum = enumerate_layouts(problem)
-    # CP-SAT (and its import) only when no layout satisfies every rule: it names the conflicting core; the numpy
-    # enumeration and CP-SAT read the same rules and agree on the count (tests/test_search.py)
-    if len(enum.cols["tp"]) == 0:
-        from planner.search.cpsat import diagnose
-
-        core = diagnose(problem)
-    else:
-        core = None
-    if core is not None and not core.feasible:
-        caps = capabilities_for(problem.training.framework)
-        absent = [r for r in core.core if r.name in _NO_SUCH_KNOB and _NO_SUCH_KNOB[r.name][1](caps)]
-        suggestions = [r.fix for r in core.core if r not in absent]
-        if absent:
-            what = " or ".join(_NO_SUCH_KNOB[r.name][0] for r in absent)
-            suggestions.append(f"{caps.name} runs no {what}; for those plan with --format megatron or torchtitan")
-        if any(r.name in ("global_batch_divisible", "interleaved_microbatches") for r in core.core):
-            batch = _nearest_feasible_batch(problem)
-            if batch:
-                suggestions.append(f"--global-batch {batch} (the nearest batch every rule accepts)")
-        return {
-            "binding": [r.name for r in core.core],
-            "reasons": [f"{r.name}: {r.message}" + ("" if r in absent else f" (fix: {r.fix})") for r in core.core],
-            "suggestions": suggestions,
-        }
+    conflict = _rules_conflict(problem) if len(enum.cols["tp"]) == 0 else None
+    if conflict is not None:
+        return conflict
     # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
     n = len(enum.cols["tp"])
     best = float("nan")
