@@ -1,4 +1,5 @@
-"""End-to-end planning time, process start included (what a user waits for). Prints medians over N runs.
+"""End-to-end planning time, process start included (what a user waits for). Prints medians over N runs: wall
+time, and the process's CPU time (user + system), which a machine shared with other jobs inflates less.
 
     python bench/bench_search.py [-n 7]
 """
@@ -6,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,16 +35,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=7)
     args = ap.parse_args()
-    print(f"{'case':32s} {'median s':>9s} {'min s':>7s} {'max s':>7s}  (n={args.n}, python {sys.version.split()[0]})")
+    print(f"{'case':32s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>7s}  (n={args.n}, python "
+          f"{sys.version.split()[0]})")
     for label, argv in CASES:
-        times = []
+        times, cpus = [], []
         for _ in range(args.n):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             r = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--format", "json"], capture_output=True)
             times.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if r.returncode not in (0, 1):
                 raise SystemExit(f"{label}: exit {r.returncode}: {r.stderr.decode()[-300:]}")
-        print(f"{label:32s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f}")
+        print(f"{label:32s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
+              f"{statistics.median(cpus):7.2f}")
 
 
 if __name__ == "__main__":
