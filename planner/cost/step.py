@@ -150,13 +150,14 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     }
 
 
-def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
+def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication: bool = True) -> np.ndarray:
     """A lower bound on `evaluate`'s step_time_s: the same step without what ZeRO adds (ZeRO-3 gathers and
     reduce-scatters, the DP reduction, the optimizer update), so it reads no ZeRO stage. Every term left out is
     non-negative and enters the step through sums, max() and bubble formulas non-decreasing in t_f and t_b
     (pipeline.stage_times, bubble_time, step_time), so a search can skip layouts whose floor is already slower than
-    its N-th best (tests/test_search_speed.py checks floor <= step on whole problems)."""
-    m, tr, k = problem.model, problem.training, _knobs(c)
+    its N-th best (tests/test_search_speed.py checks floor <= step on whole problems). With `communication` False,
+    cheaper and looser: no exposed TP, CP or EP communication and no hand-offs either (all non-negative too)."""
+    m, tr, k = problem.model, problem.training, _knobs(c, expert=communication)
     tp, pp, cp, ep, sp, rc = (k[x] for x in ("tp", "pp", "cp", "ep", "sp", "rc"))
     prof, rates = stack_profile(tr), compute.rates(problem)
     fab = Fabric(problem.cluster, problem.compress, rates.hbm)
@@ -165,13 +166,16 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
     lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
     layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
-    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
     none = np.zeros_like(tp)
-    lc = pipeline.LayerComm(*tp_cp_ep, none, none)
+    if communication:
+        act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
+        lc = pipeline.LayerComm(*tp_cp_ep, none, none)
+        p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
+    else:
+        lc, p2p = pipeline.LayerComm(*[none] * 8), none
     first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
-    p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)

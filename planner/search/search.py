@@ -162,24 +162,26 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
                     top: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
 
-    A throughput bound per row (step_time_floor) orders the pricing: the most promising rows first, in growing
-    rounds. After each round kth', the group's top-th best throughput priced so far, is <= the true top-th best
-    kth, and bound_max >= the group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than
-    kth - 2·max/2000, below the two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows
-    and is never priced. Rounds end once every row above that line is priced. The priced rows come back in table
-    order (ties rank as they would unpruned), rows without a finite step time dropped."""
-    by_zero, = shared_rows(cols, ZERO_FREE_KNOBS)  # the floor is the same for every ZeRO stage
-    bound = by_zero.spread(_bound(problem, by_zero.table))
-    priced = np.zeros(len(bound), dtype=bool)
+    A throughput bound per row (step_time_floor: first its cheap form for every row, then the full one for rows
+    still in the running) orders the pricing: the most promising rows first, in growing rounds. After each round
+    kth', the group's top-th best throughput priced so far, is <= the true top-th best kth, and bound_max >= the
+    group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than kth - 2·max/2000, below the
+    two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and is never priced. Rounds end
+    once every row above that line is priced. The priced rows come back in table order (ties rank as they would
+    unpruned), rows without a finite step time dropped."""
+    bounds = _Bounds(problem, cols)
+    priced = np.zeros(len(tight), dtype=bool)
     picked: list[np.ndarray] = []
     mets: list[dict[str, np.ndarray]] = []
     for group in (~tight, tight):
         left = np.flatnonzero(group)  # rows not yet priced whose bound can still rank
-        margin = 2 * bound[left].max(initial=0.0) / 2000.0
+        margin = 2 * bounds.of(left).max(initial=0.0) / 2000.0
         best = np.zeros(0)
         size = max(SAMPLE, 4 * top)
         while len(left):
-            batch = left if len(left) <= size else left[np.argpartition(-bound[left], size - 1)[:size]]
+            if len(left) > size:  # the full bound for the most promising rows, then the best of them
+                bounds.refine(_best(left, bounds.of(left), 4 * size))
+            batch = _best(left, bounds.of(left), size)
             met = evaluate(problem, {k: v.take(batch) for k, v in cols.items()})
             picked.append(batch)
             mets.append(met)
@@ -190,7 +192,9 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
             left = left[~priced[left]]
             if len(best) >= top:
                 kth = np.partition(best, len(best) - top)[len(best) - top]
-                left = left[bound[left] >= kth - margin]
+                left = left[bounds.of(left) >= kth - margin]
+                bounds.refine(left)
+                left = left[bounds.of(left) >= kth - margin]
             size *= 4
     if not picked:
         return {k: v[:0] for k, v in cols.items() if k in KNOBS}, {}
@@ -201,12 +205,37 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     return {k: cols[k].take(index.take(order).take(ok)) for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
 
 
-def _bound(problem: Problem, cols: dict[str, np.ndarray]) -> np.ndarray:
-    """An upper bound on each row's throughput: step_time_floor's, less 1e-9 (the floor sums its terms in another
-    order than evaluate); a row the floor cannot bound gets +inf, so it is priced."""
-    floor = step_time_floor(problem, cols) * (1.0 - 1e-9)
-    bound = compute.throughput_per_gpu(problem, floor)
-    return np.where(np.isfinite(bound), bound, np.inf)
+def _best(rows: np.ndarray, bound: np.ndarray, n: int) -> np.ndarray:
+    return rows if len(rows) <= n else rows[np.argpartition(-bound, n - 1)[:n]]
+
+
+class _Bounds:
+    """Upper bounds on each row's throughput, kept per group of rows that differ only in ZeRO (the floor reads no
+    ZeRO stage): step_time_floor's cheap form for all, the full form once a group is refined; less 1e-9 (the floor
+    sums its terms in another order than evaluate); a row the floor cannot bound gets +inf, so it is priced."""
+
+    def __init__(self, problem: Problem, cols: dict[str, np.ndarray]) -> None:
+        self.problem = problem
+        by_zero, = shared_rows(cols, ZERO_FREE_KNOBS)
+        self.table, self.index = by_zero.table, by_zero.index
+        self.bound = self._floor(self.table, communication=False)
+        self.refined = np.zeros(len(self.bound), dtype=bool)
+
+    def _floor(self, table: dict[str, np.ndarray], communication: bool) -> np.ndarray:
+        floor = step_time_floor(self.problem, table, communication) * (1.0 - 1e-9)
+        bound = compute.throughput_per_gpu(self.problem, floor)
+        return np.where(np.isfinite(bound), bound, np.inf)
+
+    def of(self, rows: np.ndarray) -> np.ndarray:
+        return self.bound.take(self.index.take(rows))
+
+    def refine(self, rows: np.ndarray) -> None:
+        todo = np.zeros(len(self.bound), dtype=bool)
+        todo[self.index.take(rows)] = True
+        groups = np.flatnonzero(todo & ~self.refined)
+        full = self._floor({k: v.take(groups) for k, v in self.table.items()}, communication=True)
+        self.bound[groups] = np.minimum(self.bound[groups], full)
+        self.refined[groups] = True
 
 
 def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
