@@ -28,6 +28,10 @@ CASES = [
     ("llama4-maverick on gb200x256", ["--model", "llama4-maverick", "--cluster", "gb200x256"]),
     ("gpt-oss-120b on b200x64", ["--model", "gpt-oss-120b", "--cluster", "b200x64", "--seq-len", "4096",
                                   "--global-batch", "1280"]),
+    # the slowest of every catalog model on h100x64, h100x1024, gb200x256, h800x2048 and b200x64 (2026-11)
+    ("llama4-maverick on h800x2048", ["--model", "llama4-maverick", "--cluster", "h800x2048"]),
+    ("llama4-maverick on h100x64 (no fit)", ["--model", "llama4-maverick", "--cluster", "h100x64"]),
+    ("deepseek-v3 on h100x64 (no fit)", ["--model", "deepseek-v3", "--cluster", "h100x64"]),
 ]
 
 
@@ -35,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=7)
     args = ap.parse_args()
-    print(f"{'case':32s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>7s}  (n={args.n}, python "
+    print(f"{'case':36s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>7s}  (n={args.n}, python "
           f"{sys.version.split()[0]})")
     for label, argv in CASES:
         times, cpus = [], []
@@ -48,7 +52,7 @@ def main() -> None:
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             if r.returncode not in (0, 1):
                 raise SystemExit(f"{label}: exit {r.returncode}: {r.stderr.decode()[-300:]}")
-        print(f"{label:32s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
+        print(f"{label:36s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
               f"{statistics.median(cpus):7.2f}")
 
 
