@@ -47,8 +47,8 @@ def test_grouped_memory_is_the_row_by_row_memory(case):
 @pytest.mark.parametrize("case", PROBLEMS)
 def test_step_time_floor_never_exceeds_the_step(case):
     p = _problem(*case)
-    enum = enumerate_layouts(p)
-    cols, _, _, _ = s._fitting(p, enum.cols, {**enum.pruned, "memory_fits": 0}, dominate=False)
+    enum = enumerate_layouts(p, lazy_last=True)
+    cols, _, _, _ = s._fitting(p, enum, {**enum.pruned, "memory_fits": 0}, dominate=False)
     cols = {k: v[:80_000] for k, v in cols.items()}
     step = evaluate(p, cols)["step_time_s"]
     floor = step_time_floor(p, cols)
@@ -73,8 +73,8 @@ def test_pricing_only_rankable_rows_ranks_as_pricing_all(case, top):
 
 def test_rankable_rows_are_few_on_a_large_problem():
     p = _problem("deepseek-v3", "h800x256", 4096, 1024, "fp8")
-    enum = enumerate_layouts(p)
-    cols, tight, fitting, _ = s._fitting(p, enum.cols, {**enum.pruned, "memory_fits": 0})
+    enum = enumerate_layouts(p, lazy_last=True)
+    cols, tight, fitting, _ = s._fitting(p, enum, {**enum.pruned, "memory_fits": 0})
     priced, _ = s._price_rankable(p, cols, tight, 5)
     assert len(priced["tp"]) < len(cols["tp"]) / 4
 

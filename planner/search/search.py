@@ -24,7 +24,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, ExpertTp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import enumerate_layouts, row_groups, select, shared_rows
+from planner.search.space import Enumeration, enumerate_layouts, select, shared_rows
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
@@ -73,12 +73,12 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
            keep_priced: bool = False) -> SearchResult:
     """Rank every rule-feasible layout that fits; `keep_priced` also returns all of them (SearchResult.priced)."""
     start = time.perf_counter()
-    enum = enumerate_layouts(problem)
+    enum = enumerate_layouts(problem, lazy_last=True)
     pruned = dict(enum.pruned)
     pruned[MEMORY_RULE.name] = 0
     # `keep_priced` shows the memory/throughput trade-off, where more recompute is the leaner point: keep every one
     deadline = None if time_limit_s is None else start + time_limit_s
-    cols, tight_rows, fitting, proven = _fitting(problem, enum.cols, pruned, dominate=not keep_priced,
+    cols, tight_rows, fitting, proven = _fitting(problem, enum, pruned, dominate=not keep_priced,
                                                  deadline=deadline)
     # (a time limit prices rows in table order, as it always did; without the memory pass tightness is unknown here)
     if deadline is None and not keep_priced and problem.enforce_memory:
@@ -99,43 +99,59 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
                         priced=priced)
 
 
-def _fitting(problem: Problem, cols: dict[str, np.ndarray], pruned: dict[str, int], dominate: bool = True,
+def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], dominate: bool = True,
              deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool]:
-    """The rows worth pricing in full, which of them are tight, and how many fit: a cheap state floor, then the
-    memory model alone; among layouts that differ only in recompute (adjacent rows: recompute is enumerated last),
-    only the least recompute that fits and the least that fits with headroom can rank (RECOMPUTE_DOMINANCE). Past
-    `deadline` the rows not yet checked are dropped and the answer is not proven best."""
-    cap = capacity_gib(problem)
-    keep = np.ones(len(cols["tp"]), dtype=bool)
-    tight = np.zeros(len(cols["tp"]), dtype=bool)
+    """The rows worth pricing in full, which of them are tight, and how many fit, part by part (Enumeration.parts): a
+    cheap state floor, then the memory model alone; among layouts that differ only in recompute (one parent: recompute
+    is enumerated last), only the least recompute that fits and the least that fits with headroom can rank
+    (RECOMPUTE_DOMINANCE). Past `deadline` the rows not yet checked are dropped and the answer is not proven best."""
+    dominate = dominate and "recompute" not in problem.fixed
     proven = True
+    kept_cols: list[dict[str, np.ndarray]] = []
+    kept_tight: list[np.ndarray] = []
+    fitting = dominated = unfit = 0
+    for part, parent in enum.parts(CHUNK):
+        if problem.enforce_memory and deadline is not None and kept_cols and time.perf_counter() > deadline:
+            proven = False
+        fits, tight = _fits(problem, part) if proven else (np.zeros(len(parent), dtype=bool),) * 2
+        unfit += int((~fits).sum())  # (rows left unchecked by the deadline too)
+        fitting += int(fits.sum())
+        keep = fits
+        if dominate and fits.any():
+            first = np.concatenate([[True], parent[1:] != parent[:-1]])
+            siblings = (np.flatnonzero(first), np.cumsum(first) - 1)
+            keep = fits & (_least_recompute(part, siblings, fits) | _least_recompute(part, siblings, fits & ~tight))
+            dominated += int((fits & ~keep).sum())
+        rows = np.flatnonzero(keep)
+        kept_cols.append({k: v.take(rows) for k, v in part.items()})
+        kept_tight.append(tight.take(rows))
     if problem.enforce_memory:
-        for lo in range(0, len(keep), CHUNK):
-            if deadline is not None and lo and time.perf_counter() > deadline:
-                keep[lo:], proven = False, False
-                break
-            part = {k: v[lo:lo + CHUNK] for k, v in cols.items()}
-            # most terms are priced once per group of rows sharing what they read
-            by_state, by_zero = shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
-            ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
-            rows = np.flatnonzero(ok)
-            peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero.subset(rows)) if len(rows) \
-                else np.zeros(0)
-            fits = np.zeros(len(ok), dtype=bool)
-            fits[ok] = peak <= cap
-            keep[lo:lo + CHUNK] = fits
-            tight_part = np.zeros(len(ok), dtype=bool)
-            tight_part[ok] = np.asarray(is_tight(problem, peak), dtype=bool)
-            tight[lo:lo + CHUNK] = tight_part
-        pruned[MEMORY_RULE.name] += int((~keep).sum())  # (rows left unchecked by the deadline too)
-    fitting = int(keep.sum())
-    if dominate and "recompute" not in problem.fixed and fitting:
-        siblings = _siblings(cols)
-        best = _least_recompute(cols, siblings, keep) | _least_recompute(cols, siblings, keep & ~tight)
-        pruned[RECOMPUTE_DOMINANCE.name] = int((keep & ~best).sum())
-        keep &= best
-        fitting = int(keep.sum())  # candidates = feasible + pruned: a dominated layout is counted as pruned
-    return select(cols, keep), tight[keep], fitting, proven
+        pruned[MEMORY_RULE.name] += unfit
+    if dominate and fitting:
+        pruned[RECOMPUTE_DOMINANCE.name] = dominated
+        fitting -= dominated  # candidates = feasible + pruned: a dominated layout is counted as pruned
+    cols = {k: np.concatenate([c[k] for c in kept_cols]) for k in kept_cols[0]} if kept_cols else \
+        {k: np.zeros(0, dtype=np.int32) for k in (*KNOBS, *enum.cols)}
+    return cols, np.concatenate(kept_tight) if kept_tight else np.zeros(0, dtype=bool), fitting, proven
+
+
+def _fits(problem: Problem, part: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(fits, tight) per row: without the memory check, every row fits with room."""
+    n = len(part["tp"])
+    if not problem.enforce_memory:
+        return np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    cap = capacity_gib(problem)
+    # most terms are priced once per group of rows sharing what they read
+    by_state, by_zero = shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
+    ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
+    rows = np.flatnonzero(ok)
+    peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero.subset(rows)) if len(rows) \
+        else np.zeros(0)
+    fits = np.zeros(n, dtype=bool)
+    fits[rows] = peak <= cap
+    tight = np.zeros(n, dtype=bool)
+    tight[rows] = np.asarray(is_tight(problem, peak), dtype=bool)
+    return fits, tight
 
 
 def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | None,
@@ -240,11 +256,6 @@ class _Bounds:
 
 def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
     return np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
-
-
-def _siblings(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each run of rows that differ only in recompute, each row's run)."""
-    return row_groups(cols, ("recompute",))[0]
 
 
 def _least_recompute(cols: dict[str, np.ndarray], siblings: tuple[np.ndarray, np.ndarray],

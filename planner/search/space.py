@@ -76,9 +76,30 @@ def domains(problem: Problem) -> dict[str, list[int]]:
 
 @dataclass
 class Enumeration:
+    """The rule-feasible layouts (`cols`), or, built with `lazy_last`, the table before the last knob (`cols`) and
+    `last` = (that knob, its values, which rows of cols x values the rules keep), so that a search can build the
+    (largest) table part by part (`parts`) instead of all at once."""
+
     cols: dict[str, np.ndarray]
     candidates: int
     pruned: dict[str, int]
+    last: tuple[str, np.ndarray, np.ndarray] | None = None
+
+    def parts(self, rows: int) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
+        """The table in consecutive parts of about `rows` rows, each with each row's row in `cols` (its parent:
+        rows with one parent differ only in the last knob); a lazy enumeration's parts hold whole parent groups."""
+        if self.last is None:  # parents: runs of rows that differ only in the last knob
+            starts, parent = row_groups(self.cols, (_ORDER[-1],))[0]
+            bounds = [*starts[::max(rows // 3, 1)], len(parent)]
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+                yield {k: v[lo:hi] for k, v in self.cols.items()}, parent[lo:hi]
+            return
+        knob, vals, kept = self.last
+        per = max(rows // len(vals), 1)
+        for first in range(0, len(kept) // len(vals), per):
+            local = np.flatnonzero(kept[first * len(vals):(first + per) * len(vals)])
+            parent = local // len(vals) + first
+            yield {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(local % len(vals))}, parent
 
 
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
@@ -120,7 +141,7 @@ class _Crossed(Mapping[str, np.ndarray]):
         return {**{k: v.take(parent) for k, v in self.cols.items()}, self.knob: self.vals.take(rows % len(self.vals))}
 
 
-def enumerate_layouts(problem: Problem) -> Enumeration:
+def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
     dom = domains(problem)
     sizes = [len(dom[k]) for k in _ORDER]
     candidates = int(np.prod(sizes))
@@ -140,9 +161,6 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
             known.add("dp")
         later = int(np.prod(sizes[i + 1:])) if i + 1 < len(sizes) else 1
         ready = [r for r in pending if set(r.knobs) <= known]
-        if not ready:
-            cols = table.rows() if isinstance(table, _Crossed) else table
-            continue
         keep = np.ones(table.size if isinstance(table, _Crossed) else len(table["tp"]), dtype=bool)
         for rule in ready:  # a row is charged to the first rule (in RULES order) that refuses it
             pending.remove(rule)
@@ -151,7 +169,13 @@ def enumerate_layouts(problem: Problem) -> Enumeration:
                 ok &= table["dp"] > 0
             pruned[rule.name] += int((keep & ~ok).sum()) * later
             keep &= ok
-        cols = table.rows(keep) if isinstance(table, _Crossed) else select(table, keep)
+        if lazy_last and i == len(_ORDER) - 1 and isinstance(table, _Crossed):
+            assert not pending, pending
+            return Enumeration(table.cols, candidates, pruned, (knob, table.vals, keep))
+        if isinstance(table, _Crossed):
+            cols = table.rows(keep if ready else None)
+        else:
+            cols = select(table, keep) if ready else dict(table)
     assert not pending and set(KNOBS) <= set(cols), (pending, set(KNOBS) - set(cols))
     return Enumeration(cols=cols, candidates=candidates, pruned=pruned)
 
