@@ -28,7 +28,7 @@ from planner.search.space import Enumeration, enumerate_layouts, select, shared_
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
-SAMPLE = 1024  # rows priced first to bound the rest (_rankable)
+SAMPLE = 1024  # rows priced first to bound the rest (_price_rankable)
 # Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
 _SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
 
