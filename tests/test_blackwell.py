@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from planner.cost import compute, fabric
+from planner.cost.sharding import fsdp_exposed
 from planner.inputs.catalog import gpu_catalog, job_nvlink_domain, load_cluster, load_model
 from planner.inputs.hardware import FP4_OVER_FP8_KERNEL_RATE, FP8_CAST_BYTES, NVFP4_CAST_BYTES
 from planner.inputs.problem import Problem
@@ -135,3 +136,28 @@ def test_the_lm_head_runs_in_bf16_whatever_the_recipe(precision: str):
     gemm = 8192 * 2 * m.hidden_size * m.vocab_size / (2500e12 * 0.729 * 0.775)
     logits = 8192 * m.vocab_size * 6.0 / (8.0e12 * 0.85)
     assert h_lo == pytest.approx(gemm + logits, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------- ZeRO-3 of experts over EDP ranks
+
+def test_zero3_gathers_expert_weights_over_the_expert_data_group_across_the_network():
+    """gpt-oss style ZeRO-3 on 64 B300s with EP 8: dense weights shard over the 64 data ranks (1 apart: 8 per
+    board, 1/8 of the bytes cross the NIC), expert weights over the 8 expert-data ranks 8 apart (one per board: all
+    of the bytes cross the NIC). Gathering S_d = 0.1 GB dense + S_e = 1 GB expert bf16 weights with no compute to
+    hide behind: 7/8·S_d/NVLink + 7/8·(S_d/8)/NIC + 7/8·S_e/NIC + latencies, NVLink 900 x 0.80, NIC 100 x 0.92 GB/s.
+    Counting the experts as sharded over all 64 ranks, as before, put only 1/8 of their bytes on the NIC."""
+    c = load_cluster("b300x64")
+    fab = fabric.Fabric(c, {}, 8e12)
+    prof = compute.profile_for("nemo")
+    one = np.array([1.0])
+    s_d, s_e = 0.1e9 / 2, 1e9 / 2  # parameters (bf16 gathers move 2 B each)
+    f, _ = fsdp_exposed(fab, prof, np.array([3]), one * (s_d + s_e), one * 64, one, one * 0, one * 0,
+                        (one * s_e, one * 8, one * 8))
+    nvl, nic = 900e9 * 0.80, 100e9 * 0.92
+    lat_d = fabric.BASE_LATENCY_S + 2 * np.log2(8) * fabric.NVLINK_HOP_S + 2 * np.log2(8) * fabric.NETWORK_HOP_S
+    lat_e = fabric.BASE_LATENCY_S + 2 * np.log2(8) * fabric.NETWORK_HOP_S
+    dense = 7 / 8 * 0.1e9 / nvl + 7 / 8 * 0.1e9 / 8 / nic + lat_d
+    expert = 7 / 8 * 1e9 / nic + lat_e
+    assert f[0] == pytest.approx(dense + expert, rel=1e-9)
+    flat, _ = fsdp_exposed(fab, prof, np.array([3]), one * (s_d + s_e), one * 64, one, one * 0, one * 0)
+    assert f[0] > 3 * flat[0]
