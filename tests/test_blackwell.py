@@ -161,3 +161,9 @@ def test_zero3_gathers_expert_weights_over_the_expert_data_group_across_the_netw
     assert f[0] == pytest.approx(dense + expert, rel=1e-9)
     flat, _ = fsdp_exposed(fab, prof, np.array([3]), one * (s_d + s_e), one * 64, one, one * 0, one * 0)
     assert f[0] > 3 * flat[0]
+
+
+def test_fp4_on_a_gpu_without_fp4_tensor_cores_quantises_like_fp8():
+    h100, b200 = load_cluster("h100x8").gpu, load_cluster("b200x8").gpu
+    assert compute.cast_bytes(h100, "fp4") == compute.cast_bytes(h100, "fp8") == FP8_CAST_BYTES
+    assert compute.cast_bytes(b200, "fp4") == NVFP4_CAST_BYTES and compute.cast_bytes(b200, "bf16") == 0.0

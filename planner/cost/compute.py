@@ -64,9 +64,12 @@ def rates(problem: Problem) -> Rates:
                  bf16_eff=gpu.matmul_efficiency * kernel)
 
 
-def cast_bytes(precision: str) -> float:
-    """HBM bytes per element of quantising one GEMM operand: FP8_CAST_BYTES, NVFP4_CAST_BYTES, 0 in bf16."""
-    return {"fp8": FP8_CAST_BYTES, "fp4": NVFP4_CAST_BYTES}.get(precision, 0.0)
+def cast_bytes(gpu: GPUSpec, precision: str) -> float:
+    """HBM bytes per element of quantising one GEMM operand: FP8_CAST_BYTES, NVFP4_CAST_BYTES on a GPU with FP4
+    tensor cores (elsewhere an fp4 recipe runs as fp8, see `gemm_efficiency`), 0 in bf16."""
+    if precision == "fp4" and gpu.fp4_tflops:
+        return NVFP4_CAST_BYTES
+    return FP8_CAST_BYTES if precision in ("fp8", "fp4") else 0.0
 
 
 def tokens_per_gpu(mbs: np.ndarray, seq_len: float, cp: np.ndarray) -> np.ndarray:
@@ -175,7 +178,7 @@ def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
     # fp8 / fp4: Transformer Engine quantises each GEMM operand (cast_bytes per element, planner.inputs.hardware)
     if is_fp8(problem):
         w_in, w_out = linear_io_widths(m)
-        cast = cast_bytes(problem.training.precision)
+        cast = cast_bytes(problem.cluster.gpu, problem.training.precision)
         elem_bytes = elem_bytes + tok * cast * w_in / tp
         elem_bytes_b = elem_bytes_b + tok * cast * w_out / tp
     return elem_bytes, elem_bytes_b
