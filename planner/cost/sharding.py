@@ -102,17 +102,31 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
 
 
 def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,
-                 shard_group: np.ndarray, tp: np.ndarray, layer_f: np.ndarray,
-                 layer_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 shard_group: np.ndarray, tp: np.ndarray, layer_f: np.ndarray, layer_b: np.ndarray,
+                 experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) ZeRO-3 time per layer and micro-batch not hidden by the layer's compute.
 
     Forward: gather the layer's bf16 weights, max(ag - t_f, 0); backward: gather again and reduce-scatter the grads,
     max(ag + rs - t_b, 0). HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step
     all-reduce of the sharded gradients crosses domains (planner.cost.data).
+    `experts` = (routed-expert part of `per_layer_p`, its shard group, that group's rank stride): expert weights are
+    sharded over the expert data-parallel group, whose ranks sit etp·ep apart (Megatron-FSDP / torchtitan efsdp), so
+    with EP inside an 8-GPU board every expert gather and reduce-scatter crosses the network, where the dense ones
+    (data ranks tp apart) mostly stay on NVLink. Dense and expert collectives run one after the other.
     """
-    gathered = per_layer_p * 2.0  # gathered size of one layer's bf16 weights
-    ag = fab.collective("all_gather", gathered, shard_group, tp, "dp")
-    grads = per_layer_p * prof.grad_reduce_bytes
-    rs = fab.collective("reduce_scatter", grads, shard_group, tp, "dp")
+    dense_p, exp_p, exp_group, exp_stride = per_layer_p, 0.0, shard_group, tp
+    if experts is not None:
+        exp_p, exp_group, exp_stride = experts
+        dense_p = per_layer_p - exp_p
+
+    def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp")  # bf16 weights, gathered size
+        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp")
+        return ag, rs
+
+    ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp)
+    ag_e, rs_e = gather_and_reduce(exp_p, exp_group, exp_stride)
+    ag = ag_d + np.where(exp_p > 0, ag_e, 0.0)
+    rs = rs_d + np.where(exp_p > 0, rs_e, 0.0)
     z3 = zero == Zero.PARAMETERS
     return np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0), np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)

@@ -78,7 +78,8 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp, compute.is_fp8(problem), share,
                                            lt.fwd + lt.bwd)
-    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
+    experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), etp * ep)
+    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd, experts)
     lc = pipeline.LayerComm(tp_all, tp_f, cp_all, cp_f, ep_all, ep_f, z3_f, z3_b)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
                   act_bytes, lc)
