@@ -363,6 +363,18 @@ def test_megatron_moe_layout_reaches_megatron_core(mcore):
     assert all(len(g) == 8 for g in expert["ep"])
 
 
+def test_megatron_fp8_moe_selective_recompute_uses_current_scaling(mcore):
+    """Megatron-Core refuses moe_act/layernorm recompute under delayed fp8 scaling: the launcher switches the
+    recipe to per-tensor current scaling, and the config then builds."""
+    doc = plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--precision", "fp8", "--fix", "ep=8",
+                   "--fix", "recompute=selective", "--top", "1")
+    flags = megatron_check(doc)
+    assert flags["--fp8-recipe"] == ["tensorwise"] and "--fp8-amax-history-len" not in flags
+    assert {"moe_act", "layernorm"} <= set(flags["--recompute-modules"])
+    config, _ = megatron_configs(flags)
+    assert config.fp8_recipe == "tensorwise"
+
+
 def test_megatron_whole_experts_reach_megatron_core(mcore):
     """etp=1 (MoE parallel folding): Megatron-Core builds an expert grid of ep x 1 independent of tp."""
     doc = plan_doc("--model", "mixtral-8x22b", "--cluster", "h100x256", "--fix", "ep=8", "--fix", "tp=2",

@@ -30,7 +30,10 @@ def render(view: PlanView) -> str:
     if view.precision == "fp8" and view.layout.zero == 0:
         refuse(view, NAME, "zero", "Bridge's fp8 preset gathers fp8 parameters, which needs the distributed "
                "optimizer or FSDP (zero >= 1)", "re-plan with zero >= 1, or use --format megatron")
-    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", PRECISION[view.precision])]
+    preset = PRECISION[view.precision]
+    if view.precision == "fp8" and _mcore.fp8_recipe(view) == "tensorwise":
+        preset = "bf16_with_fp8_current_scaling_mixed"
+    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset)]
     lines = [header(view, TARGET),
              f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>"]
     lines += [f"{key}={_value(value)}" for key, value in items]
