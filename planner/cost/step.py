@@ -90,7 +90,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                    memory.split_counts_embedding_loss(problem))  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -178,7 +179,8 @@ def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
     tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     m = np.floor(micro)
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                    memory.split_counts_embedding_loss(problem))
     ranks = (0, np.minimum(1, pp - 1), pp - 1)
     logits = memory.logits_bytes(tok, problem.model, tp)
     shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(

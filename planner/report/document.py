@@ -15,8 +15,10 @@ from planner.inputs.layout import (
     CpComm,
     Zero,
     decode,
+    embedding_loss_split,
     uneven_stage_layers,
 )
+from planner.inputs.frameworks import capabilities_for
 from planner.inputs.problem import Problem
 from planner.report.plan_doc import SCHEMA_VERSION  # noqa: F401 - documents are written and read with one version
 from planner.search.search import Plan, SearchResult
@@ -28,7 +30,8 @@ def sig(x: float, digits: int = 6) -> float:
 
 
 def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
-                layers: int | None = None, nvlink_domain: int | None = None) -> dict[str, Any]:
+                layers: int | None = None, nvlink_domain: int | None = None,
+                framework: str | None = None) -> dict[str, Any]:
     out = {
         "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
         "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(int(layout["zero"]), int(Zero.PARAMETERS)),
@@ -48,9 +51,12 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
     if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
         out["expert_tp"] = layout["tp"] if (layout["dp"] * layout["cp"]) % layout["ep"] == 0 else 1
     if layers is not None:
-        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"])
+        emb_loss = framework is not None and capabilities_for(framework).embedding_loss_split
+        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"], emb_loss)
         if split:
             out["first_stage_layers"], out["last_stage_layers"] = split
+            if embedding_loss_split(layers, layout["pp"], layout["vpp"]) is not None and emb_loss:
+                out["stage_split"] = "embedding_loss"  # the embedding and the loss count as one layer each
     return out
 
 
@@ -80,8 +86,8 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
-               nvlink_domain: int | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain),
+               nvlink_domain: int | None = None, framework: str | None = None) -> dict[str, Any]:
+    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
 
 
@@ -93,7 +99,8 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "planner_version": __version__,
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
-        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain)
+        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
+                              p.training.framework)
                   for i, plan in enumerate(result.plans)],
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
