@@ -41,16 +41,25 @@ FRAGMENTATION = 0.05
 # operand (input, weight, grad output) (transformer_engine/common/recipe DelayedScaling amax_history_len).
 FP8_AMAX_HISTORY = 1024
 FP8_OPERANDS_PER_GEMM = 3
+# fp8 parameters (Megatron-Core --fp8-param-gather; every Megatron-Bridge fp8 preset sets fp8_param_gather,
+# training/mixed_precision.py): the weights are Transformer Engine fp8 tensors, 1-byte row-wise data plus the 1-byte
+# column-wise (transposed) copy the backward GEMMs read ("memory consumption is similar to bf16",
+# NVIDIA/TransformerEngine#2168); the fp32 master copy is in the distributed optimizer's shard (optimizer_bytes).
+FP8_PARAM_BYTES = 2.0
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
-                fp8: bool, offload: float = 0.0) -> dict[str, np.ndarray]:
+                fp8: bool, offload: float = 0.0, fp8_params: bool = False) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states (Rajbhandari et al. 2020, ZeRO §5): stage k shards the first k of
     (optimizer, gradients, parameters) over `shard` data-parallel ranks. Transformer Engine keeps an extra fp8 copy of
-    GEMM weights (1 byte/param) in fp8 training. `offload`: share of the optimizer states kept in CPU memory
-    (planner.cost.offload)."""
+    GEMM weights (1 byte/param) in fp8 training. `fp8_params` (fp8_param_gather, with a sharded optimizer): the model
+    weights are fp8 tensors and no bf16 copy exists (FP8_PARAM_BYTES). `offload`: share of the optimizer states kept
+    in CPU memory (planner.cost.offload)."""
     shard = np.maximum(shard, 1)
-    weights = params * (prof.weight_bytes + (1.0 if fp8 else 0.0))
+    per_weight = prof.weight_bytes + (1.0 if fp8 else 0.0)
+    if fp8_params:
+        per_weight = np.where(zero >= Zero.OPTIMIZER, FP8_PARAM_BYTES, per_weight)
+    weights = params * per_weight
     grads = params * prof.grad_bytes
     optim = params * prof.optimizer_bytes * (1.0 - offload)
     return {
@@ -273,6 +282,12 @@ def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: n
         "mem_first_stage_gib": (first.total * (1 + FRAGMENTATION) + fixed) / GIB,
         "mem_last_stage_gib": (last.total * (1 + FRAGMENTATION) + fixed) / GIB,
     }
+
+
+def fp8_param_gather(problem: Problem) -> bool:
+    """Whether the stack keeps fp8 model weights in fp8 training (Capabilities.fp8_param_gather; not fp4: the
+    NVFP4 preset gathers bf16 parameters)."""
+    return problem.training.precision == "fp8" and capabilities_for(problem.training.framework).fp8_param_gather
 
 
 def split_counts_embedding_loss(problem: Problem) -> bool:

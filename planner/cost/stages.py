@@ -49,7 +49,7 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
         edge = (edges[0] if r == 0 else 0.0) + (edges[1] if r == p - 1 and p > 1 else 0.0)
         held = n * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard,
-                                   expert_shard, prof, fp8, tr.optimizer_offload)
+                                   expert_shard, prof, fp8, tr.optimizer_offload, memory.fp8_param_gather(problem))
         inflight = pipeline.inflight_microbatches(c["schedule"], pp, c["vpp"], micro, r)
         rows.append({**states, "activations": per_layer_act * n * inflight + working,
                      "logits": logits if r == p - 1 else np.zeros(1),

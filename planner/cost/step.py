@@ -197,7 +197,8 @@ def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
         acts = per_layer_act * n * inflight + working
         held = n * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
-                                   expert_shard, prof, fp8, problem.training.optimizer_offload)
+                                   expert_shard, prof, fp8, problem.training.optimizer_offload,
+                                   memory.fp8_param_gather(problem))
         buffers = shared + memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8)
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
         stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
@@ -221,7 +222,8 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
 
     def states(params: np.ndarray, expert_params: np.ndarray | float = 0.0) -> np.ndarray:
         return sum(split_state_bytes(params, expert_params, x.zero, x.shard_group, expert_shard, x.prof,
-                                     fp8, problem.training.optimizer_offload).values())
+                                     fp8, problem.training.optimizer_offload,
+                                     memory.fp8_param_gather(problem)).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,

@@ -72,6 +72,9 @@ class Capabilities:
     # (L + 2) % (pp x vpp) == 0 the first and last ranks hold one layer fewer, also under interleaving, where the
     # first/last-stage layer flags need counts divisible by vpp. The split Llama 3 ran (arXiv 2407.21783 §3.3.2).
     embedding_loss_split: bool = False
+    # fp8 training keeps the model weights in fp8 where the optimizer is sharded (Megatron-Core --fp8-param-gather,
+    # which the megatron launcher emits with zero >= 1; every Megatron-Bridge fp8 preset sets fp8_param_gather).
+    fp8_param_gather: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -87,13 +90,13 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
-        selective_dense=False, embedding_loss_split=True,
+        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
-        selective_dense=False, embedding_loss_split=True,
+        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
