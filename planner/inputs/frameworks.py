@@ -191,7 +191,12 @@ def capability_table() -> str:
         precision = ", ".join(c.precisions) + ("" if c.fp8_moe or "fp8" not in c.precisions else " (no fp8 MoE)")
         if c.fp8_needs_zero:
             precision += " (fp8 needs ZeRO >= 1)"
+        uneven = "yes" if c.uneven_pipeline and c.pipeline_parallel else "no"
+        if c.embedding_loss_split and c.pipeline_parallel:
+            uneven += " (+ embedding/loss as layers with vpp)"
+        recompute = _labels(c.recompute)
+        if not c.selective_dense and Recompute.SELECTIVE in c.recompute:
+            recompute += " (selective frees no dense-layer memory)"
         rows.append(f"| {c.name} | {zero} | {schedules} | {_labels(c.cp_comm, 'no')} | {dims} | {with_pp} "
-                    f"| {'yes' if c.uneven_pipeline and c.pipeline_parallel else 'no'} | {_labels(c.recompute)} "
-                    f"| {precision} | {'`' + c.launcher + '`' if c.launcher else '-'} |")
+                    f"| {uneven} | {recompute} | {precision} | {'`' + c.launcher + '`' if c.launcher else '-'} |")
     return "\n".join(rows) + "\n"
