@@ -10,6 +10,7 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
+from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
     CpComm,
@@ -18,7 +19,6 @@ from planner.inputs.layout import (
     embedding_loss_split,
     uneven_stage_layers,
 )
-from planner.inputs.frameworks import capabilities_for
 from planner.inputs.problem import Problem
 from planner.report.plan_doc import SCHEMA_VERSION  # noqa: F401 - documents are written and read with one version
 from planner.search.search import Plan, SearchResult
