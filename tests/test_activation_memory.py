@@ -58,8 +58,8 @@ def predicted(m: ModelSpec, t: int, sp: bool, recompute: str, framework: str = "
 
 
 def measured(m: ModelSpec, t: int, sp: bool, recompute: str, moe: bool = False, flash: bool = True,
-             dropout: bool = False) -> int:
-    layer = ref.Layer(m, t=t, sp=sp, recompute=recompute, moe=moe, flash=flash, dropout=dropout)
+             dropout: bool = False, weighted: bool = True) -> int:
+    layer = ref.Layer(m, t=t, sp=sp, recompute=recompute, moe=moe, flash=flash, dropout=dropout, weighted=weighted)
     x = torch.randn(SEQ // t if sp else SEQ, BATCH, m.hidden_size, dtype=ref.DTYPE, requires_grad=True)
     return ref.saved_bytes(layer, x)
 
@@ -92,6 +92,16 @@ def test_gpt_layer_unfused_attention_with_dropout(t, sp, recompute):
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_moe_layer(recompute):
     check(predicted(MOE, 1, False, recompute), measured(MOE, 1, False, recompute, moe=True))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_moe_layer_that_multiplies_the_expert_output(recompute):
+    """Stacks outside Megatron-Core weight the expert output by the probability and keep it (Hugging Face / DeepSpeed
+    MoE blocks): one more h-wide tensor per routed copy than Megatron-Core's weighted activation."""
+    check(predicted(MOE, 1, False, recompute, framework="deepspeed"),
+          measured(MOE, 1, False, recompute, moe=True, weighted=False))
+    if recompute == "none":
+        assert predicted(MOE, 1, False, recompute, framework="deepspeed") > predicted(MOE, 1, False, recompute)
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])

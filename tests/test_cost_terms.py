@@ -231,3 +231,20 @@ def test_hybrid_cp_is_ulysses_inside_the_domain_and_ring_across():
     assert RULES_BY_NAME["hybrid_cp_spans_domains"].check(uly_rule_ok, p)[0]
     assert hyb["cp_comm_s"][0] != ring["cp_comm_s"][0]
     assert hyb["step_time_s"][0] > 0
+
+
+# --- the LM head stays in bf16 under fp8 recipes --------------------------------------------------------------------
+def test_vocabulary_projection_runs_at_the_bf16_rate_in_fp8_training():
+    """Megatron-Core's output layer is outside Transformer Engine's fp8 autocast and DeepSeek-V3 keeps the output head
+    in bf16 (report §3.3.1): switching a run to fp8 must not speed its LM head GEMM, while the layers' GEMMs do."""
+    from planner.cost import compute
+
+    def head_and_gemm(precision: str) -> tuple[float, float]:
+        p = Problem(load_model("llama3-70b"), load_cluster("h100x8"),
+                    TrainingSpec(seq_len=8192, global_batch=8, precision=precision))
+        r, tok, tp = compute.rates(p), np.array([8192.0]), np.array([1.0])
+        return compute.head_time(p, r, tok, tp)[0], compute.gemm_time(p, r, tok, tp, tp)[0]
+
+    (head_bf16, gemm_bf16), (head_fp8, gemm_fp8) = head_and_gemm("bf16"), head_and_gemm("fp8")
+    assert head_fp8 == pytest.approx(head_bf16, rel=1e-9)
+    assert gemm_fp8 < 0.75 * gemm_bf16

@@ -28,6 +28,7 @@ CASES = [
     ("llama3-70b", "h100x256", 8192, 512, "bf16", ["tp=4", "pp=4"], ("megatron", "nemo", "torchtitan")),
     ("llama3-8b", "h100x64", 8192, 512, "bf16", [], ("deepspeed", "megatron", "torchtitan")),
     ("mixtral-8x7b", "h100x64", 4096, 512, "bf16", ["ep=8"], ("megatron", "nemo")),
+    ("mixtral-8x7b", "h100x64", 4096, 512, "bf16", ["ep=8", "tp=2", "etp=1"], ("megatron", "nemo", "torchtitan")),
     ("llama3-70b", "h100x512", 131072, 64, "bf16", ["cp_comm=a2a"], ("megatron", "nemo")),
     ("llama3-70b", "h100x1024", 8192, 1024, "fp8", ["pp=8"], ("megatron", "nemo", "torchtitan")),
     ("llama3-70b", "h100x256", 8192, 512, "bf16", ["zero=hsdp"], ("torchtitan",)),

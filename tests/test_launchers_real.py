@@ -358,14 +358,27 @@ def test_megatron_pinned_interleaved_layout_reaches_megatron_core(mcore):
 
 def test_megatron_moe_layout_reaches_megatron_core(mcore):
     doc = plan_doc("--model", "mixtral-8x22b", "--cluster", "h100x256", "--fix", "ep=8", "--fix", "tp=2",
-                   "--top", "1")
+                   "--fix", "etp=tp", "--top", "1")
     flags = megatron_check(doc)
     config, _ = megatron_configs(flags)
     assert config.num_moe_experts == 8 and config.expert_model_parallel_size == 8
+    assert config.expert_tensor_parallel_size == 2
     # ep 8 x expert tp 2 spans two 8-GPU nodes: the node-deduplicated (DeepEP) dispatch the planner prices there
     assert config.moe_token_dispatcher_type == "flex" and config.moe_flex_dispatcher_backend == "deepep"
     _, expert = rank_groups(256, config)
     assert all(len(g) == 8 for g in expert["ep"])
+
+
+def test_megatron_whole_experts_reach_megatron_core(mcore):
+    """etp=1 (MoE parallel folding): Megatron-Core builds an expert grid of ep x 1 independent of tp."""
+    doc = plan_doc("--model", "mixtral-8x22b", "--cluster", "h100x256", "--fix", "ep=8", "--fix", "tp=2",
+                   "--fix", "etp=1", "--top", "1")
+    flags = megatron_check(doc)
+    assert flags["--expert-tensor-parallel-size"] == ["1"]
+    config, _ = megatron_configs(flags)
+    assert config.expert_tensor_parallel_size == 1 and config.expert_model_parallel_size == 8
+    # 8 whole-expert ranks fit one 8-GPU node: the plain all-to-all dispatcher, no DeepEP
+    assert config.moe_token_dispatcher_type == "alltoall"
 
 
 def test_megatron_every_ranked_plan_passes_megatron_core(mcore):

@@ -39,6 +39,8 @@ CASES = {
     "expert_parallel_needs_moe": (prob(), dict(dp=64, ep=8), dict(dp=64, ep=1)),
     "experts_divisible_by_ep": (prob("mixtral-8x7b"), dict(dp=64, ep=16), dict(dp=64, ep=8)),
     "ep_divides_data_ranks": (prob("mixtral-8x7b"), dict(pp=32, dp=2, ep=8), dict(pp=8, dp=8, ep=8)),
+    "expert_tp_fits_data_ranks": (prob("mixtral-8x7b"), dict(tp=2, sp=1, pp=8, dp=4, ep=8, etp=0),
+                                  dict(tp=2, sp=1, pp=8, dp=4, ep=8, etp=1)),
     "ep_with_tp_needs_sp": (prob("mixtral-8x7b"), dict(tp=2, dp=32, ep=8, sp=0), dict(tp=2, dp=32, ep=8, sp=1)),
     "sharding_needs_replicas": (prob(cluster="h100x8"), dict(tp=8, zero=1), dict(tp=4, dp=2, zero=1)),
     "framework_schedule": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2), dict(pp=2, dp=32, schedule=0)),

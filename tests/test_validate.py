@@ -97,3 +97,16 @@ def test_null_training_fields_are_defaulted_not_dropped():
     stated = dict(case, training={**case["training"], "precision": None, "micro_batch": None, "framework": None})
     out = run_case(stated, "test")
     assert out["predicted"] is not None, out.get("reason")
+
+
+def test_a_case_whose_figures_contradict_its_batch_is_priced_but_not_scored():
+    """tokens/s/GPU x GPUs x step time must equal global batch x seq_len; a case off by 2x misstates a figure."""
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    gpus, seq, gbs = 256, case["training"]["seq_len"], case["training"]["global_batch"]
+    consistent = dict(case, measured={"step_time_s": 10.0, "tokens_per_s_per_gpu": gbs * seq / 10.0 / gpus})
+    halved = dict(case, measured={"step_time_s": 10.0, "tokens_per_s_per_gpu": gbs * seq / 20.0 / gpus})
+    assert case["cluster"].endswith(f"x{gpus}")
+    assert "throughput" in run_case(consistent, "test")["error"]
+    out = run_case(halved, "test")
+    assert out["predicted"] is not None and out["error"] == {}
+    assert f"{gbs // 2:,} sequences" in out["reason"] and "global_batch" in out["reason"]

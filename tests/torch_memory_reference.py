@@ -19,7 +19,8 @@ The kernels follow Megatron-Core with Transformer Engine, the stack the planner'
   backward, tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication), and the row-parallel output
   is reduced (or reduce-scattered) — collectives move no saved bytes, so the emulation copies or slices;
 * MoE as Megatron's token dispatcher: top-k of the router logits, softmax over the k scores, permute by sorted
-  indices, experts, unpermute weighted by the probabilities (moe_utils.permute/unpermute);
+  indices, experts with the probability applied in their activation (Megatron-Core 0.16 experts.py
+  activation_func_with_probs), unpermute (moe_utils.permute/unpermute, no probabilities);
 * recompute: "selective" discards the norm outputs and the activation output (Megatron --recompute-modules
   layernorm, moe_act / mlp activation; TE CheckpointWithoutOutput), emulated with torch.utils.checkpoint around
   norm + following GEMM and activation + fc2; "full" checkpoints the layer, keeping its input.
@@ -90,6 +91,22 @@ class _FusedSwiGLU(torch.autograd.Function):
         ctx.save_for_backward(y)
         gate, up = y.chunk(2, -1)
         return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001
+        raise NotImplementedError("forward-only: the test counts what is saved")
+
+
+class _WeightedSwiGLU(torch.autograd.Function):
+    """(silu(gate) * up) * prob keeping the [gate, up] input and the per-row probability (Megatron-Core
+    weighted_bias_swiglu_impl, the experts' activation_func_with_probs: the router probability is applied inside
+    the activation, so the unpermute that follows needs no expert output for its gradient)."""
+
+    @staticmethod
+    def forward(ctx, y, prob):  # noqa: ANN001
+        ctx.save_for_backward(y, prob)
+        gate, up = y.chunk(2, -1)
+        return F.silu(gate) * up * prob
 
     @staticmethod
     def backward(ctx, grad):  # noqa: ANN001
@@ -259,18 +276,24 @@ class MLP(nn.Module):
     def _tail(self, y: torch.Tensor) -> torch.Tensor:
         return self.par.reduce(self.fc2(_FusedSwiGLU.apply(y) if self.gated else self.act(y)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _weighted_tail(self, y: torch.Tensor, prob: torch.Tensor) -> torch.Tensor:
+        return self.fc2(_WeightedSwiGLU.apply(y, prob) if self.gated else self.act(y) * prob)
+
+    def forward(self, x: torch.Tensor, prob: torch.Tensor | None = None) -> torch.Tensor:
         y = self.fc1(x)
+        if prob is not None:  # a routed expert: the probability scales the activation (Megatron-Core experts.py)
+            return (checkpoint(self._weighted_tail, y, prob, use_reentrant=True) if self.selective
+                    else self._weighted_tail(y, prob))
         return checkpoint(self._tail, y, use_reentrant=True) if self.selective else self._tail(y)
 
 
 class MoE(nn.Module):
     """Megatron token-dispatch MoE of one rank (no TP/EP split of the experts here): router, top-k, permute,
-    experts, probability-weighted unpermute, plus shared experts."""
+    experts (the router probability applied in their activation), unpermute, plus shared experts."""
 
-    def __init__(self, m: ModelSpec, par: Par, selective: bool):
+    def __init__(self, m: ModelSpec, par: Par, selective: bool, weighted: bool = True):
         super().__init__()
-        self.k, self.e, self.par = m.num_experts_per_tok, m.num_local_experts, par
+        self.k, self.e, self.par, self.weighted = m.num_experts_per_tok, m.num_local_experts, par, weighted
         self.router = nn.Linear(m.hidden_size, self.e, bias=False, dtype=DTYPE)
         self.experts = nn.ModuleList(MLP(m, Par(1, False), m.expert_ffn, selective, column=False)
                                      for _ in range(self.e))
@@ -291,10 +314,15 @@ class MoE(nn.Module):
         rows = order // self.k
         counts = torch.bincount(top.reshape(-1), minlength=self.e).tolist()
         permuted = flat.index_select(0, rows)
-        outs = [expert(chunk) for expert, chunk in zip(self.experts, permuted.split(counts), strict=True)]
-        weighted = torch.cat(outs) * probs.reshape(-1).index_select(0, order).unsqueeze(-1)
+        permuted_probs = probs.reshape(-1).index_select(0, order).unsqueeze(-1)
+        if self.weighted:  # Megatron-Core: the probability scales the activation
+            outs = torch.cat([expert(chunk, p) for expert, chunk, p in
+                              zip(self.experts, permuted.split(counts), permuted_probs.split(counts), strict=True)])
+        else:  # Hugging Face / DeepSpeed MoE: the expert output times the probability (the output is kept)
+            outs = torch.cat([expert(chunk) for expert, chunk in
+                              zip(self.experts, permuted.split(counts), strict=True)]) * permuted_probs
         index = rows.unsqueeze(1).expand(-1, shape[-1])  # Megatron unpermute: scatter_add keeps only the index
-        out = torch.zeros_like(flat).scatter_add(0, index, weighted).view(shape)
+        out = torch.zeros_like(flat).scatter_add(0, index, outs).view(shape)
         if self.shared is None:
             return out
         if selective:
@@ -307,14 +335,14 @@ class Layer(nn.Module):
     """Pre-norm decoder layer of one TP rank: x + attn(norm(x)); x + mlp(norm(x)), dropout after each (GPT)."""
 
     def __init__(self, m: ModelSpec, t: int = 1, sp: bool = False, recompute: str = "none", moe: bool = False,
-                 flash: bool = True, dropout: bool = False):
+                 flash: bool = True, dropout: bool = False, weighted: bool = True):
         super().__init__()
         self.par = Par(t, sp)
         rms, sel = m.gated_mlp, recompute == "selective"
         self.recompute, self.dropout, self.flash = recompute, dropout, flash
         self.norm1, self.norm2 = Norm(m.hidden_size, rms), Norm(m.hidden_size, rms)
         self.attn = MLAttention(m, self.par) if m.is_mla else Attention(m, self.par, flash, dropout)
-        self.mlp = MoE(m, self.par, sel) if moe else MLP(m, self.par, m.intermediate_size, False)
+        self.mlp = MoE(m, self.par, sel, weighted) if moe else MLP(m, self.par, m.intermediate_size, False)
 
     def _drop(self, y: torch.Tensor) -> torch.Tensor:
         return _dropout(y) if self.dropout else y

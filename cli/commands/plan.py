@@ -31,7 +31,7 @@ def main(
     precision: PrecOpt = "bf16",
     framework: PlanFwOpt = None,
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
-                                                  "ep vpp mbs zero recompute sp schedule cp_comm")] = None,
+                                                  "ep etp vpp mbs zero recompute sp schedule cp_comm")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to report")] = 5,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml | megatron | torchtitan | "
                                      "deepspeed | nemo | env")] = "table",

@@ -47,7 +47,7 @@ def report(
     framework: Annotated[str, typer.Option("--framework", help="training stack to plan for, as in plan: its "
                                            "capabilities limit the search and its behaviour prices it")] = "generic",
     fix: Annotated[list[str] | None, typer.Option("--fix", help="pin a knob, KEY=VALUE (repeatable): tp pp dp cp "
-                                                  "ep vpp mbs zero recompute sp schedule cp_comm")] = None,
+                                                  "ep etp vpp mbs zero recompute sp schedule cp_comm")] = None,
     top: Annotated[int, typer.Option("--top", min=1, max=1000, help="how many plans to rank")] = 10,
     allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes",
                                                         help="let tensor parallelism leave the NVLink domain")] = False,

@@ -33,6 +33,7 @@ class Rates:
     eff: float  # GEMM efficiency x the profile's kernel efficiency
     bf16_peak: float  # dense BF16 FLOP/s (attention runs in bf16; the MFU denominator)
     hbm: float  # achievable HBM bytes/s
+    bf16_eff: float = 0.0  # bf16 GEMM efficiency x the profile's kernel efficiency (GEMMs kept out of fp8)
 
 
 def rates(problem: Problem) -> Rates:
@@ -40,9 +41,10 @@ def rates(problem: Problem) -> Rates:
     base_eff = gpu.matmul_efficiency
     if is_fp8(problem):
         base_eff = gpu.fp8_matmul_efficiency or gpu.matmul_efficiency * FP8_GEMM_EFFICIENCY
-    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12,
-                 eff=base_eff * profile_for(tr.framework).kernel_efficiency,
-                 bf16_peak=gpu.bf16_tflops * 1e12, hbm=gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY)
+    kernel = profile_for(tr.framework).kernel_efficiency
+    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12, eff=base_eff * kernel,
+                 bf16_peak=gpu.bf16_tflops * 1e12, hbm=gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY,
+                 bf16_eff=gpu.matmul_efficiency * kernel)
 
 
 def tokens_per_gpu(mbs: np.ndarray, seq_len: float, cp: np.ndarray) -> np.ndarray:
@@ -218,10 +220,19 @@ def mla_up_proj_flops(m: ModelSpec) -> float:
 
 
 def head_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
-    """LM head forward: its GEMM tok·2hV/tp / (peak·eff) + the logits' 6 B/entry through HBM (bf16 + fp32 copy)."""
+    """LM head forward: its GEMM tok·2hV/tp + the logits' 6 B/entry through HBM (bf16 + fp32 copy), and the MTP
+    modules' blocks and head passes.
+
+    The vocabulary projections stay in bf16 in fp8 recipes: Megatron-Core's output layer is a plain
+    ColumnParallelLinear, outside Transformer Engine's fp8 autocast, and DeepSeek-V3 keeps "the embedding module, the
+    output head" in bf16 (report §3.3.1); only the MTP blocks' own GEMMs run at the training precision's rate."""
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
-    return tok * tf.head / tp / (r.peak * r.eff) + tok * m.vocab_size * 6.0 / tp / (r.hbm)
+    passes = 1 + m.num_nextn_predict_layers  # the LM head, and again per MTP module
+    vocab = passes * flops.lm_head_flops(m)
+    bf16_rate = r.bf16_peak * (r.bf16_eff or r.eff)
+    return (tok * vocab / tp / bf16_rate + tok * (tf.head - vocab) / tp / (r.peak * r.eff)
+            + passes * tok * m.vocab_size * 6.0 / tp / r.hbm)
 
 
 def compute_time(micro: np.ndarray, layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray,

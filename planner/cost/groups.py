@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from planner.inputs.layout import CpComm
+from planner.inputs.layout import CpComm, ExpertTp
 
 
 def peers_within(domain: int, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -28,9 +28,11 @@ def domain_group(domain: int, stride: np.ndarray | int, size: np.ndarray | int) 
 
 
 def expert_tp(c: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Expert tensor parallelism follows TP when EP fits in the data ranks; otherwise experts fold onto the TP ranks
-    with ETP = 1 (Megatron-Core "MoE parallel folding", expert grid independent of the attention grid)."""
+    """Expert tensor-parallel size: the `etp` knob, tp or 1 (MoE parallel folding). A table without the knob keeps
+    the rule's reading: tp where EP fits the data ranks, 1 where the experts must fold onto the TP ranks."""
     tp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "dp", "cp", "ep"))
+    if "etp" in c:
+        return np.where(c["etp"] == ExpertTp.ONE, 1.0, tp)
     return np.where((dp * cp) % ep == 0, tp, 1.0)
 
 

@@ -70,7 +70,7 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
 
 
 def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool, dropout: bool,
-                           fp8: bool = False) -> dict[str, np.ndarray]:
+                           fp8: bool = False, weighted: bool = True) -> dict[str, np.ndarray]:
     """Bytes per token one layer saves for backward, by term, with fused kernels (Megatron-Core + Transformer Engine).
 
     Korthikanti et al. 2022 §4.1 count 34·h bytes/token for a GPT layer plus 5·a·s for the s^2 softmax terms; fused
@@ -84,9 +84,12 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
     - "mlp": gated: fc1's gate|up output (kept by the fused bias-SwiGLU, megatron/core/fusions/fused_bias_swiglu.py)
       and the fc2 input; plain: activation input and fc2 input;
     - MoE per routed copy (Megatron token dispatcher, moe_utils.permute/unpermute): the permuted expert input, the
-      expert MLP, the expert output the probability-weighted unpermute keeps for the probability gradient, the
-      permuted probability and two int64 index vectors (gather rows, probability order); per token the router's
-      int64 top-k indices and softmax over the k scores; shared experts as a dense MLP.
+      expert MLP, the permuted probability and two int64 index vectors (gather rows, probability order); per token
+      the router's int64 top-k indices and softmax over the k scores; shared experts as a dense MLP. `weighted`:
+      Megatron-Core applies the probability inside the experts' activation (experts.py activation_func_with_probs,
+      the weighted SwiGLU keeps its input and the probability) and unpermutes without it; other stacks keep one
+      more h-wide tensor per copy for the probability's gradient (Hugging Face / DeepSpeed MoE blocks the expert
+      output they multiply, torchtitan the unscaled input it scales).
     In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so those cost
     1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
     """
@@ -104,7 +107,8 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
         attn = 2 * (q + 2 * kv) + 2 * q + 4 * a  # Q, K, V, attention output, fp32 LSE
     if moe:
         k, width = m.num_experts_per_tok, m.expert_ffn
-        per_copy = gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 * h + 2 + 16
+        per_copy = (gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 + 16
+                    + (0 if weighted else 2 * h))
         mlp = k * per_copy + 8 * k + 2 * k
         if m.n_shared_experts:
             mlp += ((4 if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
@@ -117,9 +121,9 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
 
 
 def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
-                                     dropout: bool, fp8: bool = False) -> np.ndarray:
+                                     dropout: bool, fp8: bool = False, weighted: bool = True) -> np.ndarray:
     """Sum of layer_activation_terms: bytes per token one layer saves for backward without recompute."""
-    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8).values())
+    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted).values())
 
 
 def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
@@ -165,7 +169,8 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     frac_moe = m.moe_layers / m.num_hidden_layers
     dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
     dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8)
-    moe_act = layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8) if m.is_moe else dense_act
+    moe_act = (layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8, prof.moe_weighted_activation)
+               if m.is_moe else dense_act)
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)

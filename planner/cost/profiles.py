@@ -63,9 +63,14 @@ class FrameworkProfile:
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
     memory_reported: str = "allocated"  # allocated | reserved | device: the memory figure the stack logs
+    # The router probability scales the experts' activation (Megatron-Core experts.py activation_func_with_probs), so
+    # no h-wide tensor per routed copy is kept for its gradient; Hugging Face / DeepSpeed MoE blocks multiply the
+    # expert output (and keep it), torchtitan scales the expert input (and keeps the unscaled one).
+    moe_weighted_activation: bool = False
 
 
-_GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875, deepep=True, fp8_dispatch=True)
+_GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875, deepep=True, fp8_dispatch=True,
+                            moe_weighted_activation=True)
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 PROFILES: dict[str, FrameworkProfile] = {
@@ -73,9 +78,10 @@ PROFILES: dict[str, FrameworkProfile] = {
     "megatron": FrameworkProfile("megatron", kernel_efficiency=0.975, flash_attention=False),
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
-    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775, deepep=True),
+    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775, deepep=True,
+                                      moe_weighted_activation=True),
     "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True,
-                             deepep=True),
+                             deepep=True, moe_weighted_activation=True),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
                                            dp_overlap=0.5),
     "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, memory_reported="reserved", **_FSDP),

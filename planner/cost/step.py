@@ -72,7 +72,8 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     params = stage_params(problem, c)
 
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
-    tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc)
+    whole_experts = m.moe_layers / m.num_hidden_layers if (m.is_moe and not m.n_shared_experts) else 0.0
+    tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc, 1.0 - whole_experts * (etp == 1))
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp, compute.is_fp8(problem), share,

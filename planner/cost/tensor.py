@@ -15,10 +15,15 @@ def activation_bytes(tok: np.ndarray, hidden: int) -> np.ndarray:
 
 
 def tp_exposed(fab: Fabric, prof: FrameworkProfile, act_bytes: np.ndarray, tp: np.ndarray,
-               rc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               rc: np.ndarray, mlp_kept: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed TP time per layer: n all-reduces of the activation over the adjacent tp
-    ranks, n = 2 fwd + 2 bwd (Narayanan et al. 2021 §3.2), +2 when recomputing fully, times (1 - tp_overlap)."""
+    ranks, one after the attention and one after the MLP per pass, n = 2 fwd + 2 bwd (Narayanan et al. 2021 §3.2),
+    +2 when recomputing fully, times (1 - tp_overlap). `mlp_kept`: share of the layers whose MLP is TP-split; MoE
+    layers with whole experts (etp = 1) and no shared expert take their sequence-parallel tokens straight to the
+    dispatch and back, with no TP collective (Megatron-Core token dispatcher: the TP all-gather/reduce-scatter
+    around the experts runs only when the expert TP size is > 1)."""
     one = np.ones_like(tp)
     tp_coll = fab.collective("all_reduce", act_bytes, tp, one, "tp")
-    n_tp_coll = 4 + np.where(rc == Recompute.FULL, 2, 0)
-    return n_tp_coll * tp_coll * (1 - prof.tp_overlap), 2 * tp_coll * (1 - prof.tp_overlap)
+    per_pass = 1 + np.asarray(mlp_kept, dtype=float)
+    n_tp_coll = (2 + np.where(rc == Recompute.FULL, 1, 0)) * per_pass
+    return n_tp_coll * tp_coll * (1 - prof.tp_overlap), per_pass * tp_coll * (1 - prof.tp_overlap)

@@ -122,6 +122,25 @@ def _ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas
 
 
+# Step time and tokens/s/GPU, when a case gives both, must describe the same step: tokens/s/GPU x GPUs x step time
+# = global batch x sequence length. Published tables derive one from the other, so a gap above this share means the
+# case misstates one of them (the batch, the GPU count or a figure) and no prediction can be scored against it.
+CONSISTENCY_TOLERANCE = 0.10
+
+
+def measurement_conflict(case: dict[str, Any], problem: Problem) -> str | None:
+    """Why the case's measured figures contradict its own batch, or None when they agree (or cannot be compared)."""
+    meas, tr = case.get("measured") or {}, problem.training
+    tps, step = meas.get("tokens_per_s_per_gpu"), meas.get("step_time_s")
+    if not (isinstance(tps, int | float) and isinstance(step, int | float) and tps > 0 and step > 0):
+        return None
+    sequences = tps * problem.num_gpus * step / tr.seq_len
+    if abs(sequences / tr.global_batch - 1) <= CONSISTENCY_TOLERANCE:
+        return None
+    return (f"measured figures disagree: tokens/s/GPU x GPUs x step time = {sequences:,.0f} sequences per step, "
+            f"training.global_batch = {tr.global_batch:,}")
+
+
 def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
     measured = case.get("measured")
     out: dict[str, Any] = {"id": case.get("id"), "tier": case.get("tier"), "source": short_source(case),
@@ -152,6 +171,9 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
     meas = {k: v for k, v in out["measured"].items()
             if isinstance(v, int | float) and not isinstance(v, bool) and v > 0}  # unusable figures are skipped
     err: dict[str, float] = {}
+    conflict = measurement_conflict(case, problem)
+    if conflict:
+        meas = {}  # priced, but scored against neither figure
     if meas.get("tokens_per_s_per_gpu"):
         err["throughput"] = sig(_ape(pred["tokens_per_s_per_gpu"], meas["tokens_per_s_per_gpu"]), 4)
     elif meas.get("step_time_s"):
@@ -163,6 +185,8 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
            "predicted": pred, "error": err}
     if note:
         res["note"] = note
+    if conflict:
+        res["reason"] = conflict
     return res
 
 
@@ -258,6 +282,8 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
         "cases": len(results),
         "predicted": sum(r["predicted"] is not None for r in results),
         "not_modelled": [{"id": r["id"], "reason": r["reason"]} for r in results if r["predicted"] is None],
+        "not_scored": [{"id": r["id"], "reason": r["reason"]} for r in results
+                       if r["predicted"] is not None and r.get("reason")],
         "groups": table,
         "worst": [{"id": r["id"], "tier": r["tier"], "throughput_ape": r["error"]["throughput"],
                    "predicted": r["predicted"]["tokens_per_s_per_gpu"],

@@ -85,6 +85,16 @@ class Zero(_Labelled):
     HSDP = 4, "hsdp"
 
 
+class ExpertTp(_Labelled):
+    """Tensor parallelism inside the experts: the attention's tp (Megatron-Core's default when
+    --expert-tensor-parallel-size is unset) or 1, the experts whole on each GPU and the expert grid laid out
+    independently of the attention grid (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960; the setting the
+    Megatron-Bridge and Megatron-MoE-ModelZoo recipes use for fine-grained experts)."""
+
+    TP = 0, "tp"
+    ONE = 1, "1"
+
+
 @dataclass(frozen=True)
 class Knob:
     """One layout knob: its key, what it means, and (for categorical knobs) its enum."""
@@ -105,6 +115,7 @@ KNOB_TABLE: tuple[Knob, ...] = (
     Knob("dp", "data-parallel size"),
     Knob("cp", "context-parallel size"),
     Knob("ep", "expert-parallel size"),
+    Knob("etp", "expert tensor-parallel size: tp or 1", ExpertTp),
     Knob("vpp", "model chunks per pipeline rank (virtual pipeline stages)"),
     Knob("mbs", "micro-batch size, sequences"),
     Knob("zero", "ZeRO / FSDP sharding stage", Zero),
@@ -119,6 +130,7 @@ KNOB_BY_NAME = {k.name: k for k in KNOB_TABLE}
 RECOMPUTE = Recompute.labels()
 SCHEDULES = Schedule.labels()
 CP_COMM = CpComm.labels()
+EXPERT_TP = ExpertTp.labels()
 ZERO_STAGES = tuple(int(z) for z in Zero)
 HSDP = Zero.HSDP
 # Schedules that overlap one micro-batch's forward with another's backward (the expert all-to-all hides behind it).
@@ -127,6 +139,7 @@ DUALPIPES = (Schedule.DUALPIPE, Schedule.DUALPIPE_V)
 SEQ1F1B_SEGMENTS = 4  # Seq1F1B splits each sequence into this many segments (Sun et al. 2024 evaluate 2-8)
 
 _ALIASES = {"micro_batch": "mbs", "micro-batch": "mbs", "sequence_parallel": "sp", "virtual_pipeline": "vpp",
+            "expert_tp": "etp", "expert_tensor_parallel": "etp",
             "recomp": "recompute", "fsdp": "zero"}
 _BOOL = {"1": 1, "true": 1, "yes": 1, "on": 1, "0": 0, "false": 0, "no": 0, "off": 0}
 _INT_LIMIT = 10_000_000
@@ -161,6 +174,11 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
             raise PlanInputError(f"cp_comm must be one of {', '.join(CP_COMM)} (got '{raw}')", field=where,
                                  fix="e.g. cp_comm=a2a")
         return name, CP_COMM.index(value)
+    if name == "etp":
+        if value not in EXPERT_TP:
+            raise PlanInputError(f"etp must be 'tp' (experts split like the attention) or 1 (got '{raw}')",
+                                 field=where, fix="e.g. etp=1")
+        return name, EXPERT_TP.index(value)
     if name == "sp":
         if value not in _BOOL:
             raise PlanInputError(f"sp must be true or false (got '{raw}')", field=where, fix="e.g. sp=true")
@@ -208,6 +226,8 @@ def decode(name: str, value: int) -> int | str | bool:
         return SCHEDULES[value]
     if name == "cp_comm":
         return CP_COMM[value]
+    if name == "etp":
+        return EXPERT_TP[value]
     if name == "sp":
         return bool(value)
     return int(value)

@@ -14,6 +14,7 @@ from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
     CpComm,
+    ExpertTp,
     Zero,
     decode,
     embedding_loss_split,
@@ -48,8 +49,8 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
     if layout.get("cp_comm", CpComm.RING) == CpComm.HYBRID and nvlink_domain:
         inside = math.gcd(layout["cp"], max(nvlink_domain // layout["tp"], 1))
         out["cp_hierarchy"] = [inside, layout["cp"] // inside]
-    if layout["ep"] > 1:  # experts fold onto the TP ranks (expert TP 1) when ep does not divide dp x cp
-        out["expert_tp"] = layout["tp"] if (layout["dp"] * layout["cp"]) % layout["ep"] == 0 else 1
+    if layout["ep"] > 1:  # whole experts (MoE parallel folding) or split like the attention
+        out["expert_tp"] = 1 if layout.get("etp", ExpertTp.TP) == ExpertTp.ONE else layout["tp"]
     if layers is not None:
         emb_loss = framework is not None and capabilities_for(framework).embedding_loss_split
         split = uneven_stage_layers(layers, layout["pp"], layout["vpp"], emb_loss)

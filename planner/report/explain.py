@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Console
 
 from planner.cost.step import memory_stages
-from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
@@ -32,6 +32,8 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     if "dp" not in lay:
         denom = lay["tp"] * lay["pp"] * lay["cp"]
         lay["dp"] = max(problem.num_gpus // denom, 1)
+    # Megatron's default expert TP is tp; where ep does not divide dp x cp only folding (etp 1) can launch it
+    lay.setdefault("etp", int(ExpertTp.TP if (lay["dp"] * lay["cp"]) % lay.get("ep", 1) == 0 else ExpertTp.ONE))
     return lay
 
 

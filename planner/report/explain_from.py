@@ -17,10 +17,9 @@ from planner.report.explain import complete_layout, explain
 from planner.report.table import compact_layout, legend
 from planner.search.search import search
 
-# Layout keys that follow from the others (micro-batch count, stage split, expert TP, shard group): a diff names
-# the knobs a user sets, not their consequences.
-_DERIVED = {"num_microbatches", "first_stage_layers", "last_stage_layers", "expert_tp", "fsdp_shard_group",
-            "cp_hierarchy"}
+# Layout keys that follow from the others (micro-batch count, stage split, shard group): a diff names the knobs a
+# user sets, not their consequences.
+_DERIVED = {"num_microbatches", "first_stage_layers", "last_stage_layers", "fsdp_shard_group", "cp_hierarchy"}
 
 
 def _knobs(layout: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cost import flops
-from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 from planner.search.rules import RULES_BY_NAME
@@ -31,6 +31,7 @@ LEGEND = {
     "zbv": "zbv = zero-bubble ZB-V", "s1f1b": "s1f1b = Seq1F1B",
     "c1f1b": "c1f1b = combined 1F1B (EP all-to-all overlap)", "dpipe": "dpipe/dpipev = DualPipe/DualPipe-V",
     "dpipev": "dpipe/dpipev = DualPipe/DualPipe-V",
+    "e1": "epNe1 = whole experts per GPU (expert tp 1, MoE parallel folding)",
     "tight": "! = tight: less than --memory-headroom free, ranked after plans with room",
 }
 
@@ -49,7 +50,10 @@ def compact_layout(layout: dict[str, int]) -> tuple[str, set[str]]:
         if suffix:
             used.add("cp" + suffix)
     if layout["ep"] > 1:
-        parts.append(f"ep{layout['ep']}")
+        whole = layout["tp"] > 1 and layout.get("etp", ExpertTp.TP) == ExpertTp.ONE
+        parts.append(f"ep{layout['ep']}" + ("e1" if whole else ""))
+        if whole:
+            used.add("e1")
     zero = "zh" if layout["zero"] == Zero.HSDP else f"z{layout['zero']}"
     used.add("zh" if zero == "zh" else "z")
     recompute = _RECOMPUTE_SHORT[Recompute(layout["recompute"])]
@@ -205,6 +209,9 @@ def render_validation(report: dict, console: Console) -> None:
     if s["not_modelled"]:
         console.print(f"not modelled ({len(s['not_modelled'])}): "
                       + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_modelled"][:8]), style="dim")
+    if s.get("not_scored"):
+        console.print(f"not scored ({len(s['not_scored'])}): "
+                      + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_scored"][:8]), style="dim")
 
 
 def render_models(rows: list[dict], console: Console) -> None:

@@ -17,7 +17,15 @@ import numpy as np
 
 from planner.cost.groups import domain_group
 from planner.inputs.frameworks import Capabilities, capabilities_for
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, CpComm, Recompute, Schedule, Zero, stage_split_launchable
+from planner.inputs.layout import (
+    SEQ1F1B_SEGMENTS,
+    CpComm,
+    ExpertTp,
+    Recompute,
+    Schedule,
+    Zero,
+    stage_split_launchable,
+)
 from planner.inputs.problem import Problem
 
 Cols = Mapping[str, np.ndarray]
@@ -162,6 +170,12 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: _divides(c["ep"], c["dp"] * c["cp"] * c["tp"]),
          "expert-parallel groups are carved out of the tp x dp x cp ranks of a stage, so ep must divide them",
          "lower ep or raise dp", "Megatron M2 (world % (etp*ep*pp) == 0; etp = tp, or 1 with MoE parallel folding)"),
+    Rule("expert_tp_fits_data_ranks", ("ep", "etp", "tp", "dp", "cp"),
+         lambda c, p: ((c["etp"] == ExpertTp.ONE) | (c["ep"] == 1) | (c["tp"] == 1)
+                       | _divides(c["ep"], c["dp"] * c["cp"])),
+         "with experts split like the attention (etp = tp), each expert-parallel rank is a whole TP group, so ep "
+         "must divide dp x cp", "use etp=1 (MoE parallel folding) or lower ep",
+         "Megatron M2 (world % (etp*ep*pp) == 0, parallel_state.initialize_model_parallel)"),
     Rule("ep_with_tp_needs_sp", ("ep", "tp", "sp"),
          lambda c, p: (c["ep"] == 1) | (c["tp"] == 1) | (c["sp"] == 1),
          "expert parallelism together with tensor parallelism needs sequence parallelism", "set sp=true",
@@ -247,6 +261,10 @@ MEMORY_RULE = Rule(
 # Not framework rules: knob values the cost model never prefers, dropped before pricing unless pinned (a pinned value
 # is priced as asked). Each is weakly dominated in every term: time, memory and what the framework accepts.
 DOMINANCE: tuple[Rule, ...] = (
+    Rule("redundant_expert_tp", ("etp", "tp", "ep"),
+         lambda c, p: (c["etp"] == ExpertTp.TP) | ((c["tp"] > 1) & p.model.is_moe) | ("etp" in p.fixed),
+         "etp=1 is the same layout as etp=tp without tensor parallelism or experts", "nothing to change",
+         "planner.cost.groups.expert_tp (etp only differs from tp when tp > 1)"),
     Rule("dominated_no_sp", ("tp", "sp"),
          lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed),
          "with tp > 1, sequence parallelism moves the same TP bytes (reduce-scatter + all-gather instead of "

@@ -14,7 +14,7 @@ import numpy as np
 from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import evaluate, memory_peak_gib
 from planner.errors import NoFeasiblePlan
-from planner.inputs.layout import KNOBS
+from planner.inputs.layout import KNOBS, ExpertTp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
 from planner.search.space import enumerate_layouts
@@ -162,7 +162,11 @@ def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, t
 
 
 def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:
-    """The cost model for one fully specified layout (no rule checks)."""
+    """The cost model for one fully specified layout (no rule checks). A layout without `etp` (written before the
+    knob existed) gets Megatron's default, tp, or 1 where ep does not divide dp x cp."""
+    if "etp" not in layout:
+        fits = (layout["dp"] * layout["cp"]) % max(layout["ep"], 1) == 0
+        layout = {**layout, "etp": int(ExpertTp.TP if fits else ExpertTp.ONE)}
     cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
     return {k: float(v[0]) for k, v in evaluate(problem, cols).items()}
 

@@ -64,6 +64,7 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "sp": [0, 1],
         "schedule": _schedules(problem),
         "cp_comm": _choices("cp_comm"),
+        "etp": _choices("etp") if m.is_moe else [0],
     }
     for knob, value in problem.fixed.items():
         if knob != "dp":
@@ -80,7 +81,8 @@ class Enumeration:
 
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
 # applied as soon as every knob it reads exists, so the table never holds rows an earlier rule already refuses.
-_ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "vpp", "schedule", "mbs", "zero", "recompute")
+_ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "etp", "vpp", "schedule", "mbs", "zero",
+                           "recompute")
 
 
 def _cross(cols: dict[str, np.ndarray], knob: str, values: list[int]) -> dict[str, np.ndarray]:

@@ -310,7 +310,7 @@ def layer_weights(problem: Problem, lay: Mapping[str, int]) -> dict[str, tuple[f
     routed experts / (expert-tp x ep)); None when every layer is alike."""
     m = problem.model
     fwd = flops.layer_forward_flops(m, problem.training.seq_len)
-    etp = float(expert_tp({k: np.array(lay[k]) for k in ("tp", "dp", "cp", "ep")}))
+    etp = float(expert_tp({k: np.array(lay[k]) for k in ("tp", "dp", "cp", "ep", "etp") if k in lay}))
     held = [ne / lay["tp"] + ex / (etp * lay["ep"]) for ne, ex in flops.layer_params(m)]
 
     def normalised(values: Sequence[float]) -> tuple[float, ...] | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import PlanInputError
-from planner.inputs.layout import encode
+from planner.inputs.layout import ExpertTp, encode
 
 # First comment line of every commented launcher format (planner/report/launchers/_plan.py header()).
 _HEADER = re.compile(r"^#\s*plan \S+ \| (?P<model>\S+) on (?P<cluster>\S+) \((?P<gpus>\d+) GPUs\)", re.M)
@@ -37,6 +37,14 @@ class LaunchConfig:
         """Encode one knob as `--fix` would, naming the file's flag when the value is bad."""
         name, value = encode(key, str(raw), where=flag)
         self.layout[name] = value
+
+    def set_expert_tp(self, raw: object, flag: str) -> None:
+        """The expert tensor-parallel size as the `etp` knob: 1 (whole experts) or the file's tp (read first)."""
+        size, tp = as_int(raw, flag, self.source), self.layout.get("tp", 1)
+        if size not in (1, tp):
+            raise PlanInputError(f"expert tensor-parallel size {size} is neither 1 nor the tensor-parallel size {tp}",
+                                 field=flag, source=self.source, fix="plan prices expert TP 1 or equal to tp")
+        self.layout["etp"] = int(ExpertTp.TP if size == tp else ExpertTp.ONE)
 
 
 def read_header(cfg: LaunchConfig, text: str) -> None:

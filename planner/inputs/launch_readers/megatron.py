@@ -121,6 +121,8 @@ def read(text: str, source: str) -> LaunchConfig:
     _batch_and_world(cfg, found, value)
     _model_extras(cfg, found, value)
     _memory_and_schedule(cfg, found, value)
+    if "--expert-tensor-parallel-size" in found:
+        cfg.set_expert_tp(value("--expert-tensor-parallel-size"), "--expert-tensor-parallel-size")
     cfg.ignored = sorted(f for f in found if f not in _KNOBS and f not in _SHAPE and f not in _HANDLED
                          and f not in _IRRELEVANT)
     return cfg

@@ -64,6 +64,9 @@ def read(text: str, source: str) -> LaunchConfig:
     for key, name in _SHAPE.items():
         if key in found and not is_null(found[key]):
             cfg.model_keys[name] = as_int(found[key], key, source)
+    etp_key = "model.expert_tensor_parallel_size"
+    if etp_key in found and not is_null(found[etp_key]):
+        cfg.set_expert_tp(found[etp_key], etp_key)
     for key in ("model.seq_length", "dataset.seq_length"):
         if key in found:
             cfg.seq_len = as_int(found[key], key, source)

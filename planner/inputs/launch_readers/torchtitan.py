@@ -87,6 +87,8 @@ def _parallelism(cfg: LaunchConfig, par: dict[str, Any], text: str) -> None:
                                 ("shard", "data_parallel_shard"))}
     for key in ("tp", "pp", "cp", "ep"):
         cfg.set_knob(key, degree[key], f"parallelism.{key}")
+    if par.get("expert_tensor_parallel_degree") is not None:
+        cfg.set_expert_tp(par["expert_tensor_parallel_degree"], "parallelism.expert_tensor_parallel_degree")
     shard, rep, cp = degree["shard"], degree["rep"], degree["cp"]
     if shard > 0 and rep > 0:
         cfg.data_parallel = shard * rep  # -1 (the default) takes what is left: dp comes from the world size

@@ -132,8 +132,9 @@ def _parallelism(view: PlanView) -> dict[str, Value]:
         keys.update(_stage_split(view))
     if view.model.is_moe:
         keys["expert_parallel_degree"] = lay.ep
-        # Experts TP-sharded like dense layers: the planner's grid (EP inside dp x cp) is Megatron-Core's ETP = TP.
-        keys["expert_tensor_parallel_degree"] = lay.tp
+        # torchtitan's ParallelDims takes etp = tp (experts TP-sharded like dense layers, EP inside dp x cp) or 1
+        # (EP borrows the TP ranks too), the two values the planner's etp knob has.
+        keys["expert_tensor_parallel_degree"] = lay.expert_tp or lay.tp
     return keys
 
 
