@@ -76,11 +76,11 @@ def expert_shard_group(c: Mapping[str, np.ndarray], shard: np.ndarray) -> np.nda
 
 def split_state_bytes(params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray, shard: np.ndarray,
                       expert_shard: np.ndarray, prof: FrameworkProfile, fp8: bool,
-                      offload: float = 0.0) -> dict[str, np.ndarray]:
+                      offload: float = 0.0, fp8_params: bool = False) -> dict[str, np.ndarray]:
     """Weights, grads and optimizer states of a GPU holding `params` of which `expert_params` are routed experts:
     dense states shard over the data ranks, expert states over the (smaller) expert data-parallel group."""
-    dense = memory.state_bytes(params - expert_params, zero, shard, prof, fp8, offload)
-    experts = memory.state_bytes(expert_params, zero, expert_shard, prof, fp8, offload)
+    dense = memory.state_bytes(params - expert_params, zero, shard, prof, fp8, offload, fp8_params)
+    experts = memory.state_bytes(expert_params, zero, expert_shard, prof, fp8, offload, fp8_params)
     return {key: dense[key] + experts[key] for key in dense}
 
 
@@ -97,7 +97,7 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
     fp8 = problem.training.precision in ("fp8", "fp4")
     states = split_state_bytes(params["stage"], stage_expert_params(params), zero, shard,
                                expert_shard_group(c, shard), stack_profile(problem.training), fp8,
-                               problem.training.optimizer_offload)
+                               problem.training.optimizer_offload, memory.fp8_param_gather(problem))
     return sum(states.values()) / memory.GIB
 
 

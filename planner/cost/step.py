@@ -92,7 +92,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                    memory.split_counts_embedding_loss(problem))  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -180,7 +181,8 @@ def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
     tp, pp, sp, per_layer = k["tp"], k["pp"], k["sp"], params["per_layer"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     m = np.floor(micro)
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                    memory.split_counts_embedding_loss(problem))
     ranks = (0, np.minimum(1, pp - 1), pp - 1)
     logits = memory.logits_bytes(tok, problem.model, tp)
     shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(
@@ -197,7 +199,8 @@ def _stages(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarr
         acts = per_layer_act * n * inflight + working
         held = n * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
-                                   expert_shard, prof, fp8, problem.training.optimizer_offload)
+                                   expert_shard, prof, fp8, problem.training.optimizer_offload,
+                                   memory.fp8_param_gather(problem))
         buffers = shared + memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8)
         stage_logits = logits if i == 2 else np.where(pp == 1, logits, 0.0)
         stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
@@ -221,7 +224,8 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
 
     def states(params: np.ndarray, expert_params: np.ndarray | float = 0.0) -> np.ndarray:
         return sum(split_state_bytes(params, expert_params, x.zero, x.shard_group, expert_shard, x.prof,
-                                     fp8, problem.training.optimizer_offload).values())
+                                     fp8, problem.training.optimizer_offload,
+                                     memory.fp8_param_gather(problem)).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,

@@ -90,8 +90,12 @@ def _check_interleaving(view: PlanView, launcher: str) -> None:
         refuse(view, launcher, "num_microbatches",
                f"interleaving needs the microbatch count ({lay.num_microbatches}) to be a multiple of pp={lay.pp}",
                "re-plan with a global batch that gives a multiple of pp microbatches")
-    # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages.
-    for stage, layers in enumerate(view.stage_layers()):
+    # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages; with the embedding and
+    # the loss counted as layers, the first and last ranks count one more (transformer_config.py).
+    counts = view.stage_layers()
+    if lay.stage_split == "embedding_loss":
+        counts = [n + (i in (0, lay.pp - 1)) for i, n in enumerate(counts)]
+    for stage, layers in enumerate(counts):
         if layers % lay.vpp:
             refuse(view, launcher, "vpp",
                    f"pipeline rank {stage} holds {layers} layers, not a multiple of vpp={lay.vpp}",

@@ -64,9 +64,11 @@ def _parallel(view: PlanView) -> list[Flag]:
         # The only per-rank VPP flag that also works with uneven first/last stages; there is no
         # --virtual-pipeline-model-parallel-size flag in Megatron-LM.
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.vpp)))
-    if lay.first_stage_layers is not None:
+    if lay.stage_split == "embedding_loss":  # the first/last counts follow; the flags exclude the count flags
+        flags += [("--account-for-embedding-in-pipeline-split",), ("--account-for-loss-in-pipeline-split",)]
+    elif lay.first_stage_layers is not None:
         flags.append(("--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)))
-    if lay.last_stage_layers is not None:
+    if lay.last_stage_layers is not None and lay.stage_split != "embedding_loss":
         flags.append(("--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)))
     if m.is_moe:
         # Expert TP = TP when experts spread over dp x cp (Megatron-Core's default grid); 1 with MoE parallel folding.

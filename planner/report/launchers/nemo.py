@@ -43,6 +43,7 @@ def render(view: PlanView) -> str:
 def _model(view: PlanView) -> list[Item]:
     lay = view.layout
     granularity, method, num_layers = _mcore.RECOMPUTE[lay.recompute]
+    emb_loss = lay.stage_split == "embedding_loss"
     items: list[Item] = [
         ("model.tensor_model_parallel_size", lay.tp),
         ("model.pipeline_model_parallel_size", lay.pp),
@@ -66,13 +67,13 @@ def _model(view: PlanView) -> list[Item]:
                       ("comm_overlap.delay_wgrad_compute", True)]
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
-        # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; the plan's
-        # stage split assumes neither, so both are switched off explicitly.
+        # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
+        # the plan's split explicitly (Megatron-Core refuses the count keys together with the embedding/loss ones).
         ("model.pipeline_model_parallel_layout", None),
-        ("model.account_for_embedding_in_pipeline_split", False),
-        ("model.account_for_loss_in_pipeline_split", False),
-        ("model.num_layers_in_first_pipeline_stage", lay.first_stage_layers),
-        ("model.num_layers_in_last_pipeline_stage", lay.last_stage_layers),
+        ("model.account_for_embedding_in_pipeline_split", emb_loss),
+        ("model.account_for_loss_in_pipeline_split", emb_loss),
+        ("model.num_layers_in_first_pipeline_stage", None if emb_loss else lay.first_stage_layers),
+        ("model.num_layers_in_last_pipeline_stage", None if emb_loss else lay.last_stage_layers),
         ("model.recompute_granularity", granularity),
         ("model.recompute_method", method),
         ("model.recompute_num_layers", num_layers),
