@@ -33,7 +33,8 @@ def render(view: PlanView) -> str:
     preset = PRECISION[view.precision]
     if view.precision == "fp8" and _mcore.fp8_recipe(view) == "tensorwise":
         preset = "bf16_with_fp8_current_scaling_mixed"
-    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset)]
+    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
+                                                                  ("mixed_precision.grad_reduce_in_fp32", False)]
     lines = [header(view, TARGET),
              f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>"]
     lines += [f"{key}={_value(value)}" for key, value in items]
@@ -97,6 +98,9 @@ def _data_parallel(view: PlanView) -> list[Item]:
         ("optimizer.use_distributed_optimizer", zero >= 1),
         ("ddp.overlap_grad_reduce", True),
         ("ddp.overlap_param_gather", zero >= 1),  # Megatron asserts a sharded optimizer for this
+        # bf16 gradient buffers and reduction, as Bridge's performance recipes run and the nemo profile prices
+        # (the mixed-precision preset's own flag follows the preset, below)
+        ("ddp.grad_reduce_in_fp32", False),
         ("dist.use_megatron_fsdp", zero >= 2),
         ("ddp.use_megatron_fsdp", zero >= 2),
     ]
