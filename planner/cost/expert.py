@@ -12,7 +12,7 @@ from planner.cost import flops
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
-from planner.inputs.layout import DUALPIPES, Schedule
+from planner.inputs.layout import Schedule
 from planner.inputs.specs import ModelSpec
 
 # Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
