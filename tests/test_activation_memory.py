@@ -46,9 +46,10 @@ def _seed():
     torch.set_num_threads(threads)
 
 
-def predicted(m: ModelSpec, t: int, sp: bool, recompute: str, framework: str = "megatron-core") -> float:
+def predicted(m: ModelSpec, t: int, sp: bool, recompute: str, framework: str = "generic") -> float:
     """The planner's bytes kept by one layer for one micro-batch of BATCH x SEQ tokens (full recompute: the layer
-    input only; its working set is priced apart)."""
+    input only; its working set is priced apart). The reference layer's selective mode re-makes the norms and the
+    MLP activation, as the generic stack prices it; Megatron-Core's dense layers cannot (test below)."""
     problem = Problem(m, load_cluster("h100x8"), TrainingSpec(seq_len=SEQ, global_batch=8, framework=framework))
     one = lambda v: np.array([v])  # noqa: E731
     kept, _ = memory.layer_activation_bytes(problem, one(float(SEQ * BATCH)), one(t), one(int(sp)),
@@ -106,6 +107,15 @@ def test_moe_layer_that_multiplies_the_expert_output(recompute):
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_mla_layer(recompute):
     check(predicted(MLA, 1, False, recompute), measured(MLA, 1, False, recompute))
+
+
+@pytest.mark.parametrize(("t", "sp"), [(1, False), (4, True)])
+def test_megatron_core_dense_selective_frees_nothing(t, sp):
+    """Megatron-Core's TE layer spec fuses both norms into the following linear (IdentityOp norms, which
+    `--recompute-modules layernorm` skips) and has no dense activation-recompute module (moe_act is for routed
+    experts): with fused attention, its dense selective recompute keeps what no recompute keeps."""
+    check(predicted(LLAMA, t, sp, "selective", framework="megatron-core"), measured(LLAMA, t, sp, "none"))
+    assert predicted(LLAMA, t, sp, "selective", framework="generic") < predicted(LLAMA, t, sp, "none")
 
 
 def test_saved_bytes_counts_a_storage_once():

@@ -127,6 +127,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--overlap-param-gather", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-amax-history-len",
         "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear", "--moe-flex-dispatcher-backend",
         "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
+        "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -138,6 +139,8 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         virtual_pipeline_model_parallel_size=_int(flags, "--num-virtual-stages-per-pipeline-rank"),
         num_layers_in_first_pipeline_stage=_int(flags, "--decoder-first-pipeline-num-layers"),
         num_layers_in_last_pipeline_stage=_int(flags, "--decoder-last-pipeline-num-layers"),
+        account_for_embedding_in_pipeline_split="--account-for-embedding-in-pipeline-split" in flags,
+        account_for_loss_in_pipeline_split="--account-for-loss-in-pipeline-split" in flags,
         expert_model_parallel_size=_int(flags, "--expert-model-parallel-size", 1),
         expert_tensor_parallel_size=_int(flags, "--expert-tensor-parallel-size"),
         num_layers=_int(flags, "--num-layers"),
@@ -302,7 +305,10 @@ def megatron_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
     built = [[get_num_layers_to_build(config, vp_stage=v if vpp else None, pp_rank=p) for v in range(vpp or 1)]
              for p in range(pp)]
     assert sum(map(sum, built)) == config.num_layers, built
-    assert all(n > 0 for stage in built for n in stage), built
+    # A chunk may hold no transformer layer only where the embedding or the loss fills it (account-for flags).
+    edge = {(0, 0)} if config.account_for_embedding_in_pipeline_split else set()
+    edge |= {(pp - 1, (vpp or 1) - 1)} if config.account_for_loss_in_pipeline_split else set()
+    assert all(n > 0 or (p, v) in edge for p, stage in enumerate(built) for v, n in enumerate(stage)), built
 
     # Interleaved 1F1B: megatron-core's schedule table and forward_backward_pipelining_with_interleaving's checks.
     if vpp:
@@ -361,6 +367,18 @@ def test_megatron_moe_layout_reaches_megatron_core(mcore):
     assert config.moe_token_dispatcher_type == "flex" and config.moe_flex_dispatcher_backend == "deepep"
     _, expert = rank_groups(256, config)
     assert all(len(g) == 8 for g in expert["ep"])
+
+
+def test_megatron_fp8_moe_selective_recompute_uses_current_scaling(mcore):
+    """Megatron-Core refuses moe_act/layernorm recompute under delayed fp8 scaling: the launcher switches the
+    recipe to per-tensor current scaling, and the config then builds."""
+    doc = plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--precision", "fp8", "--fix", "ep=8",
+                   "--fix", "recompute=selective", "--top", "1")
+    flags = megatron_check(doc)
+    assert flags["--fp8-recipe"] == ["tensorwise"] and "--fp8-amax-history-len" not in flags
+    assert {"moe_act", "layernorm"} <= set(flags["--recompute-modules"])
+    config, _ = megatron_configs(flags)
+    assert config.fp8_recipe == "tensorwise"
 
 
 def test_megatron_whole_experts_reach_megatron_core(mcore):
@@ -491,6 +509,23 @@ def test_deepspeed_rejects_a_wrong_world_size(deepspeed_pkg, monkeypatch):
     config = json.loads(render(doc, "deepspeed"))
     with pytest.raises(AssertionError, match="train_batch_size is not equal"):
         deepspeed_config(config, layout(doc)["dp"] * 2, monkeypatch)
+
+
+def test_embedding_loss_split_reaches_megatron_core(mcore):
+    """Llama 3 405B interleaved at pp16: 126 layers do not split into 16 x 8 chunks, 126 + embedding + loss do;
+    megatron-core's TransformerConfig accepts the flags the plan prints, and refuses the same plan at vpp 3."""
+    doc = plan_doc("--model", "llama3-405b", "--cluster", "h100x2048", "--global-batch", "512", "--framework",
+                   "megatron-core", "--fix", "tp=8", "--fix", "pp=16", "--fix", "vpp=8", "--top", "1")
+    assert layout(doc)["stage_split"] == "embedding_loss"
+    assert (layout(doc)["first_stage_layers"], layout(doc)["last_stage_layers"]) == (7, 7)
+    flags = megatron_check(doc)
+    assert "--account-for-embedding-in-pipeline-split" in flags and "--decoder-first-pipeline-num-layers" not in flags
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    config = megatron_configs(flags)[0]
+    per_rank = [sum(get_num_layers_to_build(config, vp_stage=v, pp_rank=p) for v in range(8)) for p in range(16)]
+    assert per_rank == [7] + [8] * 14 + [7]  # the split the cost model priced
+    with pytest.raises(ValueError):
+        megatron_configs(dict(flags, **{"--num-virtual-stages-per-pipeline-rank": ["3"]}))
 
 
 def test_megatron_config_mapping_is_live(mcore):

@@ -118,8 +118,9 @@ def test_overlapped_share_counts_the_unpaired_warm_up():
     share = expert.overlapped_share(np.array([s.COMBINED_1F1B, s.COMBINED_1F1B, s.DUALPIPE, s.ONE_F_ONE_B]),
                                     np.array([8.0, 64.0, 64.0, 64.0]), np.array([1.0, 4.0, 16.0, 4.0]),
                                     np.array([1.0, 2.0, 1.0, 1.0]))
-    # pp=1: the first forward runs alone, 7 of 8 pair; pp=4 v=2: warm-up 2*3 + 1*4 + 1 = 11 of 128 chunks
-    assert share == pytest.approx([7 / 8, (128 - 11) / 128, (64 - 16) / 64, 0.0])
+    # pp=1: the first forward runs alone, 7 of 8 pair; pp=4 v=2: warm-up 2*3 + 1*4 + 1 = 11 of 128 chunks;
+    # DualPipe p=16, m=64, edge rank (dualpipe.py): step 4 2*(32 - 16 + 1) = 34 + step 5 (8 - 1) = 7 -> 41 of 64
+    assert share == pytest.approx([7 / 8, (128 - 11) / 128, 41 / 64, 0.0])
 
 
 # ----------------------------------------------------------------------------------------------------- DualPipe

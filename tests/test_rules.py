@@ -44,7 +44,12 @@ CASES = {
     "ep_with_tp_needs_sp": (prob("mixtral-8x7b"), dict(tp=2, dp=32, ep=8, sp=0), dict(tp=2, dp=32, ep=8, sp=1)),
     "sharding_needs_replicas": (prob(cluster="h100x8"), dict(tp=8, zero=1), dict(tp=4, dp=2, zero=1)),
     "framework_schedule": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2), dict(pp=2, dp=32, schedule=0)),
-    "stage_split_launchable": (prob("llama3-405b"), dict(tp=8, pp=8, vpp=2, schedule=1), dict(tp=8, pp=8, vpp=1)),
+    # 126 layers: pp4 x vpp3 splits neither the layers nor layers + embedding + loss (128); pp8 x vpp2 splits 128
+    "stage_split_launchable": (prob("llama3-405b"), dict(tp=8, pp=4, vpp=3, dp=2, schedule=1),
+                               dict(tp=8, pp=8, vpp=2, schedule=1)),
+    # torchtitan's launcher spells out per-rank modules and has no embedding/loss-as-layer switch here
+    "stage_split_launchable_torchtitan": (prob("llama3-405b", framework="torchtitan"),
+                                          dict(tp=8, pp=8, vpp=2, schedule=1), dict(tp=8, pp=8, vpp=1)),
     "stage_split_launchable_paper": (prob("llama3-405b", framework="megatron"), dict(tp=8, pp=8), dict(tp=8, dp=8)),
     "framework_zero": (prob(framework="megatron"), dict(dp=64, zero=3), dict(dp=64, zero=1)),
     "framework_zero_with_pipeline": (prob(framework="megatron-core"), dict(pp=2, dp=32, zero=3),
@@ -77,7 +82,7 @@ CASES = {
 
 
 def _rule_name(case: str) -> str:
-    for suffix in ("_zbv", "_paper", "_no_full_recompute", "_combined", "_even_ranks"):
+    for suffix in ("_zbv", "_paper", "_no_full_recompute", "_combined", "_even_ranks", "_torchtitan"):
         case = case.removesuffix(suffix)
     return case
 

@@ -14,10 +14,18 @@ import numpy as np
 
 from planner.cost import expert, flops
 from planner.cost.profiles import profile_for
-from planner.inputs.hardware import FP8_GEMM_EFFICIENCY, HBM_EFFICIENCY, KERNEL_OVERHEAD_S, KERNELS_PER_LAYER_FWD
+from planner.inputs.hardware import (
+    FP4_OVER_FP8_KERNEL_RATE,
+    FP8_CAST_BYTES,
+    FP8_GEMM_EFFICIENCY,
+    HBM_EFFICIENCY,
+    KERNEL_OVERHEAD_S,
+    KERNELS_PER_LAYER_FWD,
+    NVFP4_CAST_BYTES,
+)
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
-from planner.inputs.specs import ModelSpec
+from planner.inputs.specs import GPUSpec, ModelSpec
 
 
 def is_fp8(problem: Problem) -> bool:
@@ -33,18 +41,35 @@ class Rates:
     eff: float  # GEMM efficiency x the profile's kernel efficiency
     bf16_peak: float  # dense BF16 FLOP/s (attention runs in bf16; the MFU denominator)
     hbm: float  # achievable HBM bytes/s
-    bf16_eff: float = 0.0  # bf16 GEMM efficiency x the profile's kernel efficiency (GEMMs kept out of fp8)
+    bf16_eff: float  # BF16 GEMM efficiency x kernel efficiency (GEMMs a low-precision recipe leaves in BF16)
+
+
+def gemm_efficiency(gpu: GPUSpec, precision: str) -> float:
+    """Best-case GEMM efficiency at the precision's own peak: BF16 MAMF; FP8 MAMF (or BF16 x the fallback ratio);
+    NVFP4: the FP8 one, capped at FP4_OVER_FP8_KERNEL_RATE x the FP8 rate, eff8·min(1, 1.90·peak8/peak4)
+    (Transformer Engine's B300 kernels). A GPU without an FP4 peak runs fp4 recipes at its FP8 peak and FP8
+    efficiency."""
+    fp8 = gpu.fp8_matmul_efficiency or gpu.matmul_efficiency * FP8_GEMM_EFFICIENCY
+    if precision == "fp4" and gpu.fp4_tflops:
+        cap = FP4_OVER_FP8_KERNEL_RATE * (gpu.fp8_tflops or gpu.bf16_tflops) / gpu.fp4_tflops
+        return fp8 * min(1.0, cap)
+    return fp8 if precision in ("fp8", "fp4") else gpu.matmul_efficiency
 
 
 def rates(problem: Problem) -> Rates:
     gpu, tr = problem.cluster.gpu, problem.training
-    base_eff = gpu.matmul_efficiency
-    if is_fp8(problem):
-        base_eff = gpu.fp8_matmul_efficiency or gpu.matmul_efficiency * FP8_GEMM_EFFICIENCY
     kernel = profile_for(tr.framework).kernel_efficiency
-    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12, eff=base_eff * kernel,
+    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12, eff=gemm_efficiency(gpu, tr.precision) * kernel,
                  bf16_peak=gpu.bf16_tflops * 1e12, hbm=gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY,
                  bf16_eff=gpu.matmul_efficiency * kernel)
+
+
+def cast_bytes(gpu: GPUSpec, precision: str) -> float:
+    """HBM bytes per element of quantising one GEMM operand: FP8_CAST_BYTES, NVFP4_CAST_BYTES on a GPU with FP4
+    tensor cores (elsewhere an fp4 recipe runs as fp8, see `gemm_efficiency`), 0 in bf16."""
+    if precision == "fp4" and gpu.fp4_tflops:
+        return NVFP4_CAST_BYTES
+    return FP8_CAST_BYTES if precision in ("fp8", "fp4") else 0.0
 
 
 def tokens_per_gpu(mbs: np.ndarray, seq_len: float, cp: np.ndarray) -> np.ndarray:
@@ -150,11 +175,12 @@ def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
     repl_b, shard_b, moe_b = elementwise_bytes_per_token(m)
     elem_bytes = tok * (np.where(sp == 1, repl_b / tp, repl_b) + shard_b / tp + frac_moe * moe_b / tp)
     elem_bytes_b = 2 * elem_bytes
-    # fp8: Transformer Engine casts each GEMM operand: read 2 B, write 1 B, plus a 1 B transpose for backward
+    # fp8 / fp4: Transformer Engine quantises each GEMM operand (cast_bytes per element, planner.inputs.hardware)
     if is_fp8(problem):
         w_in, w_out = linear_io_widths(m)
-        elem_bytes = elem_bytes + tok * 4.0 * w_in / tp
-        elem_bytes_b = elem_bytes_b + tok * 4.0 * w_out / tp
+        cast = cast_bytes(problem.cluster.gpu, problem.training.precision)
+        elem_bytes = elem_bytes + tok * cast * w_in / tp
+        elem_bytes_b = elem_bytes_b + tok * cast * w_out / tp
     return elem_bytes, elem_bytes_b
 
 
@@ -223,14 +249,15 @@ def head_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np
     """LM head forward: its GEMM tok·2hV/tp + the logits' 6 B/entry through HBM (bf16 + fp32 copy), and the MTP
     modules' blocks and head passes.
 
-    The vocabulary projections stay in bf16 in fp8 recipes: Megatron-Core's output layer is a plain
-    ColumnParallelLinear, outside Transformer Engine's fp8 autocast, and DeepSeek-V3 keeps "the embedding module, the
-    output head" in bf16 (report §3.3.1); only the MTP blocks' own GEMMs run at the training precision's rate."""
+    The vocabulary projections stay in bf16 in fp8/fp4 recipes: Megatron-Core's output layer is a plain
+    tensor_parallel.ColumnParallelLinear, outside Transformer Engine's low-precision autocast (gpt/gpt_model.py), and
+    DeepSeek-V3 keeps "the embedding module, the output head" in bf16 (report §3.3.1); only the MTP blocks' own GEMMs
+    run at the training precision's rate."""
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     passes = 1 + m.num_nextn_predict_layers  # the LM head, and again per MTP module
     vocab = passes * flops.lm_head_flops(m)
-    bf16_rate = r.bf16_peak * (r.bf16_eff or r.eff)
+    bf16_rate = r.bf16_peak * r.bf16_eff
     return (tok * vocab / tp / bf16_rate + tok * (tf.head - vocab) / tp / (r.peak * r.eff)
             + passes * tok * m.vocab_size * 6.0 / tp / r.hbm)
 

@@ -12,7 +12,7 @@ from planner.cost import flops
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
-from planner.inputs.layout import DUALPIPES, Schedule
+from planner.inputs.layout import Schedule
 from planner.inputs.specs import ModelSpec
 
 # Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
@@ -110,14 +110,19 @@ def overlapped_share(schedule: np.ndarray, micro: np.ndarray, pp: np.ndarray, vp
     """Share of micro-batch passes that run paired with another micro-batch's opposite pass.
 
     Combined 1F1B (Megatron-Core combined_1f1b.py): every chunk after the warm-up (2(p-1) + (v-1)p + 1 chunks on
-    the first rank, none without a pipeline but the first forward) pairs with a backward. DualPipe / DualPipe-V pair
-    all but their p warm-up and cool-down chunks (dualpipe.py steps 1-3 and 6-8 run unpaired). Other schedules: 0.
+    the first rank, none without a pipeline but the first forward) pairs with a backward. DualPipe
+    (deepseek-ai/DualPipe dualpipe.py step()): on a rank h ranks from the nearer edge, step 4 runs
+    m/2 - p + h + 1 iterations of two overlapped forward-backward chunks and step 5 p/2 - h - 1 more, so
+    m - 1.5p + h + 1 of its m forwards pair; the edge ranks (h = 0, which also hold the embedding and the head) pair
+    the fewest, m - 1.5p + 1. DualPipe-V: all but p warm-up and cool-down chunks. Other schedules: 0.
     """
     chunks = micro * np.maximum(vpp, 1)
     warm = np.where(pp > 1, 2 * (pp - 1) + (np.maximum(vpp, 1) - 1) * pp + 1, 1.0)
     combined = np.clip((chunks - warm) / np.maximum(chunks, 1), 0.0, 1.0)
-    dual = np.clip((micro - pp) / np.maximum(micro, 1), 0.0, 1.0)
-    return np.where(schedule == Schedule.COMBINED_1F1B, combined, np.where(np.isin(schedule, DUALPIPES), dual, 0.0))
+    dual = np.clip((micro - 1.5 * pp + 1) / np.maximum(micro, 1), 0.0, 1.0)
+    dual_v = np.clip((micro - pp) / np.maximum(micro, 1), 0.0, 1.0)
+    return np.where(schedule == Schedule.COMBINED_1F1B, combined, np.where(
+        schedule == Schedule.DUALPIPE, dual, np.where(schedule == Schedule.DUALPIPE_V, dual_v, 0.0)))
 
 
 def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.profiles import FrameworkProfile, profile_for
+from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
@@ -40,16 +41,25 @@ FRAGMENTATION = 0.05
 # operand (input, weight, grad output) (transformer_engine/common/recipe DelayedScaling amax_history_len).
 FP8_AMAX_HISTORY = 1024
 FP8_OPERANDS_PER_GEMM = 3
+# fp8 parameters (Megatron-Core --fp8-param-gather; every Megatron-Bridge fp8 preset sets fp8_param_gather,
+# training/mixed_precision.py): the weights are Transformer Engine fp8 tensors, 1-byte row-wise data plus the 1-byte
+# column-wise (transposed) copy the backward GEMMs read ("memory consumption is similar to bf16",
+# NVIDIA/TransformerEngine#2168); the fp32 master copy is in the distributed optimizer's shard (optimizer_bytes).
+FP8_PARAM_BYTES = 2.0
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
-                fp8: bool, offload: float = 0.0) -> dict[str, np.ndarray]:
+                fp8: bool, offload: float = 0.0, fp8_params: bool = False) -> dict[str, np.ndarray]:
     """Weights, gradients and optimizer states (Rajbhandari et al. 2020, ZeRO §5): stage k shards the first k of
     (optimizer, gradients, parameters) over `shard` data-parallel ranks. Transformer Engine keeps an extra fp8 copy of
-    GEMM weights (1 byte/param) in fp8 training. `offload`: share of the optimizer states kept in CPU memory
-    (planner.cost.offload)."""
+    GEMM weights (1 byte/param) in fp8 training. `fp8_params` (fp8_param_gather, with a sharded optimizer): the model
+    weights are fp8 tensors and no bf16 copy exists (FP8_PARAM_BYTES). `offload`: share of the optimizer states kept
+    in CPU memory (planner.cost.offload)."""
     shard = np.maximum(shard, 1)
-    weights = params * (prof.weight_bytes + (1.0 if fp8 else 0.0))
+    per_weight = prof.weight_bytes + (1.0 if fp8 else 0.0)
+    if fp8_params:
+        per_weight = np.where(zero >= Zero.OPTIMIZER, FP8_PARAM_BYTES, per_weight)
+    weights = params * per_weight
     grads = params * prof.grad_bytes
     optim = params * prof.optimizer_bytes * (1.0 - offload)
     return {
@@ -166,13 +176,15 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == Recompute.SELECTIVE, 0.0, 5.0 * m.num_attention_heads * s / tp)
     else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input), and
-        # with MLA the up-projection outputs (Megatron-Core --recompute-modules layernorm moe_act mla_up_proj)
+        # with MLA the up-projection outputs (Megatron-Core --recompute-modules layernorm moe_act mla_up_proj);
+        # dense layers only where the stack re-makes them (Capabilities.selective_dense: not Megatron-Core's)
         gemm_in = 1.0 if fp8 else 2.0
-        width = m.intermediate_size
+        norms = np.where(sp == 1, 2 * gemm_in * m.hidden_size / tp, 2 * gemm_in * m.hidden_size)
+        dense_share = (1 - frac_moe) * float(capabilities_for(problem.training.framework).selective_dense)
+        saved = dense_share * (norms + gemm_in * m.intermediate_size / tp)
         if m.is_moe:
-            width = (1 - frac_moe) * m.intermediate_size + frac_moe * m.expert_ffn * (
-                m.num_experts_per_tok + m.n_shared_experts)
-        saved = np.where(sp == 1, 2 * gemm_in * m.hidden_size / tp, 2 * gemm_in * m.hidden_size) + gemm_in * width / tp
+            saved = saved + frac_moe * (norms + gemm_in * m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
+                                        / tp)
         if m.is_mla:  # mla_up_proj: the latent norms, up projections and per-head q, k, v are re-made
             a, qk = m.num_attention_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
             saved = saved + (2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + m.v_head_dim)) / tp \
@@ -195,13 +207,15 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
     return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0)
 
 
-def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray,
+                       embedding_loss: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) stage layer counts of the split the launchers state: ceil(L/pp) on the middle stages,
     the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
-    --decoder-first/last-pipeline-num-layers); ceil(L/pp) everywhere when the split is even or needs a layout."""
+    --decoder-first/last-pipeline-num-layers, or with `embedding_loss` the embedding/loss-as-layer split under
+    interleaving); ceil(L/pp) everywhere when the split is even or needs a layout."""
     middle = np.ceil(layers / np.maximum(pp, 1))
     pairs, index = distinct_pairs(pp, vpp)
-    splits = [uneven_stage_layers(layers, int(p), int(v)) for p, v in pairs]
+    splits = [uneven_stage_layers(layers, int(p), int(v), embedding_loss) for p, v in pairs]
     if not any(splits):
         return middle.copy(), middle, middle.copy()
     uneven = np.array([s is not None for s in splits])[index].reshape(np.shape(middle))
@@ -300,6 +314,17 @@ def peak_gib(first: StageMemory, second: StageMemory, last: StageMemory, groups:
 def _device_gib(peak_alloc: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """The device total: the busiest stage's allocations + fragmentation + CUDA context + NCCL buffers."""
     return (peak_alloc + FRAGMENTATION * peak_alloc + (CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups)) / GIB
+
+
+def fp8_param_gather(problem: Problem) -> bool:
+    """Whether the stack keeps fp8 model weights in fp8 training (Capabilities.fp8_param_gather; not fp4: the
+    NVFP4 preset gathers bf16 parameters)."""
+    return problem.training.precision == "fp8" and capabilities_for(problem.training.framework).fp8_param_gather
+
+
+def split_counts_embedding_loss(problem: Problem) -> bool:
+    """Whether the problem's framework can launch the embedding/loss-as-layer split (Capabilities)."""
+    return capabilities_for(problem.training.framework).embedding_loss_split
 
 
 def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:

@@ -9,7 +9,9 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   Megatron: bf16 weights (2) + fp32 master and two Adam moments (12). FSDP (torchtitan, llm-foundry): the fp32
   parameter shard is itself the master (4) + two moments (8); bf16 copies are gathered per use.
 - grad_reduce_bytes: bytes per element sent by the data-parallel gradient reduction (fp32 in Megatron by default,
-  `--grad-reduce-in-bf16` halves it; FSDP mixed precision "PURE" in llm-foundry reduces in bf16).
+  `--grad-reduce-in-bf16` halves it; FSDP mixed precision "PURE" in llm-foundry reduces in bf16). NeMo /
+  Megatron-Bridge performance recipes keep and reduce gradients in bf16 (scripts/performance perf recipes set
+  `ddp.grad_reduce_in_fp32 = False`): 2 and 2 there, and the nemo launcher writes that override.
 - tp_overlap: share of tensor-parallel collective time hidden behind GEMMs. Off by default in Megatron-LM
   (`--tp-comm-overlap` opt-in); NeMo recipes turn on Transformer Engine userbuffer overlap (ecosystem.md §4),
   whose bulk + pipelined overlap hides most but not all of it (torchtitan async-TP gains 1.04-1.16x,
@@ -81,7 +83,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775, deepep=True,
                                       moe_weighted_activation=True),
     "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True,
-                             deepep=True, moe_weighted_activation=True),
+                             deepep=True, moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.9, flash_attention=False,
                                            dp_overlap=0.5),
     "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, memory_reported="reserved", **_FSDP),

@@ -76,11 +76,11 @@ def expert_shard_group(c: Mapping[str, np.ndarray], shard: np.ndarray) -> np.nda
 
 def split_state_bytes(params: np.ndarray, expert_params: np.ndarray, zero: np.ndarray, shard: np.ndarray,
                       expert_shard: np.ndarray, prof: FrameworkProfile, fp8: bool,
-                      offload: float = 0.0) -> dict[str, np.ndarray]:
+                      offload: float = 0.0, fp8_params: bool = False) -> dict[str, np.ndarray]:
     """Weights, grads and optimizer states of a GPU holding `params` of which `expert_params` are routed experts:
     dense states shard over the data ranks, expert states over the (smaller) expert data-parallel group."""
-    dense = memory.state_bytes(params - expert_params, zero, shard, prof, fp8, offload)
-    experts = memory.state_bytes(expert_params, zero, expert_shard, prof, fp8, offload)
+    dense = memory.state_bytes(params - expert_params, zero, shard, prof, fp8, offload, fp8_params)
+    experts = memory.state_bytes(expert_params, zero, expert_shard, prof, fp8, offload, fp8_params)
     return {key: dense[key] + experts[key] for key in dense}
 
 
@@ -97,22 +97,36 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
     fp8 = problem.training.precision in ("fp8", "fp4")
     states = split_state_bytes(params["stage"], stage_expert_params(params), zero, shard,
                                expert_shard_group(c, shard), stack_profile(problem.training), fp8,
-                               problem.training.optimizer_offload)
+                               problem.training.optimizer_offload, memory.fp8_param_gather(problem))
     return sum(states.values()) / memory.GIB
 
 
 def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,
-                 shard_group: np.ndarray, tp: np.ndarray, layer_f: np.ndarray,
-                 layer_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 shard_group: np.ndarray, tp: np.ndarray, layer_f: np.ndarray, layer_b: np.ndarray,
+                 experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) ZeRO-3 time per layer and micro-batch not hidden by the layer's compute.
 
     Forward: gather the layer's bf16 weights, max(ag - t_f, 0); backward: gather again and reduce-scatter the grads,
     max(ag + rs - t_b, 0). HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step
     all-reduce of the sharded gradients crosses domains (planner.cost.data).
+    `experts` = (routed-expert part of `per_layer_p`, its shard group, that group's rank stride): expert weights are
+    sharded over the expert data-parallel group, whose ranks sit etp·ep apart (Megatron-FSDP / torchtitan efsdp), so
+    with EP inside an 8-GPU board every expert gather and reduce-scatter crosses the network, where the dense ones
+    (data ranks tp apart) mostly stay on NVLink. Dense and expert collectives run one after the other.
     """
-    gathered = per_layer_p * 2.0  # gathered size of one layer's bf16 weights
-    ag = fab.collective("all_gather", gathered, shard_group, tp, "dp")
-    grads = per_layer_p * prof.grad_reduce_bytes
-    rs = fab.collective("reduce_scatter", grads, shard_group, tp, "dp")
+    dense_p, exp_p, exp_group, exp_stride = per_layer_p, 0.0, shard_group, tp
+    if experts is not None:
+        exp_p, exp_group, exp_stride = experts
+        dense_p = per_layer_p - exp_p
+
+    def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp")  # bf16 weights, gathered size
+        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp")
+        return ag, rs
+
+    ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp)
+    ag_e, rs_e = gather_and_reduce(exp_p, exp_group, exp_stride)
+    ag = ag_d + np.where(exp_p > 0, ag_e, 0.0)
+    rs = rs_d + np.where(exp_p > 0, rs_e, 0.0)
     z3 = zero == Zero.PARAMETERS
     return np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0), np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)

@@ -34,7 +34,8 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
     per_layer = params["per_layer"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, c["sp"], c["recompute"])
     micro = np.floor(pipeline.microbatches(tr.global_batch, mbs, dp))
-    first_n, middle_n, last_n = memory.stage_layer_counts(m.num_hidden_layers, pp, c["vpp"])
+    first_n, middle_n, last_n = memory.stage_layer_counts(m.num_hidden_layers, pp, c["vpp"],
+                                                             memory.split_counts_embedding_loss(problem))
     copies = params["held_layers"] / params["layers_per_stage"]
     edges = (params["first"] - params["held_layers"] * per_layer, params["last"] - params["held_layers"] * per_layer)
     shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(tok, m.hidden_size, tp,
@@ -48,7 +49,7 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
         edge = (edges[0] if r == 0 else 0.0) + (edges[1] if r == p - 1 and p > 1 else 0.0)
         held = n * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard,
-                                   expert_shard, prof, fp8, tr.optimizer_offload)
+                                   expert_shard, prof, fp8, tr.optimizer_offload, memory.fp8_param_gather(problem))
         inflight = pipeline.inflight_microbatches(c["schedule"], pp, c["vpp"], micro, r)
         rows.append({**states, "activations": per_layer_act * n * inflight + working,
                      "logits": logits if r == p - 1 else np.zeros(1),

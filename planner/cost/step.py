@@ -73,7 +73,8 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     params = stage_params(problem, c)
 
     act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
-    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd)
+    experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), k["etp"] * ep)
+    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd, experts)
     lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
                   act_bytes, lc)
@@ -102,7 +103,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                    memory.split_counts_embedding_loss(problem))  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -173,7 +175,8 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
         p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
     else:
         lc, p2p = pipeline.LayerComm(*[none] * 8), none
-    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])
+    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"],
+                                               memory.split_counts_embedding_loss(problem))  # the launched split
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -287,8 +290,10 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     grouped = spread_s is not _whole
     layers = problem.model.num_hidden_layers
-    counts = memory.stage_layer_counts(layers, pp, k["vpp"])
-    counts_s = memory.stage_layer_counts(layers, *(cs[x].astype(float) for x in ("pp", "vpp"))) if grouped else counts
+    split = memory.split_counts_embedding_loss(problem)
+    counts = memory.stage_layer_counts(layers, pp, k["vpp"], split)
+    counts_s = memory.stage_layer_counts(layers, *(cs[x].astype(float) for x in ("pp", "vpp")), split) \
+        if grouped else counts
     logits = memory.logits_bytes(tok, problem.model, tp)
     per_layer = params["per_layer"]
     shared = spread_s(memory.fsdp_buffer_bytes(zero, per_layer, prof)) + spread_z(memory.p2p_buffer_bytes(
@@ -305,7 +310,8 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
         acts = spread_z(per_layer_act * n * in_flight + working)
         held = n_s * copies
         states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
-                                   expert_shard, prof, fp8, problem.training.optimizer_offload)
+                                   expert_shard, prof, fp8, problem.training.optimizer_offload,
+                                   memory.fp8_param_gather(problem))
         buffers = shared + spread_s(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
         stage_logits = spread_z(logits if i == 2 else np.where(pp == 1, logits, 0.0))
         states = {"all": spread_s(sum(states.values()))} if grouped else states
@@ -330,7 +336,8 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
 
     def states(params: np.ndarray, expert_params: np.ndarray | float = 0.0) -> np.ndarray:
         return sum(split_state_bytes(params, expert_params, x.zero, x.shard_group, expert_shard, x.prof,
-                                     fp8, problem.training.optimizer_offload).values())
+                                     fp8, problem.training.optimizer_offload,
+                                     memory.fp8_param_gather(problem)).values())
 
     return {"micro_batches": x.micro, "fwd_s": x.lt.fwd, "bwd_s": x.lt.bwd, "comm_s": x.lc.tp + x.lc.cp + x.lc.ep,
             "tp_comm_s": x.lc.tp, "fsdp_s": x.lc.fsdp_f + x.lc.fsdp_b, "recompute_s": x.recompute_b,

@@ -181,7 +181,8 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
     if meas.get("memory_gib"):
         err["memory"] = sig(_ape(pred["memory_gib"], meas["memory_gib"]), 4)
     res = {**out, "layout": layout_dict(plan.layout, mt, problem.model.num_hidden_layers,
-                                        problem.cluster.nvlink_domain), "predicted": pred, "error": err}
+                                        problem.cluster.nvlink_domain, problem.training.framework),
+           "predicted": pred, "error": err}
     if note:
         res["note"] = note
     if conflict:

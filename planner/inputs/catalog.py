@@ -171,10 +171,19 @@ def load_gpu(ref: Any, source: str, pending: list[UnknownKeys] | None = None) ->
 _CLUSTER_NAME = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9.\-]*?)x(?P<count>\d+)$")
 
 
+def job_nvlink_domain(domain: int, count: int) -> int:
+    """NVLink domain a job of `count` GPUs gets: the whole fabric when the job fits in it, else the largest
+    power-of-two segment of it. Rack-scale fabrics (NVL72: 18 trays of 4) are handed to large jobs in 16-tray, 64-GPU
+    segments (clusters/gpus.yaml [SEG]); 8-GPU boards are already a power of two."""
+    if count <= domain:
+        return count
+    return 1 << (domain.bit_length() - 1)
+
+
 def cluster_from_gpu(gpu: GPUSpec, count: int, name: str) -> ClusterSpec:
     per_node = gpu.nvlink_domain if gpu.nvlink_domain <= 8 else 4  # NVL72 trays hold 4 GPUs; HGX boards 8
     return ClusterSpec(name=name, gpu=gpu, num_gpus=count, gpus_per_node=min(per_node, count),
-                       nvlink_domain=min(gpu.nvlink_domain, count), network_gbps=gpu.network_gbps)
+                       nvlink_domain=job_nvlink_domain(gpu.nvlink_domain, count), network_gbps=gpu.network_gbps)
 
 
 def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
@@ -211,7 +220,8 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         "gpu": gpu,
         "num_gpus": count,
         "gpus_per_node": per_node,
-        "nvlink_domain": doc.get("nvlink_domain", gpu.nvlink_domain),
+        "nvlink_domain": doc.get("nvlink_domain", job_nvlink_domain(gpu.nvlink_domain, count)
+                                 if type(count) is int and count > 0 else gpu.nvlink_domain),
         "network_gbps": doc.get("network_gbps", gpu.network_gbps),
         "network_latency_us": doc.get("network_latency_us", 5.0),
         "oversubscription": doc.get("oversubscription", 1.0),

@@ -61,12 +61,26 @@ class Capabilities:
     # (--use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16, arguments.py). No switch for it in a
     # ds_config, torchtitan's job config or paper-era Megatron-LM.
     bf16_moments: bool = True
+    # Selective recompute re-makes a dense layer's norm outputs and MLP activation output. Not in Megatron-Core: its
+    # Transformer Engine layer spec fuses both norms into the next linear (input_layernorm and pre_mlp_layernorm are
+    # IdentityOp, models/gpt/gpt_layer_specs.py), `--recompute-modules layernorm` skips an IdentityOp
+    # (transformer_layer.py), and the only activation module, moe_act, is for routed experts (transformer_config.py
+    # recompute_modules). Its dense selective recompute is core_attn, which with fused attention frees nothing.
+    selective_dense: bool = True
+    # Layer split that counts the embedding and the loss as one layer each (Megatron-Core
+    # --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, transformer_config.py): with
+    # (L + 2) % (pp x vpp) == 0 the first and last ranks hold one layer fewer, also under interleaving, where the
+    # first/last-stage layer flags need counts divisible by vpp. The split Llama 3 ran (arXiv 2407.21783 §3.3.2).
+    embedding_loss_split: bool = False
+    # fp8 training keeps the model weights in fp8 where the optimizer is sharded (Megatron-Core --fp8-param-gather,
+    # which the megatron launcher emits with zero >= 1; every Megatron-Bridge fp8 preset sets fp8_param_gather).
+    fp8_param_gather: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
 
 FRAMEWORKS: dict[str, Capabilities] = {
-    "generic": Capabilities("generic", source="every knob; launch through --format env"),
+    "generic": Capabilities("generic", embedding_loss_split=True, source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
@@ -76,11 +90,13 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
+        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
+        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
@@ -175,7 +191,12 @@ def capability_table() -> str:
         precision = ", ".join(c.precisions) + ("" if c.fp8_moe or "fp8" not in c.precisions else " (no fp8 MoE)")
         if c.fp8_needs_zero:
             precision += " (fp8 needs ZeRO >= 1)"
+        uneven = "yes" if c.uneven_pipeline and c.pipeline_parallel else "no"
+        if c.embedding_loss_split and c.pipeline_parallel:
+            uneven += " (+ embedding/loss as layers with vpp)"
+        recompute = _labels(c.recompute)
+        if not c.selective_dense and Recompute.SELECTIVE in c.recompute:
+            recompute += " (selective frees no dense-layer memory)"
         rows.append(f"| {c.name} | {zero} | {schedules} | {_labels(c.cp_comm, 'no')} | {dims} | {with_pp} "
-                    f"| {'yes' if c.uneven_pipeline and c.pipeline_parallel else 'no'} | {_labels(c.recompute)} "
-                    f"| {precision} | {'`' + c.launcher + '`' if c.launcher else '-'} |")
+                    f"| {uneven} | {recompute} | {precision} | {'`' + c.launcher + '`' if c.launcher else '-'} |")
     return "\n".join(rows) + "\n"

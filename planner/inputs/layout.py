@@ -233,12 +233,26 @@ def decode(name: str, value: int) -> int | str | bool:
     return int(value)
 
 
-def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
-    """First/last-stage layer counts for an uneven split (Megatron --decoder-first/last-pipeline-num-layers).
+def embedding_loss_split(layers: int, pp: int, vpp: int) -> int | None:
+    """Layers on the first and on the last rank when the embedding and the loss each count as one layer of an
+    interleaved split (Megatron-Core --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split:
+    (L + 2) % (pp x vpp) == 0, transformer_config.py; Megatron-Bridge's Llama 3.1 405B recipe). None when vpp = 1
+    (first/last-stage counts state such splits), when the layers already split evenly, or when L + 2 does not."""
+    if pp < 2 or vpp < 2 or layers % (pp * vpp) == 0 or (layers + 2) % (pp * vpp):
+        return None
+    return (layers + 2) // pp - 1
+
+
+def uneven_stage_layers(layers: int, pp: int, vpp: int, embedding_loss: bool = False) -> tuple[int, int] | None:
+    """First/last-stage layer counts for an uneven split (Megatron --decoder-first/last-pipeline-num-layers, or with
+    virtual stages and `embedding_loss` the embedding/loss-as-layer split, embedding_loss_split).
 
     Middle stages get ceil(L/pp) layers, as the cost model assumes for the busiest stage; the rest is shared by the
     first and last stages. None when the split is even or needs virtual stages (then only a pipeline layout fits).
     """
+    if vpp > 1 and embedding_loss and pp >= 2:
+        edge = embedding_loss_split(layers, pp, vpp)
+        return None if edge is None else (edge, edge)
     if pp < 2 or layers % (pp * vpp) == 0 or vpp > 1:
         return None
     cap = -(-layers // pp)
@@ -250,10 +264,14 @@ def uneven_stage_layers(layers: int, pp: int, vpp: int) -> tuple[int, int] | Non
     return None
 
 
-def stage_split_launchable(layers: int, pp: int, vpp: int, uneven_allowed: bool) -> bool:
+def stage_split_launchable(layers: int, pp: int, vpp: int, uneven_allowed: bool,
+                           embedding_loss: bool = False) -> bool:
     """Whether a launcher can state the layer split the cost model prices: every model chunk of every rank gets the
     same layer count (layers % (pp x vpp) == 0), or, without virtual stages, first/last-stage counts exist and the
-    framework can emit them (Megatron --decoder-first/last-pipeline-num-layers; torchtitan per-stage modules)."""
+    framework can emit them (Megatron --decoder-first/last-pipeline-num-layers; torchtitan per-stage modules), or,
+    with virtual stages, the embedding and loss count as layers where the framework has that switch."""
     if layers % (pp * vpp) == 0:
         return True
+    if vpp > 1:
+        return embedding_loss and embedding_loss_split(layers, pp, vpp) is not None
     return uneven_allowed and uneven_stage_layers(layers, pp, vpp) is not None

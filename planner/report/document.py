@@ -10,12 +10,14 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
+from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
     CpComm,
     ExpertTp,
     Zero,
     decode,
+    embedding_loss_split,
     uneven_stage_layers,
 )
 from planner.inputs.problem import Problem
@@ -29,7 +31,8 @@ def sig(x: float, digits: int = 6) -> float:
 
 
 def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
-                layers: int | None = None, nvlink_domain: int | None = None) -> dict[str, Any]:
+                layers: int | None = None, nvlink_domain: int | None = None,
+                framework: str | None = None) -> dict[str, Any]:
     out = {
         "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
         "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(int(layout["zero"]), int(Zero.PARAMETERS)),
@@ -49,9 +52,12 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
     if layout["ep"] > 1:  # whole experts (MoE parallel folding) or split like the attention
         out["expert_tp"] = 1 if layout.get("etp", ExpertTp.TP) == ExpertTp.ONE else layout["tp"]
     if layers is not None:
-        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"])
+        emb_loss = framework is not None and capabilities_for(framework).embedding_loss_split
+        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"], emb_loss)
         if split:
             out["first_stage_layers"], out["last_stage_layers"] = split
+            if embedding_loss_split(layers, layout["pp"], layout["vpp"]) is not None and emb_loss:
+                out["stage_split"] = "embedding_loss"  # the embedding and the loss count as one layer each
     return out
 
 
@@ -81,8 +87,8 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
-               nvlink_domain: int | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain),
+               nvlink_domain: int | None = None, framework: str | None = None) -> dict[str, Any]:
+    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
 
 
@@ -94,7 +100,8 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "planner_version": __version__,
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
-        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain)
+        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
+                              p.training.framework)
                   for i, plan in enumerate(result.plans)],
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},

@@ -70,7 +70,8 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
         broken.append(MEMORY_RULE)
     per_stage = memory_stages(problem, cols)
     return {
-        "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain),
+        "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain,
+                              problem.training.framework),
         "feasible": not broken,
         "broken_rules": [{"rule": r.name, "message": r.message, "fix": r.fix, "source": r.source} for r in broken],
         "metrics": metrics_dict(metrics, cap),

@@ -49,7 +49,8 @@ def explain_from(problem: Problem, given: dict[str, int], cfg: LaunchConfig, top
     compact, used = compact_layout(complete)
     yours_rank = None
     for rank, plan in enumerate(result.plans if result else [], 1):
-        lay = layout_dict(plan.layout, plan.metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain)
+        lay = layout_dict(plan.layout, plan.metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain,
+                          problem.training.framework)
         moved = changes(mine, _knobs(lay), layout=True)
         if not moved:
             yours_rank = rank

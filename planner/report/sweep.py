@@ -143,7 +143,7 @@ def _round(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else sig(x, digits)
 
 
-def point_dict(point: SweepPoint, layers: int) -> dict[str, Any]:
+def point_dict(point: SweepPoint, layers: int, framework: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpu": point.gpu, "count": point.count, "cluster": point.cluster, "global_batch": point.global_batch,
         "feasible": point.feasible, "frontier": point.frontier,
@@ -152,7 +152,7 @@ def point_dict(point: SweepPoint, layers: int) -> dict[str, Any]:
         return {**out, "reason": point.reason, "binding": point.binding}
     return {
         **out,
-        "layout": layout_dict(point.layout, point.metrics, layers),
+        "layout": layout_dict(point.layout, point.metrics, layers, framework=framework),
         "metrics": metrics_dict(point.metrics, point.capacity_gib),
         "steps": point.steps, "days": _round(point.days), "gpu_hours": _round(point.gpu_hours),
         "cost_usd": _round(point.cost_usd),
@@ -172,5 +172,5 @@ def sweep_document(spec: SweepSpec, points: list[SweepPoint]) -> dict[str, Any]:
             "gpu_hour_price_usd": dict(sorted(spec.prices.items())),
         },
         "frontier_axis": frontier_axis(points),
-        "points": [point_dict(p, spec.model.num_hidden_layers) for p in points],
+        "points": [point_dict(p, spec.model.num_hidden_layers, spec.framework) for p in points],
     }

@@ -82,9 +82,9 @@ def _trusted(knob: str, p: Problem) -> bool:
 
 
 def _split_ok(c: Cols, p: Problem) -> np.ndarray:
-    layers, uneven = p.model.num_hidden_layers, _caps(p).uneven_pipeline
+    layers, uneven, emb_loss = p.model.num_hidden_layers, _caps(p).uneven_pipeline, _caps(p).embedding_loss_split
     pairs, index = distinct_pairs(c["pp"], c["vpp"])
-    ok = np.array([stage_split_launchable(layers, pp, v, uneven) for pp, v in pairs], dtype=bool)
+    ok = np.array([stage_split_launchable(layers, pp, v, uneven, emb_loss) for pp, v in pairs], dtype=bool)
     return ok[index] if ok.size else np.ones(len(c["pp"]), dtype=bool)
 
 
@@ -217,7 +217,8 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: (c["pp"] == 1) | _split_ok(c, p) | _trusted("pp", p),
          "the layers do not split into equal model chunks, and no first/last-stage layer counts the framework can "
          "emit fix the split", "use a pp (and vpp) that divides the layer count",
-         "Megatron --decoder-first/last-pipeline-num-layers (not with VPP, arguments.py); torchtitan stage modules"),
+         "Megatron --decoder-first/last-pipeline-num-layers, with VPP --account-for-embedding/loss-in-pipeline-split "
+         "(transformer_config.py); torchtitan stage modules"),
     Rule("framework_schedule", ("schedule",),
          lambda c, p: np.isin(c["schedule"], [int(s) for s in _caps(p).schedules]) | _trusted("schedule", p),
          "the chosen training framework does not ship this pipeline schedule",

@@ -232,7 +232,8 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
         return float(comm.all_gather_time(np.array(p * prof.grad_reduce_bytes), ranks, stride, cl))
 
     def states(p: float, zero: int) -> float:
-        return float(sum(memory.state_bytes(np.array(p), np.array(zero), ranks, prof, fp8).values()))
+        return float(sum(memory.state_bytes(np.array(p), np.array(zero), ranks, prof, fp8,
+                                            fp8_params=memory.fp8_param_gather(problem)).values()))
 
     # Split overhead per micro-batch: one more kernel per slice in forward, input-grad and weight-grad (and in the
     # recomputed forward), plus reading two partial outputs and writing their sum (bf16, tok x h per slice boundary).

@@ -42,6 +42,8 @@ _HANDLED = {
     "--recompute-modules",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+    # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
+    "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",

@@ -31,6 +31,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size",
             "model.pipeline_model_parallel_layout", "model.account_for_embedding_in_pipeline_split",
             "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
             "model.num_layers_in_last_pipeline_stage", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
+            "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
             "checkpoint.ckpt_format"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")

@@ -32,6 +32,16 @@ def recompute_modules(view: PlanView) -> list[str]:
     return ["layernorm", *(["moe_act"] if m.is_moe else []), *(["mla_up_proj"] if m.is_mla else [])]
 
 
+def fp8_recipe(view: PlanView) -> str:
+    """Megatron's --fp8-recipe for an fp8 plan: delayed scaling, except where selective recompute re-runs the norms or
+    the expert activation, which Megatron-Core refuses under delayed scaling ("Delayed scaling does not support
+    moe_act and layernorm recompute for fp8", transformer_config.py __post_init__): per-tensor current scaling
+    (tensorwise, Bridge's bf16_with_fp8_current_scaling_mixed) runs them."""
+    if {"layernorm", "moe_act"} & set(recompute_modules(view)):
+        return "tensorwise"
+    return "delayed"
+
+
 def ep_overlap(view: PlanView) -> bool:
     """The plan pairs micro-batches to hide the expert all-to-all (`--overlap-moe-expert-parallel-comm`)."""
     return view.layout.schedule == "combined-1f1b"
@@ -80,8 +90,12 @@ def _check_interleaving(view: PlanView, launcher: str) -> None:
         refuse(view, launcher, "num_microbatches",
                f"interleaving needs the microbatch count ({lay.num_microbatches}) to be a multiple of pp={lay.pp}",
                "re-plan with a global batch that gives a multiple of pp microbatches")
-    # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages.
-    for stage, layers in enumerate(view.stage_layers()):
+    # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages; with the embedding and
+    # the loss counted as layers, the first and last ranks count one more (transformer_config.py).
+    counts = view.stage_layers()
+    if lay.stage_split == "embedding_loss":
+        counts = [n + (i in (0, lay.pp - 1)) for i, n in enumerate(counts)]
+    for stage, layers in enumerate(counts):
         if layers % lay.vpp:
             refuse(view, launcher, "vpp",
                    f"pipeline rank {stage} holds {layers} layers, not a multiple of vpp={lay.vpp}",

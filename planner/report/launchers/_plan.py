@@ -74,6 +74,9 @@ class Layout:
     cp_comm: str = "ring"  # "a2a" = DeepSpeed-Ulysses style all-to-all; "a2a+p2p" = hybrid
     cp_hierarchy: tuple | None = None  # hybrid CP: (all-to-all size, ring size)
     expert_tp: int | None = None  # expert tensor parallel size (1 with MoE parallel folding), None = tp
+    # "embedding_loss": the first/last-stage counts come from counting the embedding and the loss as one layer each
+    # (Megatron-Core --account-for-embedding/loss-in-pipeline-split), the split an interleaved plan can then state
+    stage_split: str | None = None
 
     @property
     def world_size(self) -> int:
@@ -210,6 +213,7 @@ def _layout(raw: Any, path: str) -> Layout:
         cp_hierarchy=tuple(raw["cp_hierarchy"]) if isinstance(raw.get("cp_hierarchy"), list) else None,
         fsdp_shard_group=get_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
         expert_tp=get_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
+        stage_split=get_choice(raw, "stage_split", path, ("embedding_loss",)) if "stage_split" in raw else None,
     )
 
 

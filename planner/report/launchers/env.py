@@ -49,6 +49,8 @@ def render(view: PlanView) -> str:
         values.append(("FIRST_STAGE_LAYERS", lay.first_stage_layers))
     if lay.last_stage_layers is not None:
         values.append(("LAST_STAGE_LAYERS", lay.last_stage_layers))
+    if lay.stage_split is not None:  # the first/last counts assume the embedding and the loss as one layer each
+        values.append(("STAGE_SPLIT", lay.stage_split))
     values += [
         ("NNODES", world // per_node),
         ("NPROC_PER_NODE", per_node),

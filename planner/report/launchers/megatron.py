@@ -64,9 +64,11 @@ def _parallel(view: PlanView) -> list[Flag]:
         # The only per-rank VPP flag that also works with uneven first/last stages; there is no
         # --virtual-pipeline-model-parallel-size flag in Megatron-LM.
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.vpp)))
-    if lay.first_stage_layers is not None:
+    if lay.stage_split == "embedding_loss":  # the first/last counts follow; the flags exclude the count flags
+        flags += [("--account-for-embedding-in-pipeline-split",), ("--account-for-loss-in-pipeline-split",)]
+    elif lay.first_stage_layers is not None:
         flags.append(("--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)))
-    if lay.last_stage_layers is not None:
+    if lay.last_stage_layers is not None and lay.stage_split != "embedding_loss":
         flags.append(("--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)))
     if m.is_moe:
         # Expert TP = TP when experts spread over dp x cp (Megatron-Core's default grid); 1 with MoE parallel folding.
@@ -199,13 +201,12 @@ def _precision(view: PlanView) -> list[Flag]:
         # as Megatron-Bridge's bf16_with_nvfp4_mixed preset, which leaves the parameter all-gather in bf16.
         return flags + [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if view.precision == "fp8":
-        # Same recipe as Megatron's llama3 fp8 example and Bridge's bf16_with_fp8_delayed_scaling_mixed.
-        flags += [
-            ("--fp8-format", "hybrid"),
-            ("--fp8-recipe", "delayed"),
-            ("--fp8-amax-history-len", "1024"),
-            ("--fp8-amax-compute-algo", "max"),
-        ]
+        # Same recipe as Megatron's llama3 fp8 example and Bridge's bf16_with_fp8_delayed_scaling_mixed, or per-tensor
+        # current scaling where the recompute modules need it (_mcore.fp8_recipe).
+        recipe = _mcore.fp8_recipe(view)
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", recipe)]
+        if recipe == "delayed":
+            flags += [("--fp8-amax-history-len", "1024"), ("--fp8-amax-compute-algo", "max")]
         if view.layout.zero >= 1:  # fp8 parameter all-gather needs a sharded optimizer or FSDP
             flags.append(("--fp8-param-gather",))
     return flags

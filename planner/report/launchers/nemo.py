@@ -30,7 +30,11 @@ def render(view: PlanView) -> str:
     if view.precision == "fp8" and view.layout.zero == 0:
         refuse(view, NAME, "zero", "Bridge's fp8 preset gathers fp8 parameters, which needs the distributed "
                "optimizer or FSDP (zero >= 1)", "re-plan with zero >= 1, or use --format megatron")
-    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", PRECISION[view.precision])]
+    preset = PRECISION[view.precision]
+    if view.precision == "fp8" and _mcore.fp8_recipe(view) == "tensorwise":
+        preset = "bf16_with_fp8_current_scaling_mixed"
+    items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
+                                                                  ("mixed_precision.grad_reduce_in_fp32", False)]
     lines = [header(view, TARGET),
              f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>"]
     lines += [f"{key}={_value(value)}" for key, value in items]
@@ -40,6 +44,7 @@ def render(view: PlanView) -> str:
 def _model(view: PlanView) -> list[Item]:
     lay = view.layout
     granularity, method, num_layers = _mcore.RECOMPUTE[lay.recompute]
+    emb_loss = lay.stage_split == "embedding_loss"
     items: list[Item] = [
         ("model.tensor_model_parallel_size", lay.tp),
         ("model.pipeline_model_parallel_size", lay.pp),
@@ -63,13 +68,13 @@ def _model(view: PlanView) -> list[Item]:
                       ("comm_overlap.delay_wgrad_compute", True)]
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
-        # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; the plan's
-        # stage split assumes neither, so both are switched off explicitly.
+        # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
+        # the plan's split explicitly (Megatron-Core refuses the count keys together with the embedding/loss ones).
         ("model.pipeline_model_parallel_layout", None),
-        ("model.account_for_embedding_in_pipeline_split", False),
-        ("model.account_for_loss_in_pipeline_split", False),
-        ("model.num_layers_in_first_pipeline_stage", lay.first_stage_layers),
-        ("model.num_layers_in_last_pipeline_stage", lay.last_stage_layers),
+        ("model.account_for_embedding_in_pipeline_split", emb_loss),
+        ("model.account_for_loss_in_pipeline_split", emb_loss),
+        ("model.num_layers_in_first_pipeline_stage", None if emb_loss else lay.first_stage_layers),
+        ("model.num_layers_in_last_pipeline_stage", None if emb_loss else lay.last_stage_layers),
         ("model.recompute_granularity", granularity),
         ("model.recompute_method", method),
         ("model.recompute_num_layers", num_layers),
@@ -93,6 +98,9 @@ def _data_parallel(view: PlanView) -> list[Item]:
         ("optimizer.use_distributed_optimizer", zero >= 1),
         ("ddp.overlap_grad_reduce", True),
         ("ddp.overlap_param_gather", zero >= 1),  # Megatron asserts a sharded optimizer for this
+        # bf16 gradient buffers and reduction, as Bridge's performance recipes run and the nemo profile prices
+        # (the mixed-precision preset's own flag follows the preset, below)
+        ("ddp.grad_reduce_in_fp32", False),
         ("dist.use_megatron_fsdp", zero >= 2),
         ("ddp.use_megatron_fsdp", zero >= 2),
     ]
