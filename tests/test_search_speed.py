@@ -14,6 +14,7 @@ from planner.cost.step import (
     memory_peak_gib,
     step_time_floor,
 )
+from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.layout import uneven_stage_layers
 from planner.inputs.problem import Problem
@@ -91,3 +92,17 @@ def test_distinct_pairs_and_stage_splits_match_a_sort():
         split = uneven_stage_layers(61, int(pp[i]), int(vpp[i]))
         expect = split if split is not None else (middle[i], middle[i])
         assert (first[i], last[i]) == expect
+
+
+@pytest.mark.parametrize("case", [("llama3-405b", "h100x32", 8192, 64, "bf16"),
+                                  ("llama3-8b", "h100x16", 8192, 64, "bf16"),
+                                  ("deepseek-v3", "h100x64", 4096, 512, "bf16"),
+                                  ("mixtral-8x7b", "a100x32", 4096, 128, "bf16")])
+def test_has_plan_answers_as_search(case):
+    p = _problem(*case)
+    try:
+        s.search(p, top=1)
+        found = True
+    except NoFeasiblePlan:
+        found = False
+    assert s.has_plan(p) is found

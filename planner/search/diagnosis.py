@@ -7,21 +7,16 @@ from dataclasses import replace
 import numpy as np
 
 from planner.cost.step import STATE_FREE_KNOBS, ZERO_FREE_KNOBS, grouped_memory_peak_gib
-from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_gpu
 from planner.inputs.frameworks import capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
-from planner.search.search import search
+from planner.search.search import has_plan
 from planner.search.space import enumerate_layouts, shared_rows
 
 
 def _fits(problem: Problem) -> bool:
-    try:
-        search(problem, top=1)
-    except NoFeasiblePlan:
-        return False
-    return True
+    return has_plan(problem)  # (search(problem) finds a plan; without ranking it)
 
 
 # Capability rules whose fix would name a knob the framework has no value for at all (DeepSpeed's ds_config has no CP,
@@ -88,15 +83,14 @@ def _rules_conflict(problem: Problem) -> dict | None:
 
 
 def explain_infeasible(problem: Problem) -> dict:
-    enum = enumerate_layouts(problem)
-    conflict = _rules_conflict(problem) if len(enum.cols["tp"]) == 0 else None
+    enum = enumerate_layouts(problem, lazy_last=True)
+    parts = [part for part, _ in enum.parts(200_000) if len(part["tp"])]
+    conflict = _rules_conflict(problem) if not parts else None
     if conflict is not None:
         return conflict
     # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
-    n = len(enum.cols["tp"])
     best = float("nan")
-    for lo in range(0, n, 200_000):
-        part = {k: v[lo:lo + 200_000] for k, v in enum.cols.items()}
+    for part in parts:
         low = float(np.min(grouped_memory_peak_gib(problem, *shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS))))
         best = low if best != best else min(best, low)
     cap = problem.cluster.gpu.memory_gib

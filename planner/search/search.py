@@ -116,12 +116,8 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
         fits, tight = _fits(problem, part) if proven else (np.zeros(len(parent), dtype=bool),) * 2
         unfit += int((~fits).sum())  # (rows left unchecked by the deadline too)
         fitting += int(fits.sum())
-        keep = fits
-        if dominate and fits.any():
-            first = np.concatenate([[True], parent[1:] != parent[:-1]])
-            siblings = (np.flatnonzero(first), np.cumsum(first) - 1)
-            keep = fits & (_least_recompute(part, siblings, fits) | _least_recompute(part, siblings, fits & ~tight))
-            dominated += int((fits & ~keep).sum())
+        keep = _undominated(part, parent, fits, tight) if dominate else fits
+        dominated += int((fits & ~keep).sum())
         rows = np.flatnonzero(keep)
         kept_cols.append({k: v.take(rows) for k, v in part.items()})
         kept_tight.append(tight.take(rows))
@@ -133,6 +129,29 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
     cols = {k: np.concatenate([c[k] for c in kept_cols]) for k in kept_cols[0]} if kept_cols else \
         {k: np.zeros(0, dtype=np.int32) for k in (*KNOBS, *enum.cols)}
     return cols, np.concatenate(kept_tight) if kept_tight else np.zeros(0, dtype=bool), fitting, proven
+
+
+def has_plan(problem: Problem) -> bool:
+    """Whether `search(problem)` finds a plan, without ranking one: the first part of the table (Enumeration.parts)
+    with a layout that fits, survives the recompute dominance and prices to a finite step ends it."""
+    dominate = "recompute" not in problem.fixed
+    for part, parent in enumerate_layouts(problem, lazy_last=True).parts(CHUNK):
+        fits, tight = _fits(problem, part)
+        rows = np.flatnonzero(_undominated(part, parent, fits, tight) if dominate else fits)
+        for lo in range(0, len(rows), SAMPLE):
+            if _valid(evaluate(problem, {k: v.take(rows[lo:lo + SAMPLE]) for k, v in part.items()})).any():
+                return True
+    return False
+
+
+def _undominated(part: dict[str, np.ndarray], parent: np.ndarray, fits: np.ndarray, tight: np.ndarray) -> np.ndarray:
+    """Rows that fit and carry their sibling group's (one parent: rows that differ only in recompute) least
+    recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE)."""
+    if not fits.any():
+        return fits
+    first = np.concatenate([[True], parent[1:] != parent[:-1]])
+    siblings = (np.flatnonzero(first), np.cumsum(first) - 1)
+    return fits & (_least_recompute(part, siblings, fits) | _least_recompute(part, siblings, fits & ~tight))
 
 
 def _fits(problem: Problem, part: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
