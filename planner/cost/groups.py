@@ -28,8 +28,8 @@ def domain_group(domain: int, stride: np.ndarray | int, size: np.ndarray | int) 
 
 
 def expert_tp(c: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Expert tensor-parallel size: the `etp` knob, tp or 1 (MoE parallel folding). A table without the knob keeps
-    the rule's reading: tp where EP fits the data ranks, 1 where the experts must fold onto the TP ranks."""
+    """Expert tensor-parallel size: the `etp` knob, tp or 1 (MoE parallel folding). A table without the knob gets
+    planner.inputs.layout.default_expert_tp, column-wise: tp where EP fits the data ranks, else 1."""
     tp, dp, cp, ep = (c[k].astype(float) for k in ("tp", "dp", "cp", "ep"))
     if "etp" in c:
         return np.where(c["etp"] == ExpertTp.ONE, 1.0, tp)

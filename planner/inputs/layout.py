@@ -95,6 +95,12 @@ class ExpertTp(_Labelled):
     ONE = 1, "1"
 
 
+def default_expert_tp(dp: int, cp: int, ep: int) -> int:
+    """The encoded `etp` of a layout that does not state it: Megatron's default, tp, where the expert-parallel ranks
+    fit the data ranks (ep divides dp x cp); otherwise only folding (etp 1) can launch it."""
+    return int(ExpertTp.TP if (dp * cp) % max(ep, 1) == 0 else ExpertTp.ONE)
+
+
 @dataclass(frozen=True)
 class Knob:
     """One layout knob: its key, what it means, and (for categorical knobs) its enum."""

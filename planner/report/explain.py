@@ -8,7 +8,7 @@ import numpy as np
 from rich.console import Console
 
 from planner.cost.step import memory_stages
-from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, Recompute, Schedule, Zero, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
@@ -33,7 +33,7 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
         denom = lay["tp"] * lay["pp"] * lay["cp"]
         lay["dp"] = max(problem.num_gpus // denom, 1)
     # Megatron's default expert TP is tp; where ep does not divide dp x cp only folding (etp 1) can launch it
-    lay.setdefault("etp", int(ExpertTp.TP if (lay["dp"] * lay["cp"]) % lay.get("ep", 1) == 0 else ExpertTp.ONE))
+    lay.setdefault("etp", default_expert_tp(lay["dp"], lay["cp"], lay["ep"]))
     return lay
 
 

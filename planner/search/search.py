@@ -21,7 +21,7 @@ from planner.cost.step import (
     step_time_floor,
 )
 from planner.errors import NoFeasiblePlan
-from planner.inputs.layout import KNOBS, ExpertTp
+from planner.inputs.layout import KNOBS, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
 from planner.search.space import Enumeration, enumerate_layouts, select, shared_rows
@@ -302,8 +302,7 @@ def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:
     """The cost model for one fully specified layout (no rule checks). A layout without `etp` (written before the
     knob existed) gets Megatron's default, tp, or 1 where ep does not divide dp x cp."""
     if "etp" not in layout:
-        fits = (layout["dp"] * layout["cp"]) % max(layout["ep"], 1) == 0
-        layout = {**layout, "etp": int(ExpertTp.TP if fits else ExpertTp.ONE)}
+        layout = {**layout, "etp": default_expert_tp(layout["dp"], layout["cp"], layout["ep"])}
     cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
     return {k: float(v[0]) for k, v in evaluate(problem, cols).items()}
 
