@@ -15,7 +15,7 @@ from planner.cost.step import Shared
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS
 from planner.inputs.problem import Problem
-from planner.search.rules import DOMINANCE, RULES
+from planner.search.rules import DOMINANCE, RULES, Rule
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
 
@@ -133,6 +133,13 @@ class _Crossed(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self.cols) + 1
 
+    def by_value(self, rule: Rule, problem: Problem) -> np.ndarray:
+        """A rule that reads only the new knob, checked once per value and repeated for every row: a predicate is
+        elementwise, so each row gets what checking the crossed column would give (the recompute rule alone took
+        ~75 ms on DeepSeek-V3 fp8's 3.2 million rows)."""
+        ok = np.broadcast_to(rule.check({self.knob: self.vals}, problem), self.vals.shape)
+        return np.tile(ok, self.size // len(self.vals))
+
     def rows(self, keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
         if keep is None:
             return {k: self[k] for k in self}
@@ -164,7 +171,8 @@ def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
         keep = np.ones(table.size if isinstance(table, _Crossed) else len(table["tp"]), dtype=bool)
         for rule in ready:  # a row is charged to the first rule (in RULES order) that refuses it
             pending.remove(rule)
-            ok = rule.check(table, problem)
+            ok = table.by_value(rule, problem) if isinstance(table, _Crossed) and rule.knobs == (knob,) \
+                else rule.check(table, problem)
             if rule.name == "world_size":
                 ok &= table["dp"] > 0
             pruned[rule.name] += int((keep & ~ok).sum()) * later
