@@ -12,7 +12,7 @@ from planner.inputs.frameworks import capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 from planner.search.search import has_plan
-from planner.search.space import enumerate_layouts, shared_rows
+from planner.search.space import enumerate_layouts
 
 
 def _fits(problem: Problem) -> bool:
@@ -84,14 +84,15 @@ def _rules_conflict(problem: Problem) -> dict | None:
 
 def explain_infeasible(problem: Problem) -> dict:
     enum = enumerate_layouts(problem, lazy_last=True)
-    parts = [part for part, _ in enum.parts(200_000) if len(part["tp"])]
+    parts = [groups for parent, _, groups in enum.grouped_parts(200_000, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
+             if len(parent)]
     conflict = _rules_conflict(problem) if not parts else None
     if conflict is not None:
         return conflict
     # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
     best = float("nan")
-    for part in parts:
-        low = float(np.min(grouped_memory_peak_gib(problem, *shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS))))
+    for by_state, by_zero in parts:
+        low = float(np.min(grouped_memory_peak_gib(problem, by_state, by_zero)))
         best = low if best != best else min(best, low)
     cap = problem.cluster.gpu.memory_gib
     out = {

@@ -16,6 +16,7 @@ from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import (
     STATE_FREE_KNOBS,
     ZERO_FREE_KNOBS,
+    Shared,
     evaluate,
     grouped_memory_peak_gib,
     step_time_floor,
@@ -101,25 +102,27 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
 
 def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], dominate: bool = True,
              deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool]:
-    """The rows worth pricing in full, which of them are tight, and how many fit, part by part (Enumeration.parts): a
-    cheap state floor, then the memory model alone; among layouts that differ only in recompute (one parent: recompute
+    """The rows worth pricing in full, which of them are tight, and how many fit, part by part
+    (Enumeration.grouped_parts, whose groups price most memory terms once per group): a cheap state floor, then the
+    memory model alone; among layouts that differ only in recompute (one parent: recompute
     is enumerated last), only the least recompute that fits and the least that fits with headroom can rank
     (RECOMPUTE_DOMINANCE). Past `deadline` the rows not yet checked are dropped and the answer is not proven best."""
     dominate = dominate and "recompute" not in problem.fixed
+    assert enum.last is not None and enum.last[0] == "recompute" and (np.diff(enum.last[1]) > 0).all(), enum.last
     proven = True
     kept_cols: list[dict[str, np.ndarray]] = []
     kept_tight: list[np.ndarray] = []
     fitting = dominated = unfit = 0
-    for part, parent in enum.parts(CHUNK):
+    for parent, last, (by_state, by_zero) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ZERO_FREE_KNOBS):
         if problem.enforce_memory and deadline is not None and kept_cols and time.perf_counter() > deadline:
             proven = False
-        fits, tight = _fits(problem, part) if proven else (np.zeros(len(parent), dtype=bool),) * 2
+        fits, tight = _fits(problem, by_state, by_zero) if proven else (np.zeros(len(parent), dtype=bool),) * 2
         unfit += int((~fits).sum())  # (rows left unchecked by the deadline too)
         fitting += int(fits.sum())
-        keep = _undominated(part, parent, fits, tight) if dominate else fits
+        keep = _undominated(parent, fits, tight) if dominate else fits
         dominated += int((fits & ~keep).sum())
         rows = np.flatnonzero(keep)
-        kept_cols.append({k: v.take(rows) for k, v in part.items()})
+        kept_cols.append(enum.take(parent.take(rows), last.take(rows)))
         kept_tight.append(tight.take(rows))
     if problem.enforce_memory:
         pruned[MEMORY_RULE.name] += unfit
@@ -132,36 +135,38 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
 
 
 def has_plan(problem: Problem) -> bool:
-    """Whether `search(problem)` finds a plan, without ranking one: the first part of the table (Enumeration.parts)
-    with a layout that fits, survives the recompute dominance and prices to a finite step ends it."""
+    """Whether `search(problem)` finds a plan, without ranking one: the first part of the table
+    (Enumeration.grouped_parts) with a layout that fits, survives the recompute dominance and prices to a finite step
+    ends it."""
     dominate = "recompute" not in problem.fixed
-    for part, parent in enumerate_layouts(problem, lazy_last=True).parts(CHUNK):
-        fits, tight = _fits(problem, part)
-        rows = np.flatnonzero(_undominated(part, parent, fits, tight) if dominate else fits)
+    enum = enumerate_layouts(problem, lazy_last=True)
+    assert enum.last is not None and enum.last[0] == "recompute" and (np.diff(enum.last[1]) > 0).all(), enum.last
+    for parent, last, (by_state, by_zero) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ZERO_FREE_KNOBS):
+        fits, tight = _fits(problem, by_state, by_zero)
+        rows = np.flatnonzero(_undominated(parent, fits, tight) if dominate else fits)
         for lo in range(0, len(rows), SAMPLE):
-            if _valid(evaluate(problem, {k: v.take(rows[lo:lo + SAMPLE]) for k, v in part.items()})).any():
+            batch = rows[lo:lo + SAMPLE]
+            if _valid(evaluate(problem, enum.take(parent.take(batch), last.take(batch)))).any():
                 return True
     return False
 
 
-def _undominated(part: dict[str, np.ndarray], parent: np.ndarray, fits: np.ndarray, tight: np.ndarray) -> np.ndarray:
-    """Rows that fit and carry their sibling group's (one parent: rows that differ only in recompute) least
-    recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE)."""
+def _undominated(parent: np.ndarray, fits: np.ndarray, tight: np.ndarray) -> np.ndarray:
+    """Rows that fit and carry their sibling group's (one parent: rows that differ only in recompute, the last knob)
+    least recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE)."""
     if not fits.any():
         return fits
-    first = np.concatenate([[True], parent[1:] != parent[:-1]])
-    siblings = (np.flatnonzero(first), np.cumsum(first) - 1)
-    return fits & (_least_recompute(part, siblings, fits) | _least_recompute(part, siblings, fits & ~tight))
+    return fits & (_least_recompute(parent, fits) | _least_recompute(parent, fits & ~tight))
 
 
-def _fits(problem: Problem, part: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(fits, tight) per row: without the memory check, every row fits with room."""
-    n = len(part["tp"])
+def _fits(problem: Problem, by_state: Shared, by_zero: Shared) -> tuple[np.ndarray, np.ndarray]:
+    """(fits, tight) per row of the groups `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_zero`
+    (ZERO_FREE_KNOBS): without the memory check, every row fits with room."""
+    n = len(by_state.index)
     if not problem.enforce_memory:
         return np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
     cap = capacity_gib(problem)
     # most terms are priced once per group of rows sharing what they read
-    by_state, by_zero = shared_rows(part, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
     ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
     rows = np.flatnonzero(ok)
     peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero.subset(rows)) if len(rows) \
@@ -277,13 +282,17 @@ def _valid(met: dict[str, np.ndarray]) -> np.ndarray:
     return np.isfinite(met["step_time_s"]) & (met["step_time_s"] > 0)
 
 
-def _least_recompute(cols: dict[str, np.ndarray], siblings: tuple[np.ndarray, np.ndarray],
-                     eligible: np.ndarray) -> np.ndarray:
-    """Rows that are eligible and carry their sibling group's least eligible recompute level."""
-    starts, group = siblings
-    level = np.where(eligible, cols["recompute"], np.iinfo(np.int32).max).astype(np.int64)
-    least = np.minimum.reduceat(level, starts)
-    return eligible & (level == least.take(group))
+def _least_recompute(parent: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+    """Rows that are eligible and carry their sibling group's (one parent) least eligible recompute level: a parent's
+    rows are adjacent and in increasing recompute (Enumeration.grouped_parts keeps the order of the last knob's values,
+    checked in _fitting), so that is each parent's first eligible row."""
+    rows = np.flatnonzero(eligible)
+    owner = parent.take(rows)
+    head = np.ones(len(rows), dtype=bool)
+    head[1:] = owner[1:] != owner[:-1]
+    out = np.zeros(len(eligible), dtype=bool)
+    out[rows.take(np.flatnonzero(head))] = True
+    return out
 
 
 def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:

@@ -102,6 +102,50 @@ class Enumeration:
             yield {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(local % len(vals))}, parent
 
 
+    def grouped_parts(self, rows: int, *frees: tuple[str, ...]) -> Iterator[tuple[np.ndarray, np.ndarray,
+                                                                                   list[Shared]]]:
+        """`parts` of a lazy enumeration without building them: each part's rows as (their parent in `cols`, their
+        value of the last knob) and, for each set of `frees`, the groups of those rows (as `shared_rows` of the part
+        would give them, up to which row represents a group, in order, with a few more from the edge parents).
+
+        The groups are found once on `cols` (a third the rows; a row's group is its parent's, and also its last
+        knob's value when that knob is not free), not per part, and the part's columns are never taken: a search
+        takes only the rows it keeps (`take`). Terms priced per group are elementwise, so every row gets the same
+        bits whichever grouping spreads them (tests/test_search_speed.py)."""
+        assert self.last is not None, "grouped_parts needs enumerate_layouts(lazy_last=True)"
+        knob, vals, kept = self.last
+        width = len(vals)
+        found = row_groups(self.cols, *(tuple(dict.fromkeys((*free, knob))) for free in frees))
+        tables = [{k: v.take(rep) for k, v in self.cols.items()} for rep, _ in found]
+        per = max(rows // width, 1)
+        for first in range(0, len(kept) // width, per):
+            local = np.flatnonzero(kept[first * width:(first + per) * width])
+            parent, pos = local // width + first, local % width
+            groups = [_part_groups(table, index.take(parent), knob, vals, None if knob in free else pos)
+                      for free, table, (_, index) in zip(frees, tables, found, strict=True)]
+            yield parent, vals.take(pos), groups
+
+    def take(self, parent: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows (parent, value of the last knob) of a lazy enumeration, as columns."""
+        assert self.last is not None
+        return {**{k: v.take(parent) for k, v in self.cols.items()}, self.last[0]: last}
+
+
+def _part_groups(table: dict[str, np.ndarray], ids: np.ndarray, knob: str, vals: np.ndarray,
+                 pos: np.ndarray | None) -> Shared:
+    """The groups `ids` (rows of `table`) of one part, as a Shared over the slice of `table` they span; with `pos`
+    (each row's index in `vals`), groups are (id, pos) pairs, only those present."""
+    lo, hi = (int(ids.min()), int(ids.max()) + 1) if len(ids) else (0, 0)
+    if pos is None:  # the last knob is free: any value represents it
+        return Shared({**{k: v[lo:hi] for k, v in table.items()}, knob: np.repeat(vals[:1], hi - lo)}, ids - lo)
+    key = (ids - lo) * len(vals) + pos
+    present = np.zeros((hi - lo) * len(vals), dtype=bool)
+    present[key] = True
+    cell = np.flatnonzero(present)
+    sub = {k: v[lo:hi].take(cell // len(vals)) for k, v in table.items()}
+    return Shared({**sub, knob: vals.take(cell % len(vals))}, (np.cumsum(present) - 1).take(key))
+
+
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
 # applied as soon as every knob it reads exists, so the table never holds rows an earlier rule already refuses.
 _ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "etp", "vpp", "schedule", "mbs", "zero",
