@@ -6,7 +6,9 @@ import pytest
 
 import planner.search.search as s
 from planner.cost.memory import distinct_pairs, stage_layer_counts
+from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import (
+    ACTIVATION_FREE_KNOBS,
     STATE_FREE_KNOBS,
     ZERO_FREE_KNOBS,
     evaluate,
@@ -38,8 +40,9 @@ def _problem(model: str, cluster: str, seq: int, gbs: int, precision: str) -> Pr
 def test_grouped_memory_is_the_row_by_row_memory(case):
     p = _problem(*case)
     cols = {k: v[:60_000] for k, v in enumerate_layouts(p).cols.items()}
-    by_state, by_zero = shared_rows(cols, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
-    assert len(by_state.table["tp"]) < len(cols["tp"]) and len(by_zero.table["tp"]) < len(cols["tp"])
+    by_state, by_zero, by_act = shared_rows(cols, STATE_FREE_KNOBS, ZERO_FREE_KNOBS, ACTIVATION_FREE_KNOBS)
+    assert len(by_state.table["tp"]) < len(cols["tp"]) and len(by_act.table["tp"]) < len(by_zero.table["tp"])
+    assert np.array_equal(grouped_memory_peak_gib(p, by_state, by_act), memory_peak_gib(p, cols), equal_nan=True)
     assert np.array_equal(grouped_memory_peak_gib(p, by_state, by_zero), memory_peak_gib(p, cols), equal_nan=True)
     # and the row-by-row memory is evaluate's
     assert np.array_equal(memory_peak_gib(p, cols), evaluate(p, cols)["memory_peak_gib"], equal_nan=True)
@@ -106,3 +109,34 @@ def test_has_plan_answers_as_search(case):
     except NoFeasiblePlan:
         found = False
     assert s.has_plan(p) is found
+
+
+@pytest.mark.parametrize("case", PROBLEMS[:3] + [("mixtral-8x7b", "h100x128", 4096, 512, "bf16")])
+def test_memory_pass_matches_the_row_by_row_table(case):
+    """_fitting (state floor, groups found once before the last knob, parts never built, dominance as each parent's
+    first eligible row) keeps the same rows, in the same order, with the same tightness and counts as the whole table
+    priced row by row with the dominance found by sorting. DeepSeek-V3 on 256 H800s (pp=16 splits 61 layers
+    unevenly) caught a state floor that priced ceil(L/pp) layers plus the embedding on one stage: above the peak of
+    523 layouts that fit."""
+    p = _problem(*case)
+    enum = enumerate_layouts(p, lazy_last=True)
+    pruned = {**enum.pruned, "memory_fits": 0}
+    cols, tight, fitting, proven = s._fitting(p, enum, pruned)
+    full = enumerate_layouts(p).cols
+    peak = memory_peak_gib(p, full)
+    fits = peak <= s.capacity_gib(p)
+    assert (state_memory_floor_gib(p, full) <= peak)[np.isfinite(peak)].all()  # the floor the pass drops rows by
+    room = fits & ~np.asarray(s.is_tight(p, peak), dtype=bool)
+    others = np.stack([full[k] for k in full if k != "recompute"])
+    _, sibling = np.unique(others, axis=1, return_inverse=True)
+    sibling = sibling.reshape(-1)
+    keep = np.zeros(len(peak), dtype=bool)
+    for eligible in (fits, room):
+        least = np.full(sibling.max() + 1, np.iinfo(np.int64).max)
+        np.minimum.at(least, sibling[eligible], full["recompute"][eligible].astype(np.int64))
+        keep |= eligible & (full["recompute"] == least[sibling])
+    assert proven and keep.any() and (~fits).any() and (fits & ~keep).any()  # every branch is exercised
+    assert all(np.array_equal(cols[k], full[k][keep]) for k in full)
+    assert np.array_equal(tight, fits[keep] & ~room[keep])
+    assert fitting == int(keep.sum()) and pruned["memory_fits"] == int((~fits).sum())
+    assert pruned["dominated_recompute"] == int((fits & ~keep).sum())

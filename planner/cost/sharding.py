@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from planner.cost import flops, memory
+from planner.cost import compute, flops, memory
 from planner.cost.fabric import Fabric
 from planner.cost.groups import expert_data_ranks, expert_tp, hsdp_shard_group
 from planner.cost.profiles import FrameworkProfile, stack_profile
@@ -91,14 +91,33 @@ def stage_expert_params(params: Mapping[str, np.ndarray]) -> np.ndarray:
 
 def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
     """A cheap lower bound on peak memory: model states alone (no activations, no reserve), with the layout's ZeRO
-    sharding. The search drops layouts above capacity before pricing them in full; same accounting as `evaluate`."""
+    sharding, on the busiest of the stages the memory model prices (first, second, last: stage_state_bytes, the
+    launched split). Each stage's total adds non-negative terms to these bytes, so the floor never exceeds
+    `evaluate`'s memory_peak_gib (tests/test_search_speed.py); the search drops layouts above capacity before pricing
+    them in full."""
     zero, _, shard = sharding(problem, c)
-    params = stage_params(problem, c)
-    fp8 = problem.training.precision in ("fp8", "fp4")
-    states = split_state_bytes(params["stage"], stage_expert_params(params), zero, shard,
-                               expert_shard_group(c, shard), stack_profile(problem.training), fp8,
-                               problem.training.optimizer_offload, memory.fp8_param_gather(problem))
-    return sum(states.values()) / memory.GIB
+    _, stages = stage_state_bytes(problem, c, zero, shard, stage_params(problem, c))
+    return np.maximum(np.maximum(*(sum(st.values()) for st in stages[:2])), sum(stages[2].values())) / memory.GIB
+
+
+def stage_state_bytes(problem: Problem, c: Mapping[str, np.ndarray], zero: np.ndarray, shard: np.ndarray,
+                      params: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[dict[str, np.ndarray]]]:
+    """The layers held by the first, second and last stage's GPU, and their weights, grads and optimizer bytes: each
+    holds its own layer count (the launched split, memory.stage_layer_counts) x copies (DualPipe holds two stages
+    per rank); the embedding and LM head sit on the first and last (stage_params prices ceil(L/pp) layers); expert
+    states shard over the expert data-parallel group."""
+    fp8 = compute.is_fp8(problem)
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, *(c[x].astype(float) for x in ("pp", "vpp")),
+                                       memory.split_counts_embedding_loss(problem))
+    per_layer = params["per_layer"]
+    copies = params["held_layers"] / params["layers_per_stage"]
+    base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
+            params["last"] - params["held_layers"] * per_layer)
+    expert_shard = expert_shard_group(c, shard)
+    held = [n * copies for n in counts]
+    return held, [split_state_bytes(edge + h * per_layer, h * params["layer_expert_part"], zero, shard, expert_shard,
+                                    stack_profile(problem.training), fp8, problem.training.optimizer_offload,
+                                    memory.fp8_param_gather(problem)) for h, edge in zip(held, base, strict=True)]
 
 
 def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,

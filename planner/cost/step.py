@@ -23,6 +23,7 @@ from planner.cost.sharding import (
     split_state_bytes,
     stage_expert_params,
     stage_params,
+    stage_state_bytes,
 )
 from planner.inputs.problem import Problem
 
@@ -226,9 +227,13 @@ class Shared:
 
 # What the grouped terms read: model states, their buffers, stage layer counts and communicators read neither the
 # micro-batch size nor recompute; activations, logits, hand-off buffers, the micro-batches in flight and
-# step_time_floor read no ZeRO stage (ZeRO enters the step only through communication and the optimizer).
+# step_time_floor read no ZeRO stage (ZeRO enters the step only through communication and the optimizer). The
+# memory's activation side (_stages' k, tok, micro: activations, logits, hand-off buffers, micro-batches in flight)
+# reads no expert or context-parallel layout either (ep, etp, cp_comm enter time and states, not activations), so
+# memory groups those rows coarser than step_time_floor can.
 STATE_FREE_KNOBS = ("mbs", "recompute")
 ZERO_FREE_KNOBS = ("zero",)
+ACTIVATION_FREE_KNOBS = ("cp_comm", "ep", "etp", "zero")
 
 
 def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -237,10 +242,11 @@ def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray
     return _peak(problem, c, c, _whole, _whole)
 
 
-def grouped_memory_peak_gib(problem: Problem, by_state: Shared, by_zero: Shared) -> np.ndarray:
-    """memory_peak_gib of the rows `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_zero` (only in
-    ZERO_FREE_KNOBS) group: a search's table has few groups of each, so most terms are priced per group."""
-    return _peak(problem, by_state.table, by_zero.table, by_state.spread, by_zero.spread)
+def grouped_memory_peak_gib(problem: Problem, by_state: Shared, by_act: Shared) -> np.ndarray:
+    """memory_peak_gib of the rows `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_act` (only in
+    ACTIVATION_FREE_KNOBS, or a subset of them) group: a search's table has few groups of each, so most terms are
+    priced per group."""
+    return _peak(problem, by_state.table, by_act.table, by_state.spread, by_act.spread)
 
 
 def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.ndarray],
@@ -282,36 +288,24 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     the micro-batches in flight at its rank; expert states shard over the expert data-parallel group.
 
     Grouped (memory_peak_gib): `cs`, zero, shard_group and params are per state group and `spread_s` spreads them
-    to the rows; k, tok and micro are per ZeRO-free group, spread by `spread_z`; each row then sums the same terms
-    in the same order as ungrouped, and the states only as their sum (the peak reads totals)."""
+    to the rows; k, tok and micro are per activation group (ACTIVATION_FREE_KNOBS), spread by `spread_z`; each row
+    then sums the same terms in the same order as ungrouped, and the states only as their sum (the peak reads
+    totals)."""
     prof = stack_profile(problem.training)
     fp8 = compute.is_fp8(problem)
     tp, pp, sp = k["tp"], k["pp"], k["sp"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     grouped = spread_s is not _whole
-    layers = problem.model.num_hidden_layers
-    split = memory.split_counts_embedding_loss(problem)
-    counts = memory.stage_layer_counts(layers, pp, k["vpp"], split)
-    counts_s = memory.stage_layer_counts(layers, *(cs[x].astype(float) for x in ("pp", "vpp")), split) \
-        if grouped else counts
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                       memory.split_counts_embedding_loss(problem))
     logits = memory.logits_bytes(tok, problem.model, tp)
-    per_layer = params["per_layer"]
-    shared = spread_s(memory.fsdp_buffer_bytes(zero, per_layer, prof)) + spread_z(memory.p2p_buffer_bytes(
+    shared = spread_s(memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)) + spread_z(memory.p2p_buffer_bytes(
         tok, problem.model.hidden_size, tp, sp, pp))
-    # the embedding/head parameters sit on the first/last stage; sharding.stage_params prices ceil(L/pp) layers
-    # (x copies: DualPipe holds two stages per rank)
-    copies = params["held_layers"] / params["layers_per_stage"]
-    base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
-            params["last"] - params["held_layers"] * per_layer)
-    expert_shard = expert_shard_group(cs, shard_group)
+    held_s, states_s = stage_state_bytes(problem, cs, zero, shard_group, params)
     inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
     stages = []
-    for i, (n, n_s, edge, in_flight) in enumerate(zip(counts, counts_s, base, inflight, strict=True)):
+    for i, (n, held, states, in_flight) in enumerate(zip(counts, held_s, states_s, inflight, strict=True)):
         acts = spread_z(per_layer_act * n * in_flight + working)
-        held = n_s * copies
-        states = split_state_bytes(edge + held * per_layer, held * params["layer_expert_part"], zero, shard_group,
-                                   expert_shard, prof, fp8, problem.training.optimizer_offload,
-                                   memory.fp8_param_gather(problem))
         buffers = shared + spread_s(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
         stage_logits = spread_z(logits if i == 2 else np.where(pp == 1, logits, 0.0))
         states = {"all": spread_s(sum(states.values()))} if grouped else states

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.cost.step import STATE_FREE_KNOBS, ZERO_FREE_KNOBS, grouped_memory_peak_gib
+from planner.cost.step import ACTIVATION_FREE_KNOBS, STATE_FREE_KNOBS, grouped_memory_peak_gib
 from planner.inputs.catalog import gpu_catalog, load_gpu
 from planner.inputs.frameworks import capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
@@ -84,15 +84,15 @@ def _rules_conflict(problem: Problem) -> dict | None:
 
 def explain_infeasible(problem: Problem) -> dict:
     enum = enumerate_layouts(problem, lazy_last=True)
-    parts = [groups for parent, _, groups in enum.grouped_parts(200_000, STATE_FREE_KNOBS, ZERO_FREE_KNOBS)
+    parts = [groups for parent, _, groups in enum.grouped_parts(200_000, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS)
              if len(parent)]
     conflict = _rules_conflict(problem) if not parts else None
     if conflict is not None:
         return conflict
     # Every rule can hold; memory is what binds. Report the leanest candidate and try single changes.
     best = float("nan")
-    for by_state, by_zero in parts:
-        low = float(np.min(grouped_memory_peak_gib(problem, by_state, by_zero)))
+    for by_state, by_act in parts:
+        low = float(np.min(grouped_memory_peak_gib(problem, by_state, by_act)))
         best = low if best != best else min(best, low)
     cap = problem.cluster.gpu.memory_gib
     out = {

@@ -14,6 +14,7 @@ import numpy as np
 from planner.cost import compute
 from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import (
+    ACTIVATION_FREE_KNOBS,
     STATE_FREE_KNOBS,
     ZERO_FREE_KNOBS,
     Shared,
@@ -113,10 +114,10 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
     kept_cols: list[dict[str, np.ndarray]] = []
     kept_tight: list[np.ndarray] = []
     fitting = dominated = unfit = 0
-    for parent, last, (by_state, by_zero) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ZERO_FREE_KNOBS):
+    for parent, last, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
         if problem.enforce_memory and deadline is not None and kept_cols and time.perf_counter() > deadline:
             proven = False
-        fits, tight = _fits(problem, by_state, by_zero) if proven else (np.zeros(len(parent), dtype=bool),) * 2
+        fits, tight = _fits(problem, by_state, by_act) if proven else (np.zeros(len(parent), dtype=bool),) * 2
         unfit += int((~fits).sum())  # (rows left unchecked by the deadline too)
         fitting += int(fits.sum())
         keep = _undominated(parent, fits, tight) if dominate else fits
@@ -141,8 +142,8 @@ def has_plan(problem: Problem) -> bool:
     dominate = "recompute" not in problem.fixed
     enum = enumerate_layouts(problem, lazy_last=True)
     assert enum.last is not None and enum.last[0] == "recompute" and (np.diff(enum.last[1]) > 0).all(), enum.last
-    for parent, last, (by_state, by_zero) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ZERO_FREE_KNOBS):
-        fits, tight = _fits(problem, by_state, by_zero)
+    for parent, last, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
+        fits, tight = _fits(problem, by_state, by_act)
         rows = np.flatnonzero(_undominated(parent, fits, tight) if dominate else fits)
         for lo in range(0, len(rows), SAMPLE):
             batch = rows[lo:lo + SAMPLE]
@@ -159,9 +160,9 @@ def _undominated(parent: np.ndarray, fits: np.ndarray, tight: np.ndarray) -> np.
     return fits & (_least_recompute(parent, fits) | _least_recompute(parent, fits & ~tight))
 
 
-def _fits(problem: Problem, by_state: Shared, by_zero: Shared) -> tuple[np.ndarray, np.ndarray]:
-    """(fits, tight) per row of the groups `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_zero`
-    (ZERO_FREE_KNOBS): without the memory check, every row fits with room."""
+def _fits(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[np.ndarray, np.ndarray]:
+    """(fits, tight) per row of the groups `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_act`
+    (ACTIVATION_FREE_KNOBS): without the memory check, every row fits with room."""
     n = len(by_state.index)
     if not problem.enforce_memory:
         return np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
@@ -169,7 +170,7 @@ def _fits(problem: Problem, by_state: Shared, by_zero: Shared) -> tuple[np.ndarr
     # most terms are priced once per group of rows sharing what they read
     ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
     rows = np.flatnonzero(ok)
-    peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_zero.subset(rows)) if len(rows) \
+    peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_act.subset(rows)) if len(rows) \
         else np.zeros(0)
     fits = np.zeros(n, dtype=bool)
     fits[rows] = peak <= cap
