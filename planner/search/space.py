@@ -77,53 +77,37 @@ def domains(problem: Problem) -> dict[str, list[int]]:
 @dataclass
 class Enumeration:
     """The rule-feasible layouts (`cols`), or, built with `lazy_last`, the table before the last knob (`cols`) and
-    `last` = (that knob, its values, which rows of cols x values the rules keep), so that a search can build the
-    (largest) table part by part (`parts`) instead of all at once."""
+    `last` = (that knob, its values, which rows of cols x values the rules keep), so that a search can check the
+    (largest) table part by part (`grouped_parts`) instead of building it."""
 
     cols: dict[str, np.ndarray]
     candidates: int
     pruned: dict[str, int]
     last: tuple[str, np.ndarray, np.ndarray] | None = None
 
-    def parts(self, rows: int) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
-        """The table in consecutive parts of about `rows` rows, each with each row's row in `cols` (its parent:
-        rows with one parent differ only in the last knob); a lazy enumeration's parts hold whole parent groups."""
-        if self.last is None:  # parents: runs of rows that differ only in the last knob
-            starts, parent = row_groups(self.cols, (_ORDER[-1],))[0]
-            bounds = [*starts[::max(rows // 3, 1)], len(parent)]
-            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-                yield {k: v[lo:hi] for k, v in self.cols.items()}, parent[lo:hi]
-            return
-        knob, vals, kept = self.last
-        per = max(rows // len(vals), 1)
-        for first in range(0, len(kept) // len(vals), per):
-            local = np.flatnonzero(kept[first * len(vals):(first + per) * len(vals)])
-            parent = local // len(vals) + first
-            yield {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(local % len(vals))}, parent
-
-
     def grouped_parts(self, rows: int, *frees: tuple[str, ...]) -> Iterator[tuple[np.ndarray, np.ndarray,
                                                                                    list[Shared]]]:
-        """`parts` of a lazy enumeration without building them: each part's rows as (their parent in `cols`, their
-        value of the last knob) and, for each set of `frees`, the groups of those rows (as `shared_rows` of the part
-        would give them, up to which row represents a group, in order, with a few more from the edge parents).
+        """The table of a lazy enumeration in consecutive parts of about `rows` rows (whole parent groups: rows of
+        one parent differ only in the last knob), without building them: each part's rows as (their parent in
+        `cols`, their value of the last knob) and, for each set of `frees`, the groups of those rows (those
+        `shared_rows` of the part would give, up to which row represents a group).
 
-        The groups are found once on `cols` (a third the rows; a row's group is its parent's, and also its last
-        knob's value when that knob is not free), not per part, and the part's columns are never taken: a search
-        takes only the rows it keeps (`take`). Terms priced per group are elementwise, so every row gets the same
-        bits whichever grouping spreads them (tests/test_search_speed.py)."""
+        The groups are found on the part's parents (a slice of `cols`, a third the rows; a row's group is its
+        parent's, and also its last knob's value when that knob is not free), and the part's columns are never
+        taken: a search takes only the rows it keeps (`take`). Terms priced per group are elementwise, so every row
+        gets the same bits whichever grouping spreads them (tests/test_search_speed.py)."""
         assert self.last is not None, "grouped_parts needs enumerate_layouts(lazy_last=True)"
         knob, vals, kept = self.last
         width = len(vals)
-        found = row_groups(self.cols, *(tuple(dict.fromkeys((*free, knob))) for free in frees))
-        tables = [{k: v.take(rep) for k, v in self.cols.items()} for rep, _ in found]
         per = max(rows // width, 1)
         for first in range(0, len(kept) // width, per):
             local = np.flatnonzero(kept[first * width:(first + per) * width])
-            parent, pos = local // width + first, local % width
-            groups = [_part_groups(table, index.take(parent), knob, vals, None if knob in free else pos)
-                      for free, table, (_, index) in zip(frees, tables, found, strict=True)]
-            yield parent, vals.take(pos), groups
+            own, pos = local // width, local % width  # parent within the slice, index in vals
+            block = {k: v[first:first + per] for k, v in self.cols.items()}
+            found = row_groups(block, *(tuple(dict.fromkeys((*free, knob))) for free in frees))
+            groups = [_part_groups(block, rep, index.take(own), knob, vals, None if knob in free else pos)
+                      for free, (rep, index) in zip(frees, found, strict=True)]
+            yield own + first, vals.take(pos), groups
 
     def take(self, parent: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
         """The rows (parent, value of the last knob) of a lazy enumeration, as columns."""
@@ -131,19 +115,19 @@ class Enumeration:
         return {**{k: v.take(parent) for k, v in self.cols.items()}, self.last[0]: last}
 
 
-def _part_groups(table: dict[str, np.ndarray], ids: np.ndarray, knob: str, vals: np.ndarray,
+def _part_groups(block: dict[str, np.ndarray], rep: np.ndarray, ids: np.ndarray, knob: str, vals: np.ndarray,
                  pos: np.ndarray | None) -> Shared:
-    """The groups `ids` (rows of `table`) of one part, as a Shared over the slice of `table` they span; with `pos`
-    (each row's index in `vals`), groups are (id, pos) pairs, only those present."""
-    lo, hi = (int(ids.min()), int(ids.max()) + 1) if len(ids) else (0, 0)
-    if pos is None:  # the last knob is free: any value represents it
-        return Shared({**{k: v[lo:hi] for k, v in table.items()}, knob: np.repeat(vals[:1], hi - lo)}, ids - lo)
-    key = (ids - lo) * len(vals) + pos
-    present = np.zeros((hi - lo) * len(vals), dtype=bool)
+    """The groups of a part's rows whose parents fall in groups `ids` of `block` (`rep`: a row of each), only those
+    present; with `pos` (each row's index in `vals`: the last knob is not free) a group is an (id, pos) pair."""
+    width = 1 if pos is None else len(vals)
+    key = ids * width + (0 if pos is None else pos)
+    present = np.zeros(len(rep) * width, dtype=bool)
     present[key] = True
     cell = np.flatnonzero(present)
-    sub = {k: v[lo:hi].take(cell // len(vals)) for k, v in table.items()}
-    return Shared({**sub, knob: vals.take(cell % len(vals))}, (np.cumsum(present) - 1).take(key))
+    table = {k: v.take(rep.take(cell // width)) for k, v in block.items()}
+    # a free last knob: any value represents the group
+    table[knob] = np.repeat(vals[:1], len(cell)) if pos is None else vals.take(cell % width)
+    return Shared(table, (np.cumsum(present) - 1).take(key))
 
 
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
