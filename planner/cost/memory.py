@@ -282,13 +282,13 @@ def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: n
     peak = np.argmax(totals, axis=0)
     peak_alloc = np.max(totals, axis=0)
     frag = FRAGMENTATION * peak_alloc
-    fixed = CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
+    fixed = device_fixed_bytes(groups)
 
     def pick(get) -> np.ndarray:  # noqa: ANN001
         return np.choose(peak, [np.broadcast_to(get(st), peak.shape) for st in stages])
 
     return {
-        "memory_peak_gib": _device_gib(peak_alloc, groups),
+        "memory_peak_gib": _device_gib(peak_alloc, fixed),
         "memory_reserved_gib": (peak_alloc + frag) / GIB,
         "memory_allocated_gib": peak_alloc / GIB,
         "mem_weights_gib": pick(lambda st: st.states["weights"]) / GIB,
@@ -306,14 +306,20 @@ def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: n
     }
 
 
-def peak_gib(first: StageMemory, second: StageMemory, last: StageMemory, groups: np.ndarray) -> np.ndarray:
-    """`report`'s memory_peak_gib alone: what the fit check needs."""
-    return _device_gib(np.maximum(np.maximum(first.total, second.total), last.total), groups)
+def peak_gib(first: StageMemory, second: StageMemory, last: StageMemory, fixed: np.ndarray) -> np.ndarray:
+    """`report`'s memory_peak_gib alone: what the fit check needs (`fixed`: device_fixed_bytes)."""
+    return _device_gib(np.maximum(np.maximum(first.total, second.total), last.total), fixed)
 
 
-def _device_gib(peak_alloc: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """The device total: the busiest stage's allocations + fragmentation + CUDA context + NCCL buffers."""
-    return (peak_alloc + FRAGMENTATION * peak_alloc + (CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups)) / GIB
+def device_fixed_bytes(groups: np.ndarray) -> np.ndarray:
+    """What every GPU holds outside the allocator: the CUDA context and the NCCL buffers of `groups` communicators
+    (active_groups)."""
+    return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
+
+
+def _device_gib(peak_alloc: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """The device total: the busiest stage's allocations + fragmentation + CUDA context + NCCL buffers (`fixed`)."""
+    return (peak_alloc + FRAGMENTATION * peak_alloc + fixed) / GIB
 
 
 def fp8_param_gather(problem: Problem) -> bool:

@@ -198,7 +198,7 @@ def _inflight(sched: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray)
     new = ~new
     new[:1] = True
     index = np.empty(len(order), dtype=np.int64)
-    index[order] = np.cumsum(new) - 1
+    index[order] = np.cumsum(new, dtype=np.int64) - 1
     s, p, v, mm = (x.take(order[new]) for x in keys)
     ranks = (0, np.minimum(1, p - 1), p - 1)
     return [pipeline.inflight_microbatches(s, p, v, mm, rank).take(index).reshape(np.shape(m)) for rank in ranks]
@@ -257,7 +257,7 @@ def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.nd
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
     stages = _stages(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs), spread_s, spread_z)
     active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
-    return memory.peak_gib(*stages, spread_s(active))
+    return memory.peak_gib(*stages, fixed=spread_s(memory.device_fixed_bytes(active)))
 
 
 def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
@@ -303,13 +303,18 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
         tok, problem.model.hidden_size, tp, sp, pp))
     held_s, states_s = stage_state_bytes(problem, cs, zero, shard_group, params)
     inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
+    # logits live on the last stage, and on the first (= second) too without a pipeline
+    logits_s = (spread_z(np.where(pp == 1, logits, 0.0)),) * 2 + (spread_z(logits),)
     stages = []
-    for i, (n, held, states, in_flight) in enumerate(zip(counts, held_s, states_s, inflight, strict=True)):
+    for n, held, states, in_flight, stage_logits in zip(counts, held_s, states_s, inflight, logits_s, strict=True):
         acts = spread_z(per_layer_act * n * in_flight + working)
         buffers = shared + spread_s(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
-        stage_logits = spread_z(logits if i == 2 else np.where(pp == 1, logits, 0.0))
-        states = {"all": spread_s(sum(states.values()))} if grouped else states
-        stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
+        if grouped:  # the peak reads totals; the states' sum is never -0.0, so stage_memory's 0 + it is itself
+            held_states = spread_s(sum(states.values()))
+            stages.append(memory.StageMemory({"all": held_states}, acts, stage_logits, buffers,
+                                             held_states + acts + stage_logits + buffers))
+        else:
+            stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
     return stages
 
 

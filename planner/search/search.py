@@ -114,16 +114,16 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
     kept_cols: list[dict[str, np.ndarray]] = []
     kept_tight: list[np.ndarray] = []
     fitting = dominated = unfit = 0
-    for parent, last, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
+    for parent, pos, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
         if problem.enforce_memory and deadline is not None and kept_cols and time.perf_counter() > deadline:
             proven = False
         fits, tight = _fits(problem, by_state, by_act) if proven else (np.zeros(len(parent), dtype=bool),) * 2
-        unfit += int((~fits).sum())  # (rows left unchecked by the deadline too)
-        fitting += int(fits.sum())
+        unfit += len(fits) - int(np.count_nonzero(fits))  # (rows left unchecked by the deadline too)
+        fitting += int(np.count_nonzero(fits))
         keep = _undominated(parent, fits, tight) if dominate else fits
-        dominated += int((fits & ~keep).sum())
+        dominated += int(np.count_nonzero(fits & ~keep))
         rows = np.flatnonzero(keep)
-        kept_cols.append(enum.take(parent.take(rows), last.take(rows)))
+        kept_cols.append(enum.take(parent.take(rows), pos.take(rows)))
         kept_tight.append(tight.take(rows))
     if problem.enforce_memory:
         pruned[MEMORY_RULE.name] += unfit
@@ -142,12 +142,12 @@ def has_plan(problem: Problem) -> bool:
     dominate = "recompute" not in problem.fixed
     enum = enumerate_layouts(problem, lazy_last=True)
     assert enum.last is not None and enum.last[0] == "recompute" and (np.diff(enum.last[1]) > 0).all(), enum.last
-    for parent, last, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
+    for parent, pos, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
         fits, tight = _fits(problem, by_state, by_act)
         rows = np.flatnonzero(_undominated(parent, fits, tight) if dominate else fits)
         for lo in range(0, len(rows), SAMPLE):
             batch = rows[lo:lo + SAMPLE]
-            if _valid(evaluate(problem, enum.take(parent.take(batch), last.take(batch)))).any():
+            if _valid(evaluate(problem, enum.take(parent.take(batch), pos.take(batch)))).any():
                 return True
     return False
 

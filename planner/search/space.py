@@ -89,7 +89,7 @@ class Enumeration:
                                                                                    list[Shared]]]:
         """The table of a lazy enumeration in consecutive parts of about `rows` rows (whole parent groups: rows of
         one parent differ only in the last knob), without building them: each part's rows as (their parent in
-        `cols`, their value of the last knob) and, for each set of `frees`, the groups of those rows (those
+        `cols`, the index of their value of the last knob) and, for each set of `frees`, the groups of those rows (those
         `shared_rows` of the part would give, up to which row represents a group).
 
         The groups are found on the part's parents (a slice of `cols`, a third the rows; a row's group is its
@@ -107,12 +107,13 @@ class Enumeration:
             found = row_groups(block, *(tuple(dict.fromkeys((*free, knob))) for free in frees))
             groups = [_part_groups(block, rep, index.take(own), knob, vals, None if knob in free else pos)
                       for free, (rep, index) in zip(frees, found, strict=True)]
-            yield own + first, vals.take(pos), groups
+            yield own + first, pos, groups
 
-    def take(self, parent: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
-        """The rows (parent, value of the last knob) of a lazy enumeration, as columns."""
+    def take(self, parent: np.ndarray, pos: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows (parent, index of the last knob's value) of a lazy enumeration, as columns."""
         assert self.last is not None
-        return {**{k: v.take(parent) for k, v in self.cols.items()}, self.last[0]: last}
+        knob, vals, _ = self.last
+        return {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(pos)}
 
 
 def _part_groups(block: dict[str, np.ndarray], rep: np.ndarray, ids: np.ndarray, knob: str, vals: np.ndarray,
@@ -127,7 +128,7 @@ def _part_groups(block: dict[str, np.ndarray], rep: np.ndarray, ids: np.ndarray,
     table = {k: v.take(rep.take(cell // width)) for k, v in block.items()}
     # a free last knob: any value represents the group
     table[knob] = np.repeat(vals[:1], len(cell)) if pos is None else vals.take(cell % width)
-    return Shared(table, (np.cumsum(present) - 1).take(key))
+    return Shared(table, (np.cumsum(present, dtype=np.int64) - 1).take(key))
 
 
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
@@ -203,7 +204,7 @@ def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
                 else rule.check(table, problem)
             if rule.name == "world_size":
                 ok &= table["dp"] > 0
-            pruned[rule.name] += int((keep & ~ok).sum()) * later
+            pruned[rule.name] += int(np.count_nonzero(keep & ~ok)) * later
             keep &= ok
         if lazy_last and i == len(_ORDER) - 1 and isinstance(table, _Crossed):
             assert not pending, pending
@@ -242,7 +243,7 @@ def row_groups(cols: dict[str, np.ndarray], *frees: tuple[str, ...]) -> list[tup
         start[1:] |= cols[knob][1:] != cols[knob][:-1]
     out = []
     for free, first in zip(frees, firsts, strict=True):
-        key = np.cumsum(runs[first]) - 1
+        key = np.cumsum(runs[first], dtype=np.int64) - 1
         rest = [k for k in _ORDER[first:] if k not in free]
         for knob in rest:
             code = cols[knob].astype(np.int64)
@@ -253,7 +254,7 @@ def row_groups(cols: dict[str, np.ndarray], *frees: tuple[str, ...]) -> list[tup
         slot = np.full(int(key.max(initial=-1)) + 1, -1, dtype=np.int64)
         slot[key] = np.arange(n)  # any row of a group represents it
         present = slot >= 0
-        out.append((slot[present], (np.cumsum(present) - 1)[key]))
+        out.append((slot[present], (np.cumsum(present, dtype=np.int64) - 1)[key]))
     return out
 
 
