@@ -33,6 +33,7 @@ class Setup:
     precision: str
     framework: str
     layouts: tuple[tuple[str, str], ...]  # (name, --layout string) as the practitioners ran it
+    recipe: tuple[tuple[str, str], ...] = ()  # further TrainingSpec fields the practitioners state
 
 
 SETUPS = (
@@ -53,9 +54,10 @@ SETUPS = (
     Setup("DeepSeek-V3, h800x2048 fp8, megatron-core", "deepseek-v3", "h800x2048", 4096, 15360, "fp8", "megatron-core",
           (("DeepSeek PP16 EP64 TP1 ZeRO-1 (1f1b: no DualPipe in Megatron-Core)",
             "tp=1,pp=16,dp=128,ep=64,mbs=1,schedule=1f1b,recompute=selective,zero=1"),)),
-    Setup("DeepSeek-V3, h800x2048 fp8, generic", "deepseek-v3", "h800x2048", 4096, 15360, "fp8", "generic",
-          (("DeepSeek PP16 EP64 TP1 ZeRO-1 DualPipe",
-            "tp=1,pp=16,dp=128,ep=64,mbs=1,schedule=dualpipe,recompute=selective,zero=1"),)),
+    Setup("DeepSeek-V3, h800x2048 fp8 blockwise, bf16 moments, generic", "deepseek-v3", "h800x2048", 4096, 15360,
+          "fp8", "generic", (("DeepSeek PP16 EP64 TP1 ZeRO-1 DualPipe",
+                              "tp=1,pp=16,dp=128,ep=64,mbs=1,schedule=dualpipe,recompute=selective,zero=1"),),
+          (("fp8_recipe", "blockwise"), ("optimizer_moments", "bf16"))),  # report §3.3.2-3.3.3
 )
 
 
@@ -69,7 +71,7 @@ def short(lay: dict) -> str:
 
 def table(s: Setup) -> list[str]:
     p = Problem(load_model(s.model), load_cluster(s.cluster), TrainingSpec(
-        seq_len=s.seq, global_batch=s.gbs, precision=s.precision, framework=s.framework))
+        seq_len=s.seq, global_batch=s.gbs, precision=s.precision, framework=s.framework, **dict(s.recipe)))
     plans = search(p, top=100_000).plans
     docs = [layout_dict(pl.layout, pl.metrics) for pl in plans]
     top = plans[0].metrics

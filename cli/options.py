@@ -83,14 +83,15 @@ def framework_for(framework: str | None, fmt: str) -> str:
 def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                   compress: list[str] | None = None, memory_headroom: float | None = None,
-                  optimizer_offload: float = 0.0, optimizer_moments: str = "fp32") -> Problem:
+                  optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
+                  fp8_recipe: str = "tensorwise") -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from planner.inputs.catalog import load_cluster, load_model
 
     _check_names(precision, framework)
     return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
                        allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload,
-                       optimizer_moments)
+                       optimizer_moments, fp8_recipe)
 
 
 def _check_names(precision: str, framework: str) -> None:
@@ -103,10 +104,25 @@ def _check_names(precision: str, framework: str) -> None:
                              fix=f"use one of {', '.join(sorted(PROFILES))}")
 
 
+def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:
+    from planner.inputs.frameworks import capabilities_for
+
+    if fp8_recipe not in ("tensorwise", "blockwise"):
+        raise PlanInputError(f"unknown fp8 recipe '{fp8_recipe}'", field="--fp8-recipe",
+                             fix="use tensorwise or blockwise")
+    if fp8_recipe == "blockwise" and precision != "fp8":
+        raise PlanInputError(f"blockwise scaling is an fp8 recipe, not {precision}", field="--fp8-recipe",
+                             fix="add --precision fp8, or drop --fp8-recipe")
+    if fp8_recipe == "blockwise" and not capabilities_for(framework).blockwise_fp8:
+        raise PlanInputError(f"{framework} has no block-scaled fp8 recipe", field="--fp8-recipe",
+                             fix="use --fp8-recipe tensorwise, or --framework megatron-core / nemo")
+
+
 def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, precision: str, framework: str,
                 fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                 compress: list[str] | None = None, memory_headroom: float | None = None,
-                optimizer_offload: float = 0.0, optimizer_moments: str = "fp32") -> Problem:
+                optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
+                fp8_recipe: str = "tensorwise") -> Problem:
     """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
     from pydantic import ValidationError
 
@@ -132,9 +148,11 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
     if refusal:
         raise PlanInputError(refusal, field="--optimizer-moments",
                              fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
+    _check_fp8_recipe(fp8_recipe, precision, framework)
     try:
         tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
-                          optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments)
+                          optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments,
+                          fp8_recipe=fp8_recipe)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and seq_len > m.max_position_embeddings:

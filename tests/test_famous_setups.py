@@ -18,7 +18,7 @@ import pytest
 from planner.cost import memory
 from planner.cost.profiles import profile_for
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.layout import parse_pairs
+from planner.inputs.layout import Schedule, parse_pairs
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.report.explain import explain
@@ -124,3 +124,15 @@ def test_gpt3_175b_paper_layout_near_top() -> None:
     out = price(p, "tp=8,pp=8,dp=16,vpp=4,mbs=1,schedule=interleaved,zero=1,recompute=none")
     assert out["feasible"]
     assert out["metrics"]["step_time_s"] <= 1.05 * top1_step_s(p)
+
+
+def test_deepseek_v3_with_its_own_recipe_gets_its_own_layout_first():
+    """DeepSeek-V3 (arXiv 2412.19437 §3.1-3.3): 2,048 H800, PP16 x EP64 x ZeRO-1 DP128, no TP, DualPipe, batch
+    15360 x 4K, fp8 with 128 x 128 block scales, bf16 Adam moments, SwiGLU inputs cached in fp8. Planned with that
+    recipe, the search's first pick is the layout DeepSeek ran."""
+    p = Problem(load_model("deepseek-v3"), load_cluster("h800x2048"),
+                TrainingSpec(seq_len=4096, global_batch=15360, precision="fp8", fp8_recipe="blockwise",
+                             optimizer_moments="bf16"))
+    top = search(p, top=1).plans[0].layout
+    keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "zero", "schedule")
+    assert tuple(top[k] for k in keys) == (1, 16, 128, 1, 64, 1, 1, int(Schedule.DUALPIPE)), top

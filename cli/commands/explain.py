@@ -46,6 +46,9 @@ def explain(
     precision: Annotated[str | None, typer.Option("--precision", help="bf16 | fp8 | fp4 (default: the file's, "
                                                   "else bf16)")] = None,
     framework: PlanFwOpt = None,
+    fp8_recipe: Annotated[str, typer.Option(
+        "--fp8-recipe", help="with --precision fp8: tensorwise | blockwise (1x128 / 128x128 block scales)")
+    ] = "tensorwise",
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
@@ -73,7 +76,7 @@ def explain(
     from planner.inputs.layout import parse_pairs
 
     problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
-                            framework or "generic", None)
+                            framework or "generic", None, fp8_recipe=fp8_recipe)
     given = parse_pairs([layout or ""], "--layout")
     out = run_explain(problem, given)
     if svg_path is not None:
@@ -114,9 +117,11 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
     resolved_model = resolve_model(cfg, model)
     resolved_cluster = resolve_cluster(cfg, cluster)
     given = layout_for(cfg, resolved_model, resolved_cluster.num_gpus)
+    precision = precision or cfg.precision or "bf16"
+    recipe = (cfg.fp8_recipe or "tensorwise") if precision == "fp8" else "tensorwise"
     problem = problem_for(resolved_model, resolved_cluster, seq_len or cfg.seq_len or 8192,
-                          global_batch or cfg.global_batch or 512, precision or cfg.precision or "bf16",
-                          framework_for(framework, cfg.dialect), None)
+                          global_batch or cfg.global_batch or 512, precision,
+                          framework_for(framework, cfg.dialect), None, fp8_recipe=recipe)
     out = explain_from(problem, given, cfg)
     if svg_path is not None:
         write_svg(problem, given, svg_path)

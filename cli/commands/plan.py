@@ -52,6 +52,9 @@ def main(
     optimizer_moments: Annotated[str, typer.Option(
         "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (Megatron-Core's precision-aware "
         "optimizer; halves them)")] = "fp32",
+    fp8_recipe: Annotated[str, typer.Option(
+        "--fp8-recipe", help="with --precision fp8: tensorwise (one scale per tensor) | blockwise (1x128 / 128x128 "
+        "block scales as DeepSeek-V3 trains; slower GEMMs on Hopper)")] = "tensorwise",
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
 ) -> None:
@@ -68,7 +71,7 @@ def main(
 
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
                             compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload,
-                            optimizer_moments=optimizer_moments)
+                            optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:

@@ -44,12 +44,15 @@ class Rates:
     bf16_eff: float  # BF16 GEMM efficiency x kernel efficiency (GEMMs a low-precision recipe leaves in BF16)
 
 
-def gemm_efficiency(gpu: GPUSpec, precision: str) -> float:
-    """Best-case GEMM efficiency at the precision's own peak: BF16 MAMF; FP8 MAMF (or BF16 x the fallback ratio);
-    NVFP4: the FP8 one, capped at FP4_OVER_FP8_KERNEL_RATE x the FP8 rate, eff8·min(1, 1.90·peak8/peak4)
-    (Transformer Engine's B300 kernels). A GPU without an FP4 peak runs fp4 recipes at its FP8 peak and FP8
-    efficiency."""
+def gemm_efficiency(gpu: GPUSpec, precision: str, fp8_recipe: str = "tensorwise") -> float:
+    """Best-case GEMM efficiency at the precision's own peak: BF16 MAMF; FP8 MAMF (or BF16 x the fallback ratio),
+    or with block scales on a GPU that promotes them on CUDA cores its measured block-scaled rate
+    (GPUSpec.fp8_blockwise_matmul_efficiency, DeepGEMM on Hopper); NVFP4: the FP8 one, capped at
+    FP4_OVER_FP8_KERNEL_RATE x the FP8 rate, eff8·min(1, 1.90·peak8/peak4) (Transformer Engine's B300 kernels). A GPU
+    without an FP4 peak runs fp4 recipes at its FP8 peak and FP8 efficiency."""
     fp8 = gpu.fp8_matmul_efficiency or gpu.matmul_efficiency * FP8_GEMM_EFFICIENCY
+    if precision == "fp8" and fp8_recipe == "blockwise" and gpu.fp8_blockwise_matmul_efficiency:
+        fp8 = gpu.fp8_blockwise_matmul_efficiency
     if precision == "fp4" and gpu.fp4_tflops:
         cap = FP4_OVER_FP8_KERNEL_RATE * (gpu.fp8_tflops or gpu.bf16_tflops) / gpu.fp4_tflops
         return fp8 * min(1.0, cap)
@@ -59,7 +62,8 @@ def gemm_efficiency(gpu: GPUSpec, precision: str) -> float:
 def rates(problem: Problem) -> Rates:
     gpu, tr = problem.cluster.gpu, problem.training
     kernel = profile_for(tr.framework).kernel_efficiency
-    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12, eff=gemm_efficiency(gpu, tr.precision) * kernel,
+    eff = gemm_efficiency(gpu, tr.precision, tr.fp8_recipe) * kernel
+    return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12, eff=eff,
                  bf16_peak=gpu.bf16_tflops * 1e12, hbm=gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY,
                  bf16_eff=gpu.matmul_efficiency * kernel)
 

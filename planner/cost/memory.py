@@ -70,7 +70,8 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
 
 
 def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool, dropout: bool,
-                           fp8: bool = False, weighted: bool = True) -> dict[str, np.ndarray]:
+                           fp8: bool = False, weighted: bool = True,
+                           act_store_fp8: bool = False) -> dict[str, np.ndarray]:
     """Bytes per token one layer saves for backward, by term, with fused kernels (Megatron-Core + Transformer Engine).
 
     Korthikanti et al. 2022 §4.1 count 34·h bytes/token for a GPT layer plus 5·a·s for the s^2 softmax terms; fused
@@ -91,10 +92,12 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
       more h-wide tensor per copy for the probability's gradient (Hugging Face / DeepSpeed MoE blocks the expert
       output they multiply, torchtitan the unscaled input it scales).
     In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so those cost
-    1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`).
+    1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`). `act_store_fp8`: the gated
+    MLP's SwiGLU input is kept in fp8 too (FrameworkProfile.fp8_activation_store), 1 byte per gate|up value.
     """
     h, a = m.hidden_size, m.num_attention_heads
     gemm_in = 1 if fp8 else 2  # bytes per saved GEMM input element
+    glu_in = 2 if (fp8 and act_store_fp8) else 4  # bytes per gate|up pair of the gated MLP's activation input
     replicated = 2 * h + 2 * h + gemm_in * 2 * h + (2 * h if dropout else 0)
     latent = 0.0
     if m.is_mla:
@@ -107,23 +110,24 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
         attn = 2 * (q + 2 * kv) + 2 * q + 4 * a  # Q, K, V, attention output, fp32 LSE
     if moe:
         k, width = m.num_experts_per_tok, m.expert_ffn
-        per_copy = (gemm_in * h + (4 if m.gated_mlp else 2) * width + gemm_in * width + 2 + 16
+        per_copy = (gemm_in * h + (glu_in if m.gated_mlp else 2) * width + gemm_in * width + 2 + 16
                     + (0 if weighted else 2 * h))
         mlp = k * per_copy + 8 * k + 2 * k
         if m.n_shared_experts:
-            mlp += ((4 if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
+            mlp += ((glu_in if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
     else:
         f = m.intermediate_size
-        mlp = (4 if m.gated_mlp else 2) * f + gemm_in * f
+        mlp = (glu_in if m.gated_mlp else 2) * f + gemm_in * f
     tp = np.maximum(tp, 1)
     return {"replicated": np.where(sp == 1, replicated / tp, float(replicated)), "latent": latent + 0 * tp,
             "attention": attn / tp, "mlp": mlp / tp}
 
 
 def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
-                                     dropout: bool, fp8: bool = False, weighted: bool = True) -> np.ndarray:
+                                     dropout: bool, fp8: bool = False, weighted: bool = True,
+                                     act_store_fp8: bool = False) -> np.ndarray:
     """Sum of layer_activation_terms: bytes per token one layer saves for backward without recompute."""
-    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted).values())
+    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8).values())
 
 
 def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
@@ -168,8 +172,9 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     fp8 = problem.training.precision in ("fp8", "fp4")
     frac_moe = m.moe_layers / m.num_hidden_layers
     dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
-    dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8)
-    moe_act = (layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8, prof.moe_weighted_activation)
+    store = prof.fp8_activation_store
+    dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8, act_store_fp8=store)
+    moe_act = (layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8, prof.moe_weighted_activation, store)
                if m.is_moe else dense_act)
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)

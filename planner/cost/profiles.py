@@ -25,6 +25,8 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   the schedule's job (combined-1f1b, dualpipe), not the profile's.
 - fp8_dispatch: in fp8 training, tokens are quantised to fp8 before dispatch (DeepSeek-V3 report §3.3.3); combine
   stays bf16. Only the generic profile (best published practice) assumes it.
+- fp8_activation_store: in fp8 training the SwiGLU input is kept for backward in fp8 (DeepSeek-V3 report §3.3.3;
+  Megatron-Core activation_func_fp8_input_store). Only the generic profile (best published practice) assumes it.
 - optimizer_always_sharded: NeMo 2.0 / Megatron-Bridge recipes turn the distributed optimizer on by default
   (OptimizerConfig use_distributed_optimizer=True), so "no ZeRO" there still shards optimizer states (ZeRO-1).
 - flash_attention: fused attention kernels. Megatron-LM's `--use-flash-attn` was opt-in before Transformer Engine's
@@ -69,10 +71,14 @@ class FrameworkProfile:
     # no h-wide tensor per routed copy is kept for its gradient; Hugging Face / DeepSpeed MoE blocks multiply the
     # expert output (and keep it), torchtitan scales the expert input (and keeps the unscaled one).
     moe_weighted_activation: bool = False
+    # fp8 training keeps the SwiGLU input (fc1's gate|up output) for backward as fp8, 1 byte per value instead of 2
+    # (DeepSeek-V3 report §3.3.3 caches it in FP8 and recomputes the output; Megatron-Core exposes the same as
+    # activation_func_fp8_input_store, off by default and not set by the Megatron-Bridge recipes).
+    fp8_activation_store: bool = False
 
 
 _GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875, deepep=True, fp8_dispatch=True,
-                            moe_weighted_activation=True)
+                            moe_weighted_activation=True, fp8_activation_store=True)
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 PROFILES: dict[str, FrameworkProfile] = {
@@ -96,7 +102,7 @@ PROFILES: dict[str, FrameworkProfile] = {
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
     "metaseq": FrameworkProfile("metaseq", **_FSDP),
     # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
-    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False),
+    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False),
 }
 
 # The metric each `memory_reported` figure is predicted by (planner.cost.memory.report).

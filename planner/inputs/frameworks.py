@@ -75,12 +75,17 @@ class Capabilities:
     # fp8 training keeps the model weights in fp8 where the optimizer is sharded (Megatron-Core --fp8-param-gather,
     # which the megatron launcher emits with zero >= 1; every Megatron-Bridge fp8 preset sets fp8_param_gather).
     fp8_param_gather: bool = False
+    # Block-scaled fp8 (--fp8-recipe blockwise: 1x128 / 128x128 scales, DeepSeek-V3 report §3.3.2): Megatron-Core
+    # --fp8-recipe blockwise (arguments.py), Megatron-Bridge's bf16_with_fp8_subchannel_scaling_mixed preset
+    # (training/mixed_precision.py). torchtitan's float8 recipes are tensorwise and rowwise, not 128x128 blocks.
+    blockwise_fp8: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
 
 FRAMEWORKS: dict[str, Capabilities] = {
-    "generic": Capabilities("generic", embedding_loss_split=True, source="every knob; launch through --format env"),
+    "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True,
+                            source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
@@ -90,13 +95,13 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
-        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True,
+        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
-        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True,
+        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
@@ -126,7 +131,8 @@ FRAMEWORKS: dict[str, Capabilities] = {
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.
 for _name in ("automodel", "gpt-neox", "metaseq", "other"):
-    FRAMEWORKS[_name] = Capabilities(_name, source="validation cases only: no launcher; every knob allowed")
+    FRAMEWORKS[_name] = Capabilities(_name, blockwise_fp8=True,
+                                     source="validation cases only: no launcher; every knob allowed")
 
 # The framework a launcher format plans for when --framework is not given, and the frameworks each can launch
 # (the env format prints plain sizes for any stack).

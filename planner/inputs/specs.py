@@ -269,6 +269,9 @@ class GPUSpec(_Spec):
                                  "(PCIe Gen5 x16 unless the catalog says; NVLink-C2C on Grace parts)")
     matmul_efficiency: Efficiency = Field(default=0.8, description="best achievable bf16 GEMM / peak (MAMF)")
     fp8_matmul_efficiency: Efficiency | None = Field(default=None, description="best fp8 GEMM / fp8 peak")
+    fp8_blockwise_matmul_efficiency: Efficiency | None = Field(default=None, description=(
+        "fp8 GEMMs with 1x128 / 128x128 block scales (DeepSeek-V3 recipe) / fp8 peak, on GPUs whose tensor cores "
+        "lack block scaling and promote partial sums on CUDA cores (Hopper); None = block scaling is native"))
     attention_efficiency: Efficiency = Field(default=0.5, description="fused attention kernel / peak")
     sm_count: int | None = Field(default=None, gt=0, le=10_000,
                                  description="streaming multiprocessors (AMD: compute units) for GEMM wave "
@@ -319,6 +322,10 @@ class TrainingSpec(_Spec):
     optimizer_moments: Literal["fp32", "bf16"] = Field(default="fp32", description=(
         "dtype of Adam's two moments: bf16 halves them (Megatron-Core precision-aware optimizer, --exp-avg-dtype / "
         "--exp-avg-sq-dtype bf16; DeepSeek-V3 trains with bf16 moments, report §3.3.3); master weights stay fp32"))
+    fp8_recipe: Literal["tensorwise", "blockwise"] = Field(default="tensorwise", description=(
+        "fp8 scaling granularity: tensorwise = one scale per tensor (Transformer Engine delayed or current scaling; "
+        "MXFP8 on Blackwell); blockwise = 1x128 activation tiles and 128x128 weight blocks (DeepSeek-V3 report "
+        "§3.3.2, Megatron --fp8-recipe blockwise), which Hopper runs slower"))
 
 
 class Layout(BaseModel):

@@ -9,7 +9,7 @@ from rich.table import Table
 from planner.cost import flops
 from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
-from planner.inputs.specs import ModelSpec
+from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult, is_tight
 
@@ -146,7 +146,7 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     console.print(f"[bold]cluster[/]  {cl.name}: {cl.num_gpus} x {cl.gpu.name}, "
                   f"NVLink {cl.nvlink_domain}, network {cl.network_gbps:g} GB/s/GPU")
     console.print(f"[bold]training[/] seq_len {tr.seq_len}, global batch {tr.global_batch} "
-                  f"({tr.seq_len * tr.global_batch / 1e6:.2f}M tokens), {tr.precision}, {tr.framework}")
+                  f"({tr.seq_len * tr.global_batch / 1e6:.2f}M tokens), {precision_label(tr)}, {tr.framework}")
     what_if = what_ifs(p)
     if what_if:
         console.print(f"[bold]what-if[/]  {what_if}")
@@ -231,3 +231,9 @@ def render_clusters(catalog: dict[str, dict], console: Console) -> None:
                   f"{g['hbm_tbps']:g}", f"{g['nvlink_gbps']:g}", str(g["nvlink_domain"]), f"{g['network_gbps']:g}")
     console.print(t)
     console.print("Use any count: h100x512, gb200x256, a100-40gx64. Or describe a cluster in YAML (README).")
+
+
+def precision_label(tr: TrainingSpec) -> str:
+    """The precision as the header prints it, with what changes its price: block scales, bf16 Adam moments."""
+    label = tr.precision + (" blockwise" if tr.precision == "fp8" and tr.fp8_recipe == "blockwise" else "")
+    return label + (", bf16 moments" if tr.optimizer_moments == "bf16" else "")

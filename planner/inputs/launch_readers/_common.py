@@ -29,6 +29,7 @@ class LaunchConfig:
     seq_len: int | None = None
     global_batch: int | None = None
     precision: str | None = None
+    fp8_recipe: str | None = None  # "blockwise" where the file asks for 128 x 128 block scales
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
     ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning

@@ -144,6 +144,8 @@ def _batch_and_world(cfg: LaunchConfig, found: dict[str, list[str]], value) -> N
         cfg.precision = "fp4"
     elif "--fp8-format" in found:
         cfg.precision = "fp8"
+        if "--fp8-recipe" in found and value("--fp8-recipe") == "blockwise":
+            cfg.fp8_recipe = "blockwise"
     elif "--bf16" in found or "--fp16" in found:
         cfg.precision = "bf16"
 

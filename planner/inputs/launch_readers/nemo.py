@@ -79,6 +79,8 @@ def read(text: str, source: str) -> LaunchConfig:
         if preset not in _PRECISION:
             cfg.ignored.append(f"mixed_precision={preset} (priced as bf16)")
         cfg.precision = _PRECISION.get(preset, "bf16")
+        if "subchannel" in preset:  # Bridge's block-scaled fp8 presets (training/mixed_precision.py)
+            cfg.fp8_recipe = "blockwise"
     cfg.ignored += sorted(k for k in found if k not in _KNOBS and k not in _SHAPE and k not in _HANDLED
                           and not k.startswith(_QUIET_SECTIONS))
     return cfg

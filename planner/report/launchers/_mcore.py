@@ -33,10 +33,13 @@ def recompute_modules(view: PlanView) -> list[str]:
 
 
 def fp8_recipe(view: PlanView) -> str:
-    """Megatron's --fp8-recipe for an fp8 plan: delayed scaling, except where selective recompute re-runs the norms or
+    """Megatron's --fp8-recipe for an fp8 plan: blockwise where the plan asks for block scales; else delayed scaling,
+    except where selective recompute re-runs the norms or
     the expert activation, which Megatron-Core refuses under delayed scaling ("Delayed scaling does not support
     moe_act and layernorm recompute for fp8", transformer_config.py __post_init__): per-tensor current scaling
     (tensorwise, Bridge's bf16_with_fp8_current_scaling_mixed) runs them."""
+    if view.fp8_recipe == "blockwise":  # the plan was priced with block scales (--fp8-recipe blockwise)
+        return "blockwise"
     if {"layernorm", "moe_act"} & set(recompute_modules(view)):
         return "tensorwise"
     return "delayed"

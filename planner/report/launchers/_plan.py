@@ -102,6 +102,7 @@ class PlanView:
     layout: Layout
     optimizer_offload: float = 0.0  # share of optimizer states in CPU memory (inputs.training.optimizer_offload)
     optimizer_moments: str = "fp32"  # dtype of Adam's moments (inputs.training.optimizer_moments)
+    fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -267,6 +268,14 @@ def _moments(training: dict) -> str:
     return str(value)
 
 
+def _fp8_recipe(training: dict) -> str:
+    value = training.get("fp8_recipe", "tensorwise") if isinstance(training, dict) else "tensorwise"
+    if value not in ("tensorwise", "blockwise"):
+        raise PlanInputError(f"expected tensorwise or blockwise, got {value!r:.60}",
+                             field="inputs.training.fp8_recipe", fix="e.g. fp8_recipe: blockwise")
+    return str(value)
+
+
 def load(doc: dict | PlanDocument, rank: int) -> PlanView:
     """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
     pd = loose_plan_document(doc)
@@ -293,6 +302,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
         optimizer_offload=_offload(training),
         optimizer_moments=_moments(training),
+        fp8_recipe=_fp8_recipe(training),
     )
     _check(view)
     return view

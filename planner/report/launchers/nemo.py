@@ -33,6 +33,8 @@ def render(view: PlanView) -> str:
     preset = PRECISION[view.precision]
     if view.precision == "fp8" and _mcore.fp8_recipe(view) == "tensorwise":
         preset = "bf16_with_fp8_current_scaling_mixed"
+    if view.precision == "fp8" and _mcore.fp8_recipe(view) == "blockwise":  # Bridge training/mixed_precision.py
+        preset = "bf16_with_fp8_subchannel_scaling_mixed"
     items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
                                                                   ("mixed_precision.grad_reduce_in_fp32", False)]
     lines = [header(view, TARGET),
