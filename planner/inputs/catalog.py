@@ -24,7 +24,6 @@ from planner.inputs.files import (
     read_structured_file,
     warn,
 )
-from planner.inputs.profile import apply_profile, load_profile, resolve_profile_path
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
 
 # Keys of a Hugging Face config.json that do not change the planner's arithmetic; accepted without a warning.
@@ -199,6 +198,8 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
     pending = [unknown]
     gpu = load_gpu(doc["gpu"], source, pending)
     if doc.get("profile") is not None:  # measured efficiencies from `plan calibrate` replace the catalog defaults
+        from planner.inputs.profile import apply_profile, load_profile, resolve_profile_path  # only with a profile
+
         gpu = apply_profile(gpu, load_profile(resolve_profile_path(Path(source), doc["profile"])))
     per_node = doc.get("gpus_per_node", 8 if gpu.nvlink_domain <= 8 else 4)
     if "num_gpus" in doc:
