@@ -21,7 +21,8 @@ from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.layout import uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
-from planner.search.space import enumerate_layouts, shared_rows
+from planner.search.rules import DOMINANCE, RULES
+from planner.search.space import _ORDER, domains, enumerate_layouts, shared_rows
 
 PROBLEMS = [  # dense + pipelines, MoE + DualPipe in fp8, sliding-window MoE, a memory-tight dense problem
     ("llama3-8b", "h100x64", 8192, 256, "bf16"),
@@ -140,3 +141,43 @@ def test_memory_pass_matches_the_row_by_row_table(case):
     assert np.array_equal(tight, fits[keep] & ~room[keep])
     assert fitting == int(keep.sum()) and pruned["memory_fits"] == int((~fits).sum())
     assert pruned["dominated_recompute"] == int((fits & ~keep).sum())
+
+
+@pytest.mark.parametrize("case, framework, fix", [
+    (("llama3-8b", "h100x8", 8192, 32, "bf16"), "generic", {}),
+    (("llama3-8b", "h100x8", 8192, 32, "fp8"), "deepspeed", {}),  # framework rules prune one knob's values
+    (("mixtral-8x7b", "h100x8", 4096, 32, "bf16"), "torchtitan", {"mbs": 1}),
+    (("mixtral-8x7b", "h100x8", 4096, 32, "fp8"), "megatron-core", {"mbs": 1, "cp_comm": 0})])
+def test_staged_enumeration_is_the_filtered_cross_product(case, framework, fix):
+    """enumerate_layouts (rules applied as soon as their knobs exist, one-knob rules checked per value, crossed
+    columns built only when read) keeps the rows, in the order, and charges each rule the counts of crossing every
+    knob first and then applying each rule at the stage its knobs are complete, in RULES order."""
+    model, cluster, seq, gbs, precision = case
+    p = Problem(load_model(model), load_cluster(cluster), TrainingSpec(seq_len=seq, global_batch=gbs,
+                precision=precision, framework=framework), fixed=fix)
+    dom = domains(p)
+    sizes = [len(dom[k]) for k in _ORDER]
+    grid = np.indices(sizes, dtype=np.int32).reshape(len(sizes), -1)
+    full = {k: np.asarray(dom[k], dtype=np.int32)[grid[i]] for i, k in enumerate(_ORDER)}
+    denom = full["tp"].astype(np.int64) * full["pp"] * full["cp"]
+    full["dp"] = np.where(p.num_gpus % denom == 0, p.num_gpus // denom, 0).astype(np.int32)
+    stage = {k: i for i, k in enumerate(_ORDER)} | {"dp": _ORDER.index("cp")}
+    rules = sorted((*RULES, *DOMINANCE), key=lambda r: max(stage[k] for k in r.knobs))  # stable: RULES order within
+    keep = np.ones(len(full["tp"]), dtype=bool)
+    pruned = {}
+    for rule in rules:
+        ok = rule.check(full, p) & ((full["dp"] > 0) if rule.name == "world_size" else True)
+        pruned[rule.name] = int((keep & ~ok).sum())
+        keep &= ok
+    enum = enumerate_layouts(p)
+    assert enum.candidates == len(keep) and enum.pruned == pruned
+    assert all(np.array_equal(enum.cols[k], full[k][keep]) for k in full)
+
+
+def test_rules_code_sets_match_isin():
+    from planner.search.rules import _among
+
+    col = np.random.default_rng(1).integers(0, 9, 10_000).astype(np.int32)
+    for values in ([], [3], [0, 8], [1, 2, 5, 7], list(range(9))):
+        assert np.array_equal(_among(col, values), np.isin(col, values))
+    assert _among(np.int32(4), [4, 5]) and not _among(np.int32(4), [5])  # a scalar, as explain checks one layout
