@@ -216,13 +216,15 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     mets: list[dict[str, np.ndarray]] = []
     for group in (~tight, tight):
         left = np.flatnonzero(group)  # rows not yet priced whose bound can still rank
-        margin = 2 * bounds.of(left).max(initial=0.0) / 2000.0
+        bound = bounds.of(left)  # (kept in step with `left` while no bound changes)
+        margin = 2 * bound.max(initial=0.0) / 2000.0
         best = np.zeros(0)
         size = max(SAMPLE, 4 * top)
         while len(left):
             if len(left) > size:  # the full bound for the most promising rows, then the best of them
-                bounds.refine(_best(left, bounds.of(left), 4 * size))
-            batch = _best(left, bounds.of(left), size)
+                bounds.refine(_best(left, bound, 4 * size))
+                bound = bounds.of(left)
+            batch = _best(left, bound, size)
             met = evaluate(problem, {k: v.take(batch) for k, v in cols.items()})
             picked.append(batch)
             mets.append(met)
@@ -230,12 +232,14 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
             if len(batch) == len(left):
                 break
             priced[batch] = True
-            left = left[~priced[left]]
+            unpriced = ~priced[left]
+            left, bound = left[unpriced], bound[unpriced]
             if len(best) >= top:
                 kth = np.partition(best, len(best) - top)[len(best) - top]
-                left = left[bounds.of(left) >= kth - margin]
+                left = left[bound >= kth - margin]
                 bounds.refine(left)
-                left = left[bounds.of(left) >= kth - margin]
+                bound = bounds.of(left)
+                left, bound = left[bound >= kth - margin], bound[bound >= kth - margin]
             size *= 4
     if not picked:
         return {k: v[:0] for k, v in cols.items() if k in KNOBS}, {}
