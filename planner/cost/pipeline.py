@@ -143,7 +143,7 @@ class StageTimes:
     wgrad: np.ndarray
 
 
-def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc: LayerComm,
+def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc: LayerComm | None,
                 head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> StageTimes:
     """One micro-batch through the busiest rank. Per layer: t_f = layer fwd + exposed fwd comm, t_b = layer bwd +
     recompute + the rest of the exposed comm. The busiest stage is priced as ceil(L/pp) layers + the LM head (and
@@ -152,10 +152,14 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
     that much, so the pessimistic stage stays.) DualPipe runs half the micro-batches through each of a rank's two
     stages, first with last on rank 0 (`edges`: the launcher's first/last counts, planner.cost.memory.
     stage_layer_counts), so its busiest rank is
-    max(middle, (first + last layers + head) / 2) (DeepSeek-V3 report §3.2.1: the head and embedding share a rank)."""
-    per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
-    per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)
-                   + (lc.ep - lc.ep_f) + lc.fsdp_b)
+    max(middle, (first + last layers + head) / 2) (DeepSeek-V3 report §3.2.1: the head and embedding share a rank).
+    `lc` None: no exposed communication (step_time_floor's cheap form; the same values as zeros, without the adds)."""
+    if lc is None:
+        per_layer_f, per_layer_b = lt.fwd, lt.bwd + recompute_b
+    else:
+        per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
+        per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)
+                       + (lc.ep - lc.ep_f) + lc.fsdp_b)
     first, last = edges
 
     def busiest(per_layer: np.ndarray, head: np.ndarray) -> np.ndarray:

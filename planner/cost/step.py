@@ -170,16 +170,18 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
     layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
     none = np.zeros_like(tp)
+    lc: pipeline.LayerComm | None = None
     if communication:
         act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
         lc = pipeline.LayerComm(*tp_cp_ep, none, none)
         p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
-    else:
-        lc, p2p = pipeline.LayerComm(*[none] * 8), none
     first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"],
                                                memory.split_counts_embedding_loss(problem))  # the launched split
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
+    if lc is None:  # no hand-offs: adding their zeros changes no value, so the cheap form skips those adds
+        bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd, st.bwd, st.wgrad, m=micro)
+        return micro * pipeline.microbatch_time(st, 0.0, k["sched"], lt, layers) + bubble
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
