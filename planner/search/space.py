@@ -121,7 +121,7 @@ def _part_groups(block: dict[str, np.ndarray], rep: np.ndarray, ids: np.ndarray,
     """The groups of a part's rows whose parents fall in groups `ids` of `block` (`rep`: a row of each), only those
     present; with `pos` (each row's index in `vals`: the last knob is not free) a group is an (id, pos) pair."""
     width = 1 if pos is None else len(vals)
-    key = ids * width + (0 if pos is None else pos)
+    key = ids if pos is None else ids * width + pos
     present = np.zeros(len(rep) * width, dtype=bool)
     present[key] = True
     cell = np.flatnonzero(present)
