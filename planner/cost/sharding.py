@@ -96,7 +96,11 @@ def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.
     `evaluate`'s memory_peak_gib (tests/test_search_speed.py); the search drops layouts above capacity before pricing
     them in full."""
     zero, _, shard = sharding(problem, c)
-    _, stages = stage_state_bytes(problem, c, zero, shard, stage_params(problem, c))
+    return states_floor_gib(stage_state_bytes(problem, c, zero, shard, stage_params(problem, c))[1])
+
+
+def states_floor_gib(stages: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """GiB of the busiest stage's model states (stage_state_bytes' second part): state_memory_floor_gib."""
     return np.maximum(np.maximum(*(sum(st.values()) for st in stages[:2])), sum(stages[2].values())) / memory.GIB
 
 

@@ -24,6 +24,7 @@ from planner.cost.sharding import (
     stage_expert_params,
     stage_params,
     stage_state_bytes,
+    states_floor_gib,
 )
 from planner.inputs.problem import Problem
 
@@ -244,20 +245,41 @@ def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray
     return _peak(problem, c, c, _whole, _whole)
 
 
-def grouped_memory_peak_gib(problem: Problem, by_state: Shared, by_act: Shared) -> np.ndarray:
+def grouped_memory_peak_gib(problem: Problem, by_state: Shared, by_act: Shared,
+                            cap: float | None = None) -> np.ndarray:
     """memory_peak_gib of the rows `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_act` (only in
     ACTIVATION_FREE_KNOBS, or a subset of them) group: a search's table has few groups of each, so most terms are
-    priced per group."""
-    return _peak(problem, by_state.table, by_act.table, by_state.spread, by_act.spread)
+    priced per group. With `cap`, rows whose busiest stage's model states alone need more GiB (sharding.
+    states_floor_gib: the peak adds non-negative terms to them) are NaN, not priced; the states are priced once for
+    the floor and the peak."""
+    cs = by_state.table
+    zero, _, shard_group = sharding(problem, cs)
+    params = stage_params(problem, cs)
+    state_bytes = stage_state_bytes(problem, cs, zero, shard_group, params)
+    if cap is None:
+        return _peak(problem, cs, by_act.table, by_state.spread, by_act.spread, (zero, shard_group, params,
+                                                                                   state_bytes))
+    rows = np.flatnonzero(by_state.spread(states_floor_gib(state_bytes[1]) <= cap))
+    peak = np.full(len(by_state.index), np.nan)
+    if len(rows):
+        peak[rows] = _peak(problem, cs, by_act.table, by_state.subset(rows).spread, by_act.subset(rows).spread,
+                           (zero, shard_group, params, state_bytes))
+    return peak
 
 
 def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.ndarray],
-          spread_s: Callable[[np.ndarray], np.ndarray], spread_z: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+          spread_s: Callable[[np.ndarray], np.ndarray], spread_z: Callable[[np.ndarray], np.ndarray],
+          state: tuple | None = None) -> np.ndarray:
+    """memory_peak_gib; `state`: (zero, shard group, stage_params, stage_state_bytes) of `cs`, when already priced."""
     k = _knobs(cz, expert=False)
-    zero, _, shard_group = sharding(problem, cs)
+    if state is None:
+        zero, _, shard_group = sharding(problem, cs)
+        params = stage_params(problem, cs)
+        state = (zero, shard_group, params, stage_state_bytes(problem, cs, zero, shard_group, params))
+    zero, shard_group, params, state_bytes = state
     micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    stages = _stages(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs), spread_s, spread_z)
+    stages = _stages(problem, k, tok, micro, cs, zero, shard_group, params, spread_s, spread_z, state_bytes)
     active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
     return memory.peak_gib(*stages, fixed=spread_s(memory.device_fixed_bytes(active)))
 
@@ -285,7 +307,9 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
 def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
             cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray, params: dict[str, np.ndarray],
             spread_s: Callable[[np.ndarray], np.ndarray] = _whole,
-            spread_z: Callable[[np.ndarray], np.ndarray] = _whole) -> list[memory.StageMemory]:
+            spread_z: Callable[[np.ndarray], np.ndarray] = _whole,
+            state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None,
+            ) -> list[memory.StageMemory]:
     """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
     the micro-batches in flight at its rank; expert states shard over the expert data-parallel group.
 
@@ -303,7 +327,7 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     logits = memory.logits_bytes(tok, problem.model, tp)
     shared = spread_s(memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)) + spread_z(memory.p2p_buffer_bytes(
         tok, problem.model.hidden_size, tp, sp, pp))
-    held_s, states_s = stage_state_bytes(problem, cs, zero, shard_group, params)
+    held_s, states_s = state_bytes or stage_state_bytes(problem, cs, zero, shard_group, params)
     inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
     # logits live on the last stage, and on the first (= second) too without a pipeline
     logits_s = (spread_z(np.where(pp == 1, logits, 0.0)),) * 2 + (spread_z(logits),)

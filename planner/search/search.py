@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.cost import compute
-from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import (
     ACTIVATION_FREE_KNOBS,
     STATE_FREE_KNOBS,
@@ -166,17 +165,10 @@ def _fits(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[np.ndarra
     n = len(by_state.index)
     if not problem.enforce_memory:
         return np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
-    cap = capacity_gib(problem)
-    # most terms are priced once per group of rows sharing what they read
-    ok = by_state.spread(state_memory_floor_gib(problem, by_state.table) <= cap)  # states alone too big
-    rows = np.flatnonzero(ok)
-    peak = grouped_memory_peak_gib(problem, by_state.subset(rows), by_act.subset(rows)) if len(rows) \
-        else np.zeros(0)
-    fits = np.zeros(n, dtype=bool)
-    fits[rows] = peak <= cap
-    tight = np.zeros(n, dtype=bool)
-    tight[rows] = np.asarray(is_tight(problem, peak), dtype=bool)
-    return fits, tight
+    # most terms are priced once per group of rows sharing what they read; rows whose states alone are too big
+    # are not priced (NaN: neither fits nor tight)
+    peak = grouped_memory_peak_gib(problem, by_state, by_act, cap=capacity_gib(problem))
+    return peak <= capacity_gib(problem), np.asarray(is_tight(problem, peak), dtype=bool)
 
 
 def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | None,
