@@ -172,6 +172,9 @@ def test_staged_enumeration_is_the_filtered_cross_product(case, framework, fix):
     enum = enumerate_layouts(p)
     assert enum.candidates == len(keep) and enum.pruned == pruned
     assert all(np.array_equal(enum.cols[k], full[k][keep]) for k in full)
+    lazy = enumerate_layouts(p, lazy_last=True)  # its last rules run per value of the last knob
+    parent, pos = np.divmod(np.flatnonzero(lazy.last[2]), len(lazy.last[1]))
+    assert lazy.pruned == pruned and all(np.array_equal(v, full[k][keep]) for k, v in lazy.take(parent, pos).items())
 
 
 def test_rules_code_sets_match_isin():

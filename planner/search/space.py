@@ -169,6 +169,18 @@ class _Crossed(Mapping[str, np.ndarray]):
         ok = np.broadcast_to(rule.check({self.knob: self.vals}, problem), self.vals.shape)
         return np.tile(ok, self.size // len(self.vals))
 
+    def per_value(self, rule: Rule, problem: Problem) -> np.ndarray:
+        """A rule checked on the smaller table once per value of the new knob (a constant column): the same answer
+        per row as on the crossed table, without building crossed copies of the columns it reads (a lazy last knob's
+        crossed table is never built)."""
+        n = self.size // len(self.vals)
+        cols = {k: self.cols[k] for k in rule.knobs if k != self.knob}
+        ok = np.empty((n, len(self.vals)), dtype=bool)
+        for j, value in enumerate(self.vals):
+            ok[:, j] = np.broadcast_to(rule.check({**cols, self.knob: np.full(n, value, dtype=self.vals.dtype)},
+                                                  problem), (n,))
+        return ok.reshape(-1)
+
     def rows(self, keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
         if keep is None:
             return {k: self[k] for k in self}
@@ -200,8 +212,12 @@ def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
         keep = np.ones(table.size if isinstance(table, _Crossed) else len(table["tp"]), dtype=bool)
         for rule in ready:  # a row is charged to the first rule (in RULES order) that refuses it
             pending.remove(rule)
-            ok = table.by_value(rule, problem) if isinstance(table, _Crossed) and rule.knobs == (knob,) \
-                else rule.check(table, problem)
+            if isinstance(table, _Crossed) and rule.knobs == (knob,):
+                ok = table.by_value(rule, problem)
+            elif isinstance(table, _Crossed) and lazy_last and i == len(_ORDER) - 1:
+                ok = table.per_value(rule, problem)
+            else:
+                ok = rule.check(table, problem)
             if rule.name == "world_size":
                 ok &= table["dp"] > 0
             pruned[rule.name] += int(np.count_nonzero(keep & ~ok)) * later
