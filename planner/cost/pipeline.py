@@ -34,24 +34,40 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
     all-to-all already hidden (DeepSeek-V3 report Table 2; deepseek-ai/DualPipe README). DualPipe-V: the same with
     PP = 2p stages of half a rank's work each, (p - 1)(F&B + B - 3W)/2 in rank times.
     """
-    t_bi = t_b - t_w
+    schedule, p, v, t_f, t_b, t_w, m = np.broadcast_arrays(schedule, p, v, t_f, t_b, t_w, m)
     base = (p - 1) * (t_f + t_b)
-    interleaved = (schedule == Schedule.INTERLEAVED) | (schedule == Schedule.COMBINED_1F1B)
-    out = np.where(interleaved, base / np.maximum(v, 1), base)
+    out = base.astype(float)  # 1F1B, ZB-H1's ceiling, and every schedule's fallback
+    # each schedule's formula on its own rows (elementwise, so each row gets the bits the whole column would)
+    for code in np.unique(schedule):
+        if code == Schedule.ONE_F_ONE_B:
+            continue
+        rows = np.flatnonzero(schedule == code)
+        out[rows] = _schedule_bubble(Schedule(int(code)), *(x.take(rows) for x in (base, p, v, t_f, t_b, t_w, m)))
+    return np.where(p > 1, out, 0.0)
+
+
+def _schedule_bubble(schedule: Schedule, base: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndarray,
+                     t_b: np.ndarray, t_w: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """bubble_time of the rows that run `schedule` (base: 1F1B's)."""
+    t_bi = t_b - t_w
+    if schedule in (Schedule.INTERLEAVED, Schedule.COMBINED_1F1B):
+        return base / np.maximum(v, 1)
     # Zero-bubble schedules fill idle slots with deferred W passes; with fewer micro-batches than the fill needs
     # (p - 1 for ZB-H1, 2p - 1 for ZB-H2 / ZB-V) only that share of the saving is available.
-    zb1 = (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0)
-    zb2 = (p - 1) * np.maximum(t_f + t_bi - 2 * t_w, 0.0)
-    fill1 = np.minimum(1.0, m / np.maximum(p - 1, 1))
-    fill2 = np.minimum(1.0, m / np.maximum(2 * p - 1, 1))
-    out = np.where(schedule == Schedule.ZB_H1, base - (base - zb1) * fill1, out)
-    out = np.where((schedule == Schedule.ZB_H2) | (schedule == Schedule.ZB_V), base - (base - zb2) * fill2, out)
-    out = np.where(schedule == Schedule.SEQ1F1B, base / SEQ1F1B_SEGMENTS, out)
+    if schedule == Schedule.ZB_H1:
+        zb1 = (p - 1) * np.maximum(t_f + t_bi - t_w, 0.0)
+        return base - (base - zb1) * np.minimum(1.0, m / np.maximum(p - 1, 1))
+    if schedule in (Schedule.ZB_H2, Schedule.ZB_V):
+        zb2 = (p - 1) * np.maximum(t_f + t_bi - 2 * t_w, 0.0)
+        return base - (base - zb2) * np.minimum(1.0, m / np.maximum(2 * p - 1, 1))
+    if schedule == Schedule.SEQ1F1B:
+        return base / SEQ1F1B_SEGMENTS
     pair = np.maximum(t_f + 2 * t_b - 3 * t_w, 0.0)
-    out = np.where(schedule == Schedule.DUALPIPE, np.maximum(p / 2 - 1, 0.0) * pair, out)
-    # DualPipe-V folds 2p stages onto p ranks: the table's PP is 2p and each stage does half a rank's work.
-    out = np.where(schedule == Schedule.DUALPIPE_V, (p - 1) * pair / 2, out)
-    return np.where(p > 1, out, 0.0)
+    if schedule == Schedule.DUALPIPE:
+        return np.maximum(p / 2 - 1, 0.0) * pair
+    if schedule == Schedule.DUALPIPE_V:  # folds 2p stages onto p ranks: the table's PP is 2p, half a rank's work each
+        return (p - 1) * pair / 2
+    return base
 
 
 def interleaved_inflight_chunks(p: np.ndarray, v: np.ndarray, m: np.ndarray, rank: np.ndarray | int = 0,
