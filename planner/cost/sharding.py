@@ -107,8 +107,9 @@ def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_laye
     """(forward, backward) ZeRO-3 time per layer and micro-batch not hidden by the layer's compute.
 
     Forward: gather the layer's bf16 weights beside t_f; backward: gather again and reduce-scatter the grads beside
-    t_b; each adds fabric.overlapped_exposed (what it leaves exposed, or the SMs it takes from the overlapped GEMMs). HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step
-    all-reduce of the sharded gradients crosses domains (planner.cost.data).
+    t_b; each adds fabric.overlapped_exposed (what it leaves exposed, or the SMs it takes from the overlapped GEMMs).
+    HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step all-reduce of the
+    sharded gradients crosses domains (planner.cost.data).
     `experts` = (routed-expert part of `per_layer_p`, its shard group, that group's rank stride): expert weights are
     sharded over the expert data-parallel group, whose ranks sit etp·ep apart (Megatron-FSDP / torchtitan efsdp), so
     with EP inside an 8-GPU board every expert gather and reduce-scatter crosses the network, where the dense ones
