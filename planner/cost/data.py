@@ -27,7 +27,9 @@ def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, n
     expert_local = layers * layer_expert_part
     dense_grads, expert_grads = dense_local * prof.grad_reduce_bytes, expert_local * prof.grad_reduce_bytes
     reduce_dense = fab.collective("all_reduce", dense_grads, data_ranks, tp, "dp")
-    reduce_exp = fab.collective("all_reduce", expert_grads, expert_ranks, etp * ep, "dp")
+    # dense models launch no expert all-reduce (a zero-byte one would still cost its latency)
+    reduce_exp = np.where(expert_local > 0, fab.collective("all_reduce", expert_grads, expert_ranks, etp * ep, "dp"),
+                          0.0)
     replicas = data_ranks / shard_group
     shard_grads = stage_p * prof.grad_reduce_bytes / shard_group
     hsdp_reduce = fab.collective("all_reduce", shard_grads, replicas, tp * shard_group, "dp")
