@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any, get_args
 
 from planner.errors import PlanInputError
+from planner.inputs import dialects
 from planner.inputs.specs import MixerKind
 
 # Keys renamed to the spec's (first present wins; the spec's own key always wins).
@@ -21,6 +22,7 @@ _ALIASES = {
     "hidden_act": ("mlp_hidden_act", "hidden_activation"),  # Nemotron-H (relu2 MLP), Gemma
     "shared_expert_intermediate_size": ("moe_shared_expert_intermediate_size", "shared_intermediate_size"),
     "sliding_window": ("sliding_window_size",),
+    "attn_output_gate": ("attention_output_gate",),  # MiniMax-M3
 }
 # Keys this module reads and removes: they are described by the per-layer lists afterwards.
 CONSUMED = {
@@ -51,6 +53,7 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
     """The config with its family's layer keys folded into ModelSpec fields, and the notes to warn about."""
     notes: list[str] = []
     doc = _unwrap(dict(doc), notes)
+    dialects.translate(doc, source, notes)
     for key, aliases in _ALIASES.items():
         for alias in aliases:
             if alias in doc and doc.get(key) is None:
@@ -73,7 +76,7 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
     _shared_experts(doc, notes)
     _mtp(doc)
     _unmodelled(doc, notes)
-    for key in CONSUMED:
+    for key in CONSUMED | dialects.CONSUMED:
         doc.pop(key, None)
     return doc, notes
 

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish"}
+# swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
+GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
 PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast"}
 Precision = Literal["bf16", "fp8", "fp4"]
 # Bounds on every size and physical figure: far beyond any real model or machine, and tight enough that the cost

@@ -1,0 +1,165 @@
+"""Family spellings that must be rewritten before planner.inputs.architecture reads a config's per-layer keys:
+per-layer lists that repeat one value (Hunyuan), other names for the same layer kinds (Nemotron-H layers_block_type,
+Laguna 'sparse'), dense and shared widths under family keys, HF class defaults a config leaves out (Gemma ties its
+embeddings), and features the cost model does not have, refused by name rather than priced as something else.
+
+Each rule names the HF modeling code it follows. What is refused changes the parameter count or the FLOPs by far more
+than the planner's error bars, so a silent fallback would be a wrong answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import PlanInputError
+from planner.inputs.specs import ModelSpec
+
+# Keys whose feature the cost model does not have. Pricing the model without them is not an approximation: DeepSeek-V4-
+# Flash read as plain attention has 20.4B active parameters against the 13B its card gives.
+_UNMODELLED = {
+    "linear_attn_config": "Kimi Delta Attention layers (linear_attn_config.kda_layers, Kimi-Linear)",
+    "compress_ratios": "compressed sparse attention (per-layer KV compression, DeepSeek-V4)",
+    "o_lora_rank": "a grouped low-rank output projection (o_lora_rank/o_groups, DeepSeek-V4)",
+    "hc_mult": "hyper-connections (hc_mult residual streams, DeepSeek-V4)",
+}
+# Hunyuan (Tencent modeling_hunyuan.py) gives some MoE sizes once per layer; one value per model is what we price.
+_PER_LAYER = {"moe_intermediate_size": "moe_intermediate_size", "moe_topk": "num_experts_per_tok",
+              "num_shared_expert": "num_shared_expert", "num_experts": "num_experts"}
+# HF NemotronHConfig (transformers >= 5) spells hybrid_override_pattern as a list of block names.
+_BLOCK_NAMES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+CONSUMED = {"layers_block_type", "mtp_layers_block_type", "num_attention_heads_per_layer", "use_mixed_mlp_moe",
+            "num_shared_expert", "moe_topk", "dense_intermediate_size", "share_expert_dim", "_sliding_window_pattern",
+            "use_cla", "cla_share_factor", "moe_layer_num_skipped"}
+
+
+def _fail(key: str, msg: str, fix: str, source: str) -> PlanInputError:
+    return PlanInputError(msg, field=key, source=source, fix=fix)
+
+
+def translate(doc: dict[str, Any], source: str, notes: list[str]) -> None:
+    """Rewrite `doc` (the decoder's keys, text_config already unwrapped) in place into the keys architecture reads."""
+    for key, what in _UNMODELLED.items():
+        if doc.get(key):
+            raise _fail(key, f"not modelled: {what}; priced as standard layers this model would be wrong by far "
+                        "more than the planner's error bars", "not supported yet; describe an approximation in the "
+                        "planner's own model YAML keys if you accept one", source)
+    for key in [k for k in doc if k in ModelSpec.model_fields and doc[k] is None]:
+        del doc[key]  # HF writes null for "feature off" (Hunyuan kv_lora_rank, Nemotron moe_latent_size)
+    n = doc.get("num_hidden_layers")
+    n = n if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 100_000 else None
+    _per_layer_values(doc, n, source)
+    _hunyuan(doc, notes)
+    _block_list(doc, n, source)
+    _heads_per_layer(doc, n, source)
+    _widths(doc)
+    if isinstance(doc.get("mlp_layer_types"), list):  # Laguna names its MoE layers 'sparse'
+        doc["mlp_layer_types"] = ["moe" if k == "sparse" else k for k in doc["mlp_layer_types"]]
+    _defaults(doc)
+    _notes(doc, notes)
+
+
+def _per_layer_values(doc: dict, n: int | None, source: str) -> None:
+    """A per-layer list of one repeated value becomes that value; a list that varies is refused (one expert width and
+    top-k per model is what the cost model prices)."""
+    for key in _PER_LAYER:
+        value = doc.get(key)
+        if not isinstance(value, list):
+            continue
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise _fail(key, "must be an integer or a list of integers", f"write {key} as a number", source)
+        if n is not None and len(value) != n:
+            raise _fail(key, f"lists {len(value)} layers but num_hidden_layers is {n}", "give one entry per layer",
+                        source)
+        if len(set(value)) > 1:
+            raise _fail(key, f"varies by layer ({sorted(set(value))}); one value per model is priced",
+                        f"set {key} to one number (the most common, {max(set(value), key=value.count)}) if that "
+                        "approximation is acceptable", source)
+        doc[key] = value[0]
+
+
+def _hunyuan(doc: dict, notes: list[str]) -> None:
+    """Hunyuan-A13B (Tencent modeling_hunyuan.py): moe_topk is the top-k; with use_mixed_mlp_moe every MoE layer also
+    runs a shared MLP of num_shared_expert x moe_intermediate_size (HunYuanMLP is_shared_mlp)."""
+    if "moe_topk" in doc:
+        doc.setdefault("num_experts_per_tok", doc["moe_topk"])
+    if doc.get("use_mixed_mlp_moe"):
+        width = doc.get("moe_intermediate_size") or doc.get("intermediate_size")
+        if isinstance(width, int):
+            doc.setdefault("shared_expert_intermediate_size", width * (doc.get("num_shared_expert") or 1))
+    if doc.get("use_cla"):  # cross-layer attention shares K and V between cla_share_factor layers
+        notes.append(f"use_cla (cla_share_factor {doc.get('cla_share_factor')}): KV sharing across layers not "
+                     "modelled; every layer priced with its own K and V projections")
+    if doc.get("moe_layer_num_skipped"):
+        notes.append(f"moe_layer_num_skipped ({doc['moe_layer_num_skipped']}): not read; every layer priced as MoE")
+
+
+def _block_list(doc: dict, n: int | None, source: str) -> None:
+    blocks = doc.get("layers_block_type")
+    if blocks is None or "hybrid_override_pattern" in doc:
+        return
+    if not isinstance(blocks, list) or any(b not in _BLOCK_NAMES for b in blocks):
+        raise _fail("layers_block_type", f"must list block kinds {sorted(_BLOCK_NAMES)}", "give one kind per layer",
+                    source)
+    doc["hybrid_override_pattern"] = "".join(_BLOCK_NAMES[b] for b in blocks)
+
+
+def _heads_per_layer(doc: dict, n: int | None, source: str) -> None:
+    """Laguna: num_attention_heads_per_layer. Expressible when every full-attention layer has one head count and
+    every sliding-window layer another: the sliding ones become swa_num_attention_heads (the MiMo-V2 keys)."""
+    heads = doc.get("num_attention_heads_per_layer")
+    if heads is None:
+        return
+    kinds = doc.get("layer_types") or ["full_attention"] * len(heads)
+    if not isinstance(heads, list) or len(heads) != len(kinds) or (n is not None and len(heads) != n):
+        raise _fail("num_attention_heads_per_layer", "must list one head count per layer", "give one per layer",
+                    source)
+    by_kind: dict[str, set] = {}
+    for kind, count in zip(kinds, heads, strict=True):
+        by_kind.setdefault(kind, set()).add(count)
+    if any(len(counts) > 1 for counts in by_kind.values()) or set(by_kind) - {"full_attention", "sliding_attention"}:
+        raise _fail("num_attention_heads_per_layer", f"head counts vary within a layer kind ({by_kind})",
+                    "the planner prices one head count per attention kind", source)
+    if "full_attention" in by_kind:
+        doc["num_attention_heads"] = next(iter(by_kind["full_attention"]))
+    if "sliding_attention" in by_kind:
+        doc["swa_num_attention_heads"] = next(iter(by_kind["sliding_attention"]))
+        doc.setdefault("swa_num_key_value_heads", doc.get("num_key_value_heads"))
+
+
+def _widths(doc: dict) -> None:
+    """Family names for MLP widths: MiniMax-M3 dense_intermediate_size (intermediate_size is then the expert width),
+    Step-3.7 share_expert_dim (the shared expert's width)."""
+    if doc.get("dense_intermediate_size"):
+        doc.setdefault("moe_intermediate_size", doc.get("intermediate_size"))
+        doc["intermediate_size"] = doc["dense_intermediate_size"]
+    if doc.get("share_expert_dim"):
+        doc.setdefault("shared_expert_intermediate_size", doc["share_expert_dim"])
+
+
+def _defaults(doc: dict) -> None:
+    """HF class defaults a config may leave out: every Gemma config class ties the LM head to the embedding
+    (GemmaConfig, Gemma2Config, Gemma3TextConfig tie_word_embeddings=True); Gemma 3 alternates five sliding-window
+    layers with one global (Gemma3TextConfig sliding_window_pattern=6, spelled _sliding_window_pattern when saved)."""
+    family = str(doc.get("model_type", ""))
+    if family.startswith("gemma"):
+        doc.setdefault("tie_word_embeddings", True)
+    if "_sliding_window_pattern" in doc:
+        doc.setdefault("sliding_window_pattern", doc["_sliding_window_pattern"])
+    if family.startswith("gemma3") and doc.get("sliding_window"):
+        doc.setdefault("sliding_window_pattern", 6)
+    pattern, n = doc.get("sliding_window_pattern"), doc.get("num_hidden_layers")
+    if isinstance(pattern, str) and pattern and not set(pattern) - {"L", "G"} and isinstance(n, int) \
+            and doc.get("layer_types") is None:  # HF Exaone4Config: "LLLG" = three local layers, then a global one
+        doc["layer_types"] = ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention"
+                              for i in range(min(n, 100_000))]
+
+
+def _notes(doc: dict, notes: list[str]) -> None:
+    """Keys that change the cost and are not priced, said with what was assumed."""
+    if doc.get("sparse_attention_config"):
+        notes.append("sparse_attention_config: MiniMax sparse attention not modelled; every layer priced as full "
+                     "attention")
+    doc.pop("sparse_attention_config", None)
+    if doc.get("gating") is True:
+        notes.append("gating (True): Laguna's gating is not modelled; priced without a gate projection")
+    doc.pop("gating", None)
