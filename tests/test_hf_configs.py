@@ -360,3 +360,62 @@ def test_nemotron_block_list_reads_like_the_pattern_string():
     with pytest.raises(PlanInputError, match="layers_block_type"):
         model_from_mapping({**doc_of("nemotron-3.5-lightning-30b-a3b.json"), "layers_block_type": ["mamba", "ssm"]},
                            "n.json")
+
+
+# Families with no real config.json found in the code index: their dialects are read from the shapes the publishers
+# give (HF config key names), and the parameter count is checked against the published figure.
+DBRX = {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 6144, "n_heads": 48, "n_layers": 40,
+        "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False,
+        "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+        "ffn_config": {"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 10752, "moe_num_experts": 16,
+                       "moe_top_k": 4}}
+
+
+def test_dbrx_nested_config_counts_as_published():
+    """Databricks DBRX card: 132B total, 36B active (16 experts, 4 active; GQA 48/8; d_model 6144, 40 layers)."""
+    m = model_from_mapping(DBRX, "dbrx.json")
+    assert (m.hidden_size, m.num_hidden_layers, m.kv_heads, m.num_local_experts, m.num_experts_per_tok) == (
+        6144, 40, 8, 16, 4)
+    assert m.gated_mlp and rel(flops.total_params(m), 132e9) <= TOL and rel(flops.active_params(m), 36e9) <= TOL
+
+
+def test_granite_hybrid_reads_mamba_and_the_additive_shared_mlp():
+    """Granite-4.0-H-Small (IBM card: 32B total, 9B active): 40 layers, 4 of them attention, 72 experts top-10 of width
+    768 and a 1536-wide shared MLP in every layer; Mamba heads from the HF class defaults (128, d_head 'auto')."""
+    kinds = ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]
+    doc = {"model_type": "granitemoehybrid", "hidden_size": 4096, "num_hidden_layers": 40, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "num_local_experts": 72, "num_experts_per_tok": 10, "intermediate_size": 768,
+           "shared_intermediate_size": 1536, "mamba_d_state": 128, "mamba_d_conv": 4, "mamba_expand": 2,
+           "tie_word_embeddings": True, "vocab_size": 100352, "layer_types": kinds}
+    m = model_from_mapping(doc, "granite.json")
+    assert m.mixer_kinds.count("mamba") == 36 and set(m.mlp_kinds) == {"moe"}
+    assert (m.mamba_num_heads, m.mamba_head_dim, m.shared_ffn) == (128, 64, 1536)
+    assert rel(flops.total_params(m), 32e9) <= TOL
+    assert round(flops.active_params(m) / 1e9) == 9  # "9B active" is given to one digit (8.8B by our count)
+    dense = model_from_mapping({**doc, "num_local_experts": 0, "num_experts_per_tok": 0}, "granite.json")
+    assert set(dense.mlp_kinds) == {"dense"} and dense.intermediate_size == 1536  # the shared MLP is the MLP
+
+
+def test_ernie_moe_placement_and_shared_experts():
+    """ERNIE-4.5-21B-A3B shapes: MoE from layer moe_layer_start_index on, 64 experts top-6 and 2 shared experts."""
+    doc = {"model_type": "ernie4_5_moe", "hidden_size": 2560, "intermediate_size": 12288, "num_attention_heads": 20,
+           "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 103424, "tie_word_embeddings": True,
+           "moe_num_experts": 64, "moe_layer_start_index": 1, "moe_intermediate_size": 1536, "moe_k": 6,
+           "moe_layer_interval": 1, "moe_num_shared_experts": 2, "moe_layer_end_index": None}
+    m = model_from_mapping(doc, "ernie.json")
+    assert m.mlp_kinds[:2] == ("dense", "moe") and m.mlp_kinds.count("moe") == 27
+    assert (m.num_local_experts, m.num_experts_per_tok, m.shared_ffn) == (64, 6, 2 * 1536)
+    every_other = model_from_mapping({**doc, "moe_layer_interval": 2, "moe_layer_end_index": 20}, "ernie.json")
+    assert every_other.mlp_kinds.count("moe") == 10  # i = 1, 3, ..., 19
+
+
+@pytest.mark.parametrize("key, extra", [
+    ("attn_layer_period", {"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16}),
+    ("mamba_d_ssm", {"model_type": "falcon_h1", "mamba_d_ssm": 1536, "mamba_n_heads": 24}),
+    ("zero_expert_num", {"model_type": "longcat_flash", "zero_expert_num": 256, "n_routed_experts": 512}),
+])
+def test_unmodelled_hybrids_are_refused_by_key(key, extra):
+    base = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 14336,
+            "vocab_size": 65536}
+    with pytest.raises(PlanInputError, match=f"{key}: not modelled"):
+        model_from_mapping({**base, **extra}, "m.json")

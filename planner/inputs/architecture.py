@@ -16,8 +16,9 @@ from planner.inputs.specs import MixerKind
 
 # Keys renamed to the spec's (first present wins; the spec's own key always wins).
 _ALIASES = {
-    "num_local_experts": ("num_experts", "n_routed_experts"),
-    "num_experts_per_tok": ("experts_per_token", "top_k_experts", "num_experts_per_token"),
+    "num_local_experts": ("num_experts", "n_routed_experts", "moe_num_experts"),  # ERNIE 4.5: moe_num_experts
+    "num_experts_per_tok": ("experts_per_token", "top_k_experts", "num_experts_per_token", "moe_k", "moe_top_k"),
+    "n_shared_experts": ("num_shared_experts", "moe_num_shared_experts"),  # Ling/Bailing, ERNIE 4.5
     "head_dim": ("attention_head_dim",),  # Nemotron-H
     "hidden_act": ("mlp_hidden_act", "hidden_activation"),  # Nemotron-H (relu2 MLP), Gemma
     "shared_expert_intermediate_size": ("moe_shared_expert_intermediate_size", "shared_intermediate_size"),

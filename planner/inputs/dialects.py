@@ -21,13 +21,27 @@ _UNMODELLED = {
     "compress_ratios": "compressed sparse attention (per-layer KV compression, DeepSeek-V4)",
     "o_lora_rank": "a grouped low-rank output projection (o_lora_rank/o_groups, DeepSeek-V4)",
     "hc_mult": "hyper-connections (hc_mult residual streams, DeepSeek-V4)",
+    "attn_layer_period": "Jamba's Mamba-1 mixers (mamba_d_state, mamba_expand, mamba_dt_rank; the planner prices "
+                         "Mamba-2 SSD)",
+    "mamba_d_ssm": "Falcon-H1's parallel hybrid layers (attention and Mamba-2 side by side in every layer)",
+    "zero_expert_num": "LongCat-Flash's zero-computation experts and shortcut-connected layers (two attention and "
+                       "MLP blocks per layer)",
 }
 # Hunyuan (Tencent modeling_hunyuan.py) gives some MoE sizes once per layer; one value per model is what we price.
 _PER_LAYER = {"moe_intermediate_size": "moe_intermediate_size", "moe_topk": "num_experts_per_tok",
               "num_shared_expert": "num_shared_expert", "num_experts": "num_experts"}
 # HF NemotronHConfig (transformers >= 5) spells hybrid_override_pattern as a list of block names.
 _BLOCK_NAMES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
-CONSUMED = {"layers_block_type", "mtp_layers_block_type", "num_attention_heads_per_layer", "use_mixed_mlp_moe",
+# DBRX nests its shapes (HF DbrxConfig: d_model, n_heads, n_layers, attn_config, ffn_config).
+_DBRX_TOP = {"d_model": "hidden_size", "n_heads": "num_attention_heads", "n_layers": "num_hidden_layers",
+             "max_seq_len": "max_position_embeddings"}
+# Granite 4.0 hybrid (HF GraniteMoeHybridConfig) Mamba-2 keys, with the class defaults a config may leave out.
+_GRANITE_MAMBA = {"mamba_n_heads": ("mamba_num_heads", 128), "mamba_d_state": ("ssm_state_size", 256),
+                  "mamba_n_groups": ("n_groups", 1), "mamba_d_conv": ("conv_kernel", 4),
+                  "mamba_chunk_size": ("chunk_size", 256)}
+CONSUMED = {"attn_config", "ffn_config", "mamba_d_head", "mamba_expand", *_GRANITE_MAMBA,
+            "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "layers_block_type",
+            "mtp_layers_block_type", "num_attention_heads_per_layer", "use_mixed_mlp_moe",
             "num_shared_expert", "moe_topk", "dense_intermediate_size", "share_expert_dim", "_sliding_window_pattern",
             "use_cla", "cla_share_factor", "moe_layer_num_skipped"}
 
@@ -45,9 +59,12 @@ def translate(doc: dict[str, Any], source: str, notes: list[str]) -> None:
                         "planner's own model YAML keys if you accept one", source)
     for key in [k for k in doc if k in ModelSpec.model_fields and doc[k] is None]:
         del doc[key]  # HF writes null for "feature off" (Hunyuan kv_lora_rank, Nemotron moe_latent_size)
+    _nested(doc)
     n = doc.get("num_hidden_layers")
     n = n if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 100_000 else None
     _per_layer_values(doc, n, source)
+    _ernie(doc, n, source)
+    _granite_hybrid(doc)
     _hunyuan(doc, notes)
     _block_list(doc, n, source)
     _heads_per_layer(doc, n, source)
@@ -163,3 +180,65 @@ def _notes(doc: dict, notes: list[str]) -> None:
     if doc.get("gating") is True:
         notes.append("gating (True): Laguna's gating is not modelled; priced without a gate projection")
     doc.pop("gating", None)
+
+
+def _nested(doc: dict) -> None:
+    """DBRX: top-level d_model/n_heads/n_layers, KV heads in attn_config, experts in ffn_config; its experts are GLUs
+    (HF DbrxExpertGLU: w1, v1, w2), so the activation is a gated one."""
+    attn, ffn = doc.get("attn_config"), doc.get("ffn_config")
+    if not isinstance(attn, dict) and not isinstance(ffn, dict):
+        return
+    for theirs, ours in _DBRX_TOP.items():
+        if theirs in doc:
+            doc.setdefault(ours, doc.pop(theirs))
+    if isinstance(attn, dict) and attn.get("kv_n_heads"):
+        doc.setdefault("num_key_value_heads", attn["kv_n_heads"])
+    if isinstance(ffn, dict):
+        for theirs, ours in (("ffn_hidden_size", "intermediate_size"), ("moe_num_experts", "num_local_experts"),
+                             ("moe_top_k", "num_experts_per_tok")):
+            if ffn.get(theirs) is not None:
+                doc.setdefault(ours, ffn[theirs])
+        act = (ffn.get("ffn_act_fn") or {}).get("name", "silu") if isinstance(ffn.get("ffn_act_fn"), dict) else "silu"
+        doc.setdefault("hidden_act", "silu" if act in ("silu", "swish") else "gelu_gated")
+
+
+def _ernie(doc: dict, n: int | None, source: str) -> None:
+    """ERNIE 4.5 (HF Ernie4_5_MoeDecoderLayer): layer i is MoE when (i + 1) % moe_layer_interval == 0 and
+    moe_layer_start_index <= i <= moe_layer_end_index (-1 or null: the last layer); the VL models give lists, whose
+    min and max bound the MoE layers."""
+    if n is None or not any(k in doc for k in ("moe_layer_start_index", "moe_layer_interval")):
+        return
+
+    def bound(key: str, default: int, pick) -> int:
+        value = doc.get(key)
+        value = pick(value) if isinstance(value, list) and value else value
+        if value is None or value == -1:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _fail(key, f"must be a layer index (got {value!r})", "e.g. 1", source)
+        return value
+
+    start, end = bound("moe_layer_start_index", 0, min), bound("moe_layer_end_index", n - 1, max)
+    every = bound("moe_layer_interval", 1, min)
+    if every <= 0:
+        raise _fail("moe_layer_interval", f"must be a positive integer (got {every})", "e.g. 1", source)
+    doc["mlp_layer_types"] = ["moe" if (i + 1) % every == 0 and start <= i <= end else "dense" for i in range(n)]
+
+
+def _granite_hybrid(doc: dict) -> None:
+    """Granite 4.0 hybrid (HF GraniteMoeHybridDecoderLayer): layer_types names 'mamba' or 'attention' (a Mamba-2 or an
+    attention mixer); every layer then runs the shared MLP (shared_intermediate_size) plus, when num_local_experts >
+    0, the routed experts of width intermediate_size. mamba_d_head 'auto' is mamba_expand x hidden / mamba_n_heads."""
+    if not str(doc.get("model_type", "")).startswith("granitemoehybrid"):
+        return
+    if isinstance(doc.get("layer_types"), list):
+        doc["layer_types"] = ["full_attention" if k == "attention" else k for k in doc["layer_types"]]
+    for theirs, (ours, default) in _GRANITE_MAMBA.items():
+        doc.setdefault(ours, doc[theirs] if doc.get(theirs) is not None else default)
+    h, heads, head = doc.get("hidden_size"), doc["mamba_num_heads"], doc.get("mamba_d_head", "auto")
+    if head == "auto" and isinstance(h, int) and isinstance(heads, int) and heads > 0:
+        head = (doc.get("mamba_expand") or 2) * h // heads
+    if isinstance(head, int):
+        doc.setdefault("mamba_head_dim", head)
+    if not doc.get("num_local_experts") and doc.get("shared_intermediate_size"):
+        doc["intermediate_size"] = doc.pop("shared_intermediate_size")  # no experts: the shared MLP is the MLP
