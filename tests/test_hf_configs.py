@@ -311,11 +311,13 @@ def test_hunyuan_per_layer_lists_and_mixed_shared_mlp():
 
 
 def test_gemma3_as_published_on_the_hub_ties_and_alternates_five_to_one():
-    """The hub's config.json has neither layer_types nor tie_word_embeddings: the HF class defaults apply."""
+    """The hub's config.json has no layer_types, tie_word_embeddings, vocab_size or activation: the HF class
+    defaults apply (Gemma3TextConfig)."""
     doc = doc_of("gemma-3-27b.json")
-    text = {k: v for k, v in doc["text_config"].items() if k not in ("layer_types", "_sliding_window_pattern")}
+    dropped = ("layer_types", "_sliding_window_pattern", "vocab_size", "hidden_activation")
+    text = {k: v for k, v in doc["text_config"].items() if k not in dropped}
     m = model_from_mapping({**doc, "text_config": text}, "g.json")
-    assert m.tie_word_embeddings and m.mixer_kinds.count("full_attention") == 10
+    assert m.tie_word_embeddings and m.mixer_kinds.count("full_attention") == 10 and m.hidden_act == "geglu"
     assert m.mixer_kinds[:6] == ("sliding_attention",) * 5 + ("full_attention",)
     assert flops.total_params(m) == flops.total_params(load_model(str(DATA / "gemma-3-27b.json")))
 

@@ -155,11 +155,16 @@ def _widths(doc: dict) -> None:
 
 def _defaults(doc: dict) -> None:
     """HF class defaults a config may leave out: every Gemma config class ties the LM head to the embedding
-    (GemmaConfig, Gemma2Config, Gemma3TextConfig tie_word_embeddings=True); Gemma 3 alternates five sliding-window
-    layers with one global (Gemma3TextConfig sliding_window_pattern=6, spelled _sliding_window_pattern when saved)."""
+    (GemmaConfig, Gemma2Config, Gemma3TextConfig tie_word_embeddings=True) and uses a tanh-GeLU GLU; Gemma 3
+    alternates five sliding-window layers with one global (Gemma3TextConfig sliding_window_pattern=6, spelled
+    _sliding_window_pattern when saved) over a 262,208-token vocabulary."""
     family = str(doc.get("model_type", ""))
     if family.startswith("gemma"):
         doc.setdefault("tie_word_embeddings", True)
+        if "hidden_act" not in doc:  # Gemma configs say hidden_activation (aliased later) or nothing
+            doc.setdefault("hidden_activation", "gelu_pytorch_tanh")
+    if family == "gemma3_text":  # the hub's gemma-3 configs leave the vocabulary to Gemma3TextConfig
+        doc.setdefault("vocab_size", 262_208)
     if "_sliding_window_pattern" in doc:
         doc.setdefault("sliding_window_pattern", doc["_sliding_window_pattern"])
     if family.startswith("gemma3") and doc.get("sliding_window"):
