@@ -421,3 +421,16 @@ def test_unmodelled_hybrids_are_refused_by_key(key, extra):
             "vocab_size": 65536}
     with pytest.raises(PlanInputError, match=f"{key}: not modelled"):
         model_from_mapping({**base, **extra}, "m.json")
+
+
+def test_unknown_structural_keys_of_a_real_config_are_named(capsys):
+    """A family's own spelling of a size (Step-3's moe_layers_enum, share_q_dim) must not vanish in silence; keys
+    that size nothing (vision and tokenizer settings) stay quiet."""
+    doc = doc_of("mixtral-8x7b.json")
+    model_from_mapping({**doc, "moe_layers_enum": "4,5,6", "share_q_dim": 2048, "vit_patch": 1}, "x.json")
+    err = capsys.readouterr().err
+    assert "'moe_layers_enum'" in err and "'share_q_dim'" in err and "vit_patch" not in err
+    for name in FILES:  # every config here is read without an unexplained key
+        if name not in REFUSED:
+            load_model(str(DATA / name))
+            assert "unknown key" not in capsys.readouterr().err, name
