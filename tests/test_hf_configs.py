@@ -66,6 +66,10 @@ COUNTED = {
     "devstral-2-123b.json": (123e9, "", None, "", "Mistral AI Devstral 2 card: 123B dense"),
     "step-3.7-flash.json": (196e9, "", 11e9, "", "Step-3.7-Flash card: 196B language backbone, ~11B active"),
     "minimax-m3.json": (428e9, "", 23e9, "embedding+head", "MiniMax-M3 card: 428B total, 23B activated"),
+    # read only once layers_block_type gives the layer count (no num_hidden_layers key): NVIDIA's name, like Nano's
+    "nemotron-3-ultra-550b-a55b.json": (550e9, "", 55e9, "embedding", "Nemotron 3 Ultra name: 550B total, A55B"),
+    # dense Gemma 4 writes null for its MoE keys (num_experts, top_k_experts, expert_intermediate_size)
+    "gemma-4-31b.json": (31e9, "", None, "", "Gemma 4 31B name / card (dense text decoder)"),
 }
 # Read, planned and checked for structure and warnings, but no published count was read here for them.
 UNCOUNTED = {"laguna-xs.2.json", "nemotron-3.5-lightning-30b-a3b.json"}

@@ -20,6 +20,7 @@ _ALIASES = {
     "num_experts_per_tok": ("experts_per_token", "top_k_experts", "num_experts_per_token", "moe_k", "moe_top_k"),
     "n_shared_experts": ("num_shared_experts", "moe_num_shared_experts"),  # Ling/Bailing, ERNIE 4.5
     "head_dim": ("attention_head_dim",),  # Nemotron-H
+    "moe_intermediate_size": ("expert_intermediate_size",),  # Gemma 4 (null in the dense 31B)
     "hidden_act": ("mlp_hidden_act", "hidden_activation"),  # Nemotron-H (relu2 MLP), Gemma
     "shared_expert_intermediate_size": ("moe_shared_expert_intermediate_size", "shared_intermediate_size"),
     "sliding_window": ("sliding_window_size",),
@@ -57,7 +58,7 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
     dialects.translate(doc, source, notes)
     for key, aliases in _ALIASES.items():
         for alias in aliases:
-            if alias in doc and doc.get(key) is None:
+            if doc.get(alias) is not None and doc.get(key) is None:  # null means "not used" (Gemma 4 dense)
                 doc[key] = doc.pop(alias)
             doc.pop(alias, None)
     for key in ("intermediate_size", "num_key_value_heads", "n_shared_experts", "sliding_window"):

@@ -53,6 +53,9 @@ _HF_IGNORED = {
     "moe_routed_scaling_factor", "moe_router_scaling_factor", "use_moe_router_bias", "moe_shared_expert_overlap",
     "layernorm_epsilon", "add_classification_head", "dense_list",  # Hunyuan's (unused) classification head
     "mtp_hybrid_override_pattern",  # Nemotron 3 Super's MTP block: attention + MoE, as priced (flops.mtp_params)
+    "layer_rope_theta",  # Muse Glimmer: a RoPE base per layer
+    # transformers' PretrainedConfig defaults, written out by configs saved with every attribute (Kimi-K2.5)
+    "add_cross_attention", "cross_attention_hidden_size", "output_attentions", "output_hidden_states", "pruned_heads",
 }
 # An unknown key of a Hugging Face config is named when its name looks like it sizes something (a family's own
 # spelling of experts, layers, heads or widths that the planner would otherwise ignore in silence); other unknown

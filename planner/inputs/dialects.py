@@ -118,6 +118,7 @@ def _block_list(doc: dict, n: int | None, source: str) -> None:
         raise _fail("layers_block_type", f"must list block kinds {sorted(_BLOCK_NAMES)}", "give one kind per layer",
                     source)
     doc["hybrid_override_pattern"] = "".join(_BLOCK_NAMES[b] for b in blocks)
+    doc.setdefault("num_hidden_layers", len(blocks))  # Nemotron 3 Ultra's config gives only the list
 
 
 def _heads_per_layer(doc: dict, n: int | None, source: str) -> None:
