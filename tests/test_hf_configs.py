@@ -70,9 +70,10 @@ COUNTED = {
     "nemotron-3-ultra-550b-a55b.json": (550e9, "", 55e9, "embedding", "Nemotron 3 Ultra name: 550B total, A55B"),
     # dense Gemma 4 writes null for its MoE keys (num_experts, top_k_experts, expert_intermediate_size)
     "gemma-4-31b.json": (31e9, "", None, "", "Gemma 4 31B name / card (dense text decoder)"),
+    "laguna-xs.2.json": (33e9, "", 3e9, "", "Laguna XS.2 card: 33B total with 3B activated per token"),
 }
 # Read, planned and checked for structure and warnings, but no published count was read here for them.
-UNCOUNTED = {"laguna-xs.2.json", "nemotron-3.5-lightning-30b-a3b.json"}
+UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json"}
 # Refused with one line naming the key: what they are made of is not in the cost model.
 REFUSED = {"deepseek-v4-flash.json": "compress_ratios", "kimi-k3.json": "linear_attn_config"}
 

@@ -184,7 +184,8 @@ def _notes(doc: dict, notes: list[str]) -> None:
                      "attention")
     doc.pop("sparse_attention_config", None)
     if doc.get("gating") is True:
-        notes.append("gating (True): Laguna's gating is not modelled; priced without a gate projection")
+        notes.append("gating (True): Laguna's per-head attention gate (one scalar per head, hidden x heads weights) "
+                     "is not priced")
     doc.pop("gating", None)
 
 
