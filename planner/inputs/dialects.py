@@ -1,7 +1,8 @@
 """Family spellings that must be rewritten before planner.inputs.architecture reads a config's per-layer keys:
 per-layer lists that repeat one value (Hunyuan), other names for the same layer kinds (Nemotron-H layers_block_type,
-Laguna 'sparse'), dense and shared widths under family keys, HF class defaults a config leaves out (Gemma ties its
-embeddings), and features the cost model does not have, refused by name rather than priced as something else.
+Laguna 'sparse', Granite 4.0 'mamba' / 'attention'), nested shapes (DBRX), MoE placement rules (ERNIE 4.5), dense and
+shared widths under family keys, HF class defaults a config leaves out (Gemma ties its embeddings), and features the
+cost model does not have, refused by name rather than priced as something else.
 
 Each rule names the HF modeling code it follows. What is refused changes the parameter count or the FLOPs by far more
 than the planner's error bars, so a silent fallback would be a wrong answer.
@@ -28,8 +29,7 @@ _UNMODELLED = {
                        "MLP blocks per layer)",
 }
 # Hunyuan (Tencent modeling_hunyuan.py) gives some MoE sizes once per layer; one value per model is what we price.
-_PER_LAYER = {"moe_intermediate_size": "moe_intermediate_size", "moe_topk": "num_experts_per_tok",
-              "num_shared_expert": "num_shared_expert", "num_experts": "num_experts"}
+_PER_LAYER = ("moe_intermediate_size", "moe_topk", "num_shared_expert", "num_experts")
 # HF NemotronHConfig (transformers >= 5) spells hybrid_override_pattern as a list of block names.
 _BLOCK_NAMES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 # DBRX nests its shapes (HF DbrxConfig: d_model, n_heads, n_layers, attn_config, ffn_config).
