@@ -417,7 +417,6 @@ def test_ernie_moe_placement_and_shared_experts():
 
 
 @pytest.mark.parametrize("key, extra", [
-    ("attn_layer_period", {"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": 4, "mamba_d_state": 16}),
     ("mamba_d_ssm", {"model_type": "falcon_h1", "mamba_d_ssm": 1536, "mamba_n_heads": 24}),
     ("zero_expert_num", {"model_type": "longcat_flash", "zero_expert_num": 256, "n_routed_experts": 512}),
 ])
@@ -439,3 +438,28 @@ def test_unknown_structural_keys_of_a_real_config_are_named(capsys):
         if name not in REFUSED:
             load_model(str(DATA / name))
             assert "unknown key" not in capsys.readouterr().err, name
+
+
+JAMBA = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", "hidden_size": 4096, "intermediate_size": 14336,
+         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 65536,
+         "tie_word_embeddings": False, "num_experts": 16, "num_experts_per_tok": 2, "attn_layer_period": 8,
+         "attn_layer_offset": 4, "expert_layer_period": 2, "expert_layer_offset": 1, "mamba_d_state": 16,
+         "mamba_d_conv": 4, "mamba_expand": 2, "mamba_dt_rank": "auto", "use_mamba_kernels": True}
+
+
+def test_jamba_mamba1_layers_count_as_published(capsys):
+    """HF JambaConfig's defaults are Jamba-v0.1's shapes; the Jamba paper (arXiv 2403.19887) gives 52B total and 12B
+    active parameters. One attention layer in eight, MoE in every other layer, Mamba-1 everywhere else."""
+    m = model_from_mapping(JAMBA, "jamba.json")
+    assert m.mixer_kinds[:5] == ("mamba1",) * 4 + ("full_attention",) and m.mixer_kinds.count("mamba1") == 28
+    assert m.mlp_kinds[:2] == ("dense", "moe") and m.mlp_kinds.count("moe") == 16 and m.mamba_dt_rank == 256
+    assert rel(flops.total_params(m), 52e9) <= TOL and rel(flops.active_params(m), 12e9) <= TOL
+    short, long = (mixers.attention_core_flops(m, s, "mamba1") for s in (4096, 262144))
+    assert short == long > 0  # the selective scan carries a state: linear in the sequence
+    again = model_from_mapping(json.loads(json.dumps(m.dump())), "plan.json")  # a plan's model block reads back
+    assert flops.total_params(again) == flops.total_params(m) and again.mixer_kinds == m.mixer_kinds
+    assert "unknown key" not in capsys.readouterr().err
+    dense = model_from_mapping({**JAMBA, "num_experts": 1}, "jamba.json")  # one "expert" is a dense MLP
+    assert set(dense.mlp_kinds) == {"dense"} and not dense.is_moe
+    with pytest.raises(PlanInputError, match="attn_layer_period"):
+        model_from_mapping({**JAMBA, "attn_layer_period": 0}, "jamba.json")

@@ -22,8 +22,6 @@ _UNMODELLED = {
     "compress_ratios": "compressed sparse attention (per-layer KV compression, DeepSeek-V4)",
     "o_lora_rank": "a grouped low-rank output projection (o_lora_rank/o_groups, DeepSeek-V4)",
     "hc_mult": "hyper-connections (hc_mult residual streams, DeepSeek-V4)",
-    "attn_layer_period": "Jamba's Mamba-1 mixers (mamba_d_state, mamba_expand, mamba_dt_rank; the planner prices "
-                         "Mamba-2 SSD)",
     "mamba_d_ssm": "Falcon-H1's parallel hybrid layers (attention and Mamba-2 side by side in every layer)",
     "zero_expert_num": "LongCat-Flash's zero-computation experts and shortcut-connected layers (two attention and "
                        "MLP blocks per layer)",
@@ -39,7 +37,10 @@ _DBRX_TOP = {"d_model": "hidden_size", "n_heads": "num_attention_heads", "n_laye
 _GRANITE_MAMBA = {"mamba_n_heads": ("mamba_num_heads", 128), "mamba_d_state": ("ssm_state_size", 256),
                   "mamba_n_groups": ("n_groups", 1), "mamba_d_conv": ("conv_kernel", 4),
                   "mamba_chunk_size": ("chunk_size", 256)}
-CONSUMED = {"attn_config", "ffn_config", "mamba_d_head", "mamba_expand", *_GRANITE_MAMBA,
+# Jamba (HF JambaConfig): the class defaults, which are Jamba-v0.1's shapes.
+_JAMBA = {"attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2, "expert_layer_offset": 1}
+CONSUMED = {"attn_config", "ffn_config", "mamba_d_head", *_GRANITE_MAMBA, *_JAMBA,
+            "mamba_inner_layernorms", "mamba_conv_bias",
             "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "layers_block_type",
             "mtp_layers_block_type", "num_attention_heads_per_layer", "use_mixed_mlp_moe",
             "num_shared_expert", "moe_topk", "dense_intermediate_size", "share_expert_dim", "_sliding_window_pattern",
@@ -65,6 +66,7 @@ def translate(doc: dict[str, Any], source: str, notes: list[str]) -> None:
     _per_layer_values(doc, n, source)
     _ernie(doc, n, source)
     _granite_hybrid(doc)
+    _jamba(doc, n, source)
     _hunyuan(doc, notes)
     _block_list(doc, n, source)
     _heads_per_layer(doc, n, source)
@@ -249,3 +251,37 @@ def _granite_hybrid(doc: dict) -> None:
         doc.setdefault("mamba_head_dim", head)
     if not doc.get("num_local_experts") and doc.get("shared_intermediate_size"):
         doc["intermediate_size"] = doc.pop("shared_intermediate_size")  # no experts: the shared MLP is the MLP
+
+
+def _jamba(doc: dict, n: int | None, source: str) -> None:
+    """Jamba (HF JambaConfig): layer i attends when i % attn_layer_period == attn_layer_offset and runs a Mamba-1 mixer
+    otherwise; its MLP is MoE when i % expert_layer_period == expert_layer_offset (num_experts > 1), dense otherwise.
+    mamba_dt_rank 'auto' is ceil(hidden_size / 16)."""
+    if n is None or (doc.get("model_type") != "jamba" and "attn_layer_period" not in doc):
+        return
+    rule = {}
+    for key, default in _JAMBA.items():
+        value = doc.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (key.endswith("period") and not value):
+            raise _fail(key, f"must be a non-negative integer, a period above 0 (got {value!r})", f"e.g. {default}",
+                        source)
+        rule[key] = value
+    doc["layer_types"] = ["full_attention" if i % rule["attn_layer_period"] == rule["attn_layer_offset"] else "mamba1"
+                          for i in range(n)]
+    experts = doc.get("num_experts", 16)
+    if isinstance(experts, int) and experts > 1:
+        doc.setdefault("num_experts", experts)
+        doc.setdefault("num_experts_per_tok", 2)  # JambaConfig default
+        doc["mlp_layer_types"] = ["moe" if i % rule["expert_layer_period"] == rule["expert_layer_offset"] else "dense"
+                                  for i in range(n)]
+    else:
+        doc.pop("num_experts", None)  # one "expert" is the dense MLP
+        doc["mlp_layer_types"] = ["dense"] * n
+    h = doc.get("hidden_size")
+    rank = doc.get("mamba_dt_rank", "auto")
+    if rank == "auto" and isinstance(h, int) and not isinstance(h, bool):
+        rank = -(-h // 16)
+    doc["mamba_dt_rank"] = rank
+    doc.setdefault("ssm_state_size", doc.get("mamba_d_state", 16))
+    doc.setdefault("conv_kernel", doc.get("mamba_d_conv", 4))
+    doc.setdefault("mamba_expand", 2)
