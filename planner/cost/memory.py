@@ -340,7 +340,9 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
     Gated DeltaNet keeps its projection outputs (q, k, v, gate z, beta, decay), the conv outputs, the core output
     and the gated-norm output (HF Qwen3NextGatedDeltaNet; fla recomputes the chunk states in backward). Mamba-2
     keeps the in_proj output (z, x, B, C, dt), the conv output, the scan output and the gated-norm output
-    (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). 2 bytes each; GEMM inputs 1 in fp8.
+    (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). Mamba-1 keeps x and z, the conv output,
+    x_proj's output (Δ rank, B, C), Δ and the scan output (selective_scan_fn saves its inputs). 2 bytes each; GEMM
+    inputs 1 in fp8.
     """
     gemm_in = 1 if fp8 else 2
     one = np.array([1])
@@ -361,6 +363,10 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
             conv_dim = inner + 2 * m.n_groups * m.ssm_state_size
             total += 2 * (inner + conv_dim + m.mamba_num_heads) + 2 * conv_dim + 2 * inner + gemm_in * inner
             total -= attn
+        elif mix == "mamba1":
+            inner = m.mamba_expand * m.hidden_size
+            total += 2 * 2 * inner + 2 * inner + 2 * (m.mamba_dt_rank + 2 * m.ssm_state_size) + 2 * 2 * inner
+            total += gemm_in * inner - attn
         if mlp in ("none", "linear"):
             total -= per_width * m.intermediate_size
         elif mlp == "dense":
