@@ -213,11 +213,15 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
 
 
 def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray,
-                       embedding_loss: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first, middle, last) stage layer counts of the split the launchers state: ceil(L/pp) on the middle stages,
+                       embedding_loss: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, middle, last) stage layer counts of the split a layout runs with: ceil(L/pp) on the middle stages,
     the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
-    --decoder-first/last-pipeline-num-layers, or with `embedding_loss` the embedding/loss-as-layer split under
-    interleaving); ceil(L/pp) everywhere when the split is even or needs a layout."""
+    --decoder-first/last-pipeline-num-layers, or under interleaving the embedding/loss-as-layer split); ceil(L/pp)
+    everywhere when the split is even or needs a layout. Pricing always takes the embedding/loss split where the
+    layers do not divide over pp x vpp model chunks but L + 2 does: it is the only split that runs such a layout
+    (Megatron-Core --account-for-embedding/loss-in-pipeline-split; the Zero Bubble runs of Qi et al. 2024 count
+    the embedding and head as layers the same way, 22 + 2 on 8 stages). Whether a framework can launch it is the
+    stage_split_launchable rule's business, so the search never walks a split its framework cannot state."""
     middle = np.ceil(layers / np.maximum(pp, 1))
     pairs, index = distinct_pairs(pp, vpp)
     splits = [uneven_stage_layers(layers, int(p), int(v), embedding_loss) for p, v in pairs]
@@ -325,11 +329,6 @@ def fp8_param_gather(problem: Problem) -> bool:
     """Whether the stack keeps fp8 model weights in fp8 training (Capabilities.fp8_param_gather; not fp4: the
     NVFP4 preset gathers bf16 parameters)."""
     return problem.training.precision == "fp8" and capabilities_for(problem.training.framework).fp8_param_gather
-
-
-def split_counts_embedding_loss(problem: Problem) -> bool:
-    """Whether the problem's framework can launch the embedding/loss-as-layer split (Capabilities)."""
-    return capabilities_for(problem.training.framework).embedding_loss_split
 
 
 def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:

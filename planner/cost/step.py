@@ -103,8 +103,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
-                                    memory.split_counts_embedding_loss(problem))  # the launched split
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -175,8 +174,7 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
         p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
     else:
         lc, p2p = pipeline.LayerComm(*[none] * 8), none
-    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"],
-                                               memory.split_counts_embedding_loss(problem))  # the launched split
+    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])  # the launched split
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -290,9 +288,8 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     grouped = spread_s is not _whole
     layers = problem.model.num_hidden_layers
-    split = memory.split_counts_embedding_loss(problem)
-    counts = memory.stage_layer_counts(layers, pp, k["vpp"], split)
-    counts_s = memory.stage_layer_counts(layers, *(cs[x].astype(float) for x in ("pp", "vpp")), split) \
+    counts = memory.stage_layer_counts(layers, pp, k["vpp"])
+    counts_s = memory.stage_layer_counts(layers, *(cs[x].astype(float) for x in ("pp", "vpp"))) \
         if grouped else counts
     logits = memory.logits_bytes(tok, problem.model, tp)
     per_layer = params["per_layer"]
