@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.fabric import Fabric
+from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
 from planner.inputs.specs import ModelSpec
 
@@ -36,7 +36,8 @@ def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: 
     the next rank while the attention of the block in hand computes; with the load-balanced causal split every step
     does 1/r of the attention. The backward circulates KV and dKV together, twice the bytes (context_parallel.py
     :2397). All ranks step together, so a ring that leaves the NVLink domain runs every step at network speed.
-    Exposed per direction: (r - 1)·max(t_send - t_attn / r, 0) + r·step kernel launches.
+    Exposed per direction: (r - 1)·E(t_send, t_attn / r) + r·step kernel launches, E = fabric.overlapped_exposed
+    (the send's copy kernel holds SMs while the attention runs, as a collective does).
     """
     block = tok * kv_width(m) * 2.0 / tp
     crosses = r * tp * u > domain
@@ -44,8 +45,9 @@ def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: 
     launches = np.where(r > 1, r * RING_STEP_KERNELS * KERNEL_OVERHEAD_S, 0.0)
     send_f = fab.send(block, crosses, "cp")
     send_b = fab.send(2 * block, crosses, "cp")
-    ring_f = steps * np.maximum(send_f - attn_f / np.maximum(r, 1), 0.0) + launches
-    ring_b = steps * np.maximum(send_b - attn_b / np.maximum(r, 1), 0.0) + launches
+    share = collective_sm_share(fab.cluster)
+    ring_f = steps * overlapped_exposed(send_f, attn_f / np.maximum(r, 1), share) + launches
+    ring_b = steps * overlapped_exposed(send_b, attn_b / np.maximum(r, 1), share) + launches
     return ring_f + ring_b, ring_f
 
 

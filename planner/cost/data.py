@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.fabric import Fabric
+from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.layout import Zero
 
@@ -27,7 +27,9 @@ def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, n
     expert_local = layers * layer_expert_part
     dense_grads, expert_grads = dense_local * prof.grad_reduce_bytes, expert_local * prof.grad_reduce_bytes
     reduce_dense = fab.collective("all_reduce", dense_grads, data_ranks, tp, "dp")
-    reduce_exp = fab.collective("all_reduce", expert_grads, expert_ranks, etp * ep, "dp")
+    # dense models launch no expert all-reduce (a zero-byte one would still cost its latency)
+    reduce_exp = np.where(expert_local > 0, fab.collective("all_reduce", expert_grads, expert_ranks, etp * ep, "dp"),
+                          0.0)
     replicas = data_ranks / shard_group
     shard_grads = stage_p * prof.grad_reduce_bytes / shard_group
     hsdp_reduce = fab.collective("all_reduce", shard_grads, replicas, tp * shard_group, "dp")
@@ -35,10 +37,12 @@ def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, n
 
 
 def dp_exposed(prof: FrameworkProfile, dp_time: np.ndarray, zero: np.ndarray, stage_f: np.ndarray,
-               stage_b: np.ndarray) -> np.ndarray:
-    """Reduction not hidden behind the last micro-batch: max(t_dp - overlap·(t_b [+ t_f with ZeRO >= 1]), 0)."""
+               stage_b: np.ndarray, share: float = 0.0) -> np.ndarray:
+    """Reduction not hidden behind the last micro-batch, w = overlap·(t_b [+ t_f with ZeRO >= 1]):
+    fabric.overlapped_exposed(t_dp, w, share), max(t_dp - w, share·min(t_dp, w)); `share` of the SMs the reduction
+    takes from the compute it hides behind (fabric.collective_sm_share)."""
     window = prof.dp_overlap * (stage_b + np.where(zero >= Zero.OPTIMIZER, stage_f, 0.0))
-    return np.maximum(dp_time - window, 0.0)
+    return overlapped_exposed(dp_time, window, share)
 
 
 def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray],
@@ -48,7 +52,8 @@ def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndar
     reduce-scatters its gradients (DeepSpeed stage_1_and_2.py reduces every micro-step once gradients are partitioned,
     :1767; FSDP2 without resharding and Megatron-FSDP optim_grads likewise), hidden behind that micro-batch's
     backward; after the update each rank all-gathers the bf16 parameters it owns, behind the next forward.
-    Exposed: m·max(RS - overlap·t_b, 0) + max(AG - overlap·t_f, 0)."""
+    Exposed: m·E(RS, overlap·t_b) + E(AG, overlap·t_f), E = fabric.overlapped_exposed (what the window does not hide,
+    or the SMs the collective takes from it)."""
     data_ranks, expert_ranks = ranks
     stage_p, layers, layer_expert_part = params["stage"], params["held_layers"], params["layer_expert_part"]
     expert_local = layers * layer_expert_part
@@ -59,8 +64,9 @@ def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndar
                                          etp * ep, "dp"), 0.0))
     ag = (fab.collective("all_gather", dense_local * 2.0, data_ranks, tp, "dp")
           + np.where(moe, fab.collective("all_gather", expert_local * 2.0, expert_ranks, etp * ep, "dp"), 0.0))
-    per_microbatch = np.maximum(rs - prof.dp_overlap * stage_b, 0.0)
-    return micro * per_microbatch + np.maximum(ag - prof.dp_overlap * stage_f, 0.0)
+    share = collective_sm_share(fab.cluster)
+    per_microbatch = overlapped_exposed(rs, prof.dp_overlap * stage_b, share)
+    return micro * per_microbatch + overlapped_exposed(ag, prof.dp_overlap * stage_f, share)
 
 
 def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray], zero: np.ndarray,
@@ -70,7 +76,7 @@ def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.
     """Exposed data-parallel time per step for each ZeRO stage: ZeRO-2 reduces every micro-batch
     (`zero2_exposed`); the others reduce once per step behind the last micro-batch (`dp_exposed`)."""
     dp_time = grad_reduction_time(fab, prof, params, zero, hsdp, shard_group, ranks, tp, etp, ep)
-    out = dp_exposed(prof, dp_time, zero, stage_f, stage_b)
+    out = dp_exposed(prof, dp_time, zero, stage_f, stage_b, collective_sm_share(fab.cluster))
     z2 = np.asarray(zero == Zero.GRADIENTS)
     if z2.any():  # priced on the ZeRO-2 rows only (a search table holds every stage)
 

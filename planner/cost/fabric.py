@@ -21,6 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.cost.groups import peers_within
+from planner.inputs.hardware import COLLECTIVE_SMS
 from planner.inputs.problem import COMPRESS_DIMENSIONS
 from planner.inputs.specs import ClusterSpec
 
@@ -34,6 +35,24 @@ NVLINK_HOP_S = 1.9e-6
 NETWORK_HOP_S = 4.0e-6
 
 DIMENSIONS = COMPRESS_DIMENSIONS  # parallel dimensions `--compress` can name (parsed once, in inputs/problem.py)
+
+
+def collective_sm_share(cluster: ClusterSpec) -> float:
+    """Share of the GPU's SMs a running collective takes from the compute it overlaps: COLLECTIVE_SMS / SMs
+    (24/108 = 22 % on A100, 24/132 = 18 % on H100); 0 when the catalog gives no SM count."""
+    sms = cluster.gpu.sm_count
+    return min(COLLECTIVE_SMS / sms, 1.0) if sms else 0.0
+
+
+def overlapped_exposed(comm: np.ndarray | float, window: np.ndarray | float, share: float) -> np.ndarray:
+    """Time a collective of `comm` seconds adds to `window` seconds of compute it runs beside: max(T - w, s·min(T, w)).
+
+    While the collective runs, the compute has 1 - s of the SMs (`collective_sm_share`), so the part of the window
+    it overlaps stretches by s of its length; a collective longer than the window leaves T - w exposed instead,
+    whichever is larger. s = 0 gives the old free overlap, max(T - w, 0).
+    E.g. T = 10 ms beside w = 30 ms on A100: 24/108 x 10 = 2.2 ms, not 0."""
+    comm = np.asarray(comm, dtype=float)
+    return np.maximum(comm - window, share * np.minimum(comm, window))
 
 
 def _bandwidths(cluster: ClusterSpec) -> tuple[float, float]:

@@ -213,11 +213,15 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
 
 
 def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray,
-                       embedding_loss: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first, middle, last) stage layer counts of the split the launchers state: ceil(L/pp) on the middle stages,
+                       embedding_loss: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, middle, last) stage layer counts of the split a layout runs with: ceil(L/pp) on the middle stages,
     the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
-    --decoder-first/last-pipeline-num-layers, or with `embedding_loss` the embedding/loss-as-layer split under
-    interleaving); ceil(L/pp) everywhere when the split is even or needs a layout."""
+    --decoder-first/last-pipeline-num-layers, or under interleaving the embedding/loss-as-layer split); ceil(L/pp)
+    everywhere when the split is even or needs a layout. Pricing always takes the embedding/loss split where the
+    layers do not divide over pp x vpp model chunks but L + 2 does: it is the only split that runs such a layout
+    (Megatron-Core --account-for-embedding/loss-in-pipeline-split; the Zero Bubble runs of Qi et al. 2024 count
+    the embedding and head as layers the same way, 22 + 2 on 8 stages). Whether a framework can launch it is the
+    stage_split_launchable rule's business, so the search never walks a split its framework cannot state."""
     middle = np.ceil(layers / np.maximum(pp, 1))
     pairs, index = distinct_pairs(pp, vpp)
     splits = [uneven_stage_layers(layers, int(p), int(v), embedding_loss) for p, v in pairs]
@@ -333,11 +337,6 @@ def fp8_param_gather(problem: Problem) -> bool:
     return problem.training.precision == "fp8" and capabilities_for(problem.training.framework).fp8_param_gather
 
 
-def split_counts_embedding_loss(problem: Problem) -> bool:
-    """Whether the problem's framework can launch the embedding/loss-as-layer split (Capabilities)."""
-    return capabilities_for(problem.training.framework).embedding_loss_split
-
-
 def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
     """Mean per-layer change, in TP-sharded bytes per token, from layers that differ from the uniform layer priced by
     layer_activation_bytes_per_token: no-op mixers or MLPs (Nemotron-H blocks, block_configs), per-layer MLP widths,
@@ -346,7 +345,9 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
     Gated DeltaNet keeps its projection outputs (q, k, v, gate z, beta, decay), the conv outputs, the core output
     and the gated-norm output (HF Qwen3NextGatedDeltaNet; fla recomputes the chunk states in backward). Mamba-2
     keeps the in_proj output (z, x, B, C, dt), the conv output, the scan output and the gated-norm output
-    (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). 2 bytes each; GEMM inputs 1 in fp8.
+    (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). Mamba-1 keeps x and z, the conv output,
+    x_proj's output (Δ rank, B, C), Δ and the scan output (selective_scan_fn saves its inputs). 2 bytes each; GEMM
+    inputs 1 in fp8.
     """
     gemm_in = 1 if fp8 else 2
     one = np.array([1])
@@ -367,6 +368,10 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
             conv_dim = inner + 2 * m.n_groups * m.ssm_state_size
             total += 2 * (inner + conv_dim + m.mamba_num_heads) + 2 * conv_dim + 2 * inner + gemm_in * inner
             total -= attn
+        elif mix == "mamba1":
+            inner = m.mamba_expand * m.hidden_size
+            total += 2 * 2 * inner + 2 * inner + 2 * (m.mamba_dt_rank + 2 * m.ssm_state_size) + 2 * 2 * inner
+            total += gemm_in * inner - attn
         if mlp in ("none", "linear"):
             total -= per_width * m.intermediate_size
         elif mlp == "dense":

@@ -1,5 +1,5 @@
 """Token mixers of one layer, by kind: parameters and forward FLOPs per token of full, sliding-window, chunked and
-sparse (DeepSeek-V3.2 indexer) attention, Gated DeltaNet linear attention and the Mamba-2 SSD mixer.
+sparse (DeepSeek-V3.2 indexer) attention, Gated DeltaNet linear attention, the Mamba-2 SSD mixer and Mamba-1 (Jamba).
 
 The projections are GEMMs (2 FLOPs per weight per token); the "core" is what runs in the attention/scan kernel.
 Attention cores follow Megatron-LM's convention (causal mask halves the s^2 work); a layer that sees at most w keys
@@ -91,11 +91,22 @@ def mamba_params(m: ModelSpec) -> int:
     return h * (inner + conv_dim + heads) + conv_dim * (m.conv_kernel + 1) + 3 * heads + inner + inner * h
 
 
+def mamba1_params(m: ModelSpec) -> int:
+    """Mamba-1 selective-SSM mixer (Gu & Dao 2023, arXiv 2312.00752 §3.4; HF JambaMambaMixer): in_proj to x and the
+    gate z (2 x inner), x_proj to Δ's rank-R input, B and C (R + 2N), dt_proj back to inner, out_proj; plus the
+    small terms in _small_params (depthwise conv with bias, dt bias, A_log, D, RMSNorms on Δ, B and C)."""
+    h, n, r = m.hidden_size, m.ssm_state_size, m.mamba_dt_rank
+    inner = m.mamba_expand * h
+    return h * 2 * inner + inner * (r + 2 * n) + r * inner + inner * h + _small_params(m, "mamba1")
+
+
 def mixer_params(m: ModelSpec, kind: str) -> int:
     if kind == "linear_attention":
         return linear_attention_params(m)
     if kind == "mamba":
         return mamba_params(m)
+    if kind == "mamba1":
+        return mamba1_params(m)
     if kind == "linear":  # block_configs replace_with_linear: one h x h matrix (Puzzle, arXiv 2411.19146 §3)
         return m.hidden_size * m.hidden_size
     if kind == "none":
@@ -113,6 +124,9 @@ def _small_params(m: ModelSpec, kind: str) -> int:
         inner = m.mamba_num_heads * m.mamba_head_dim
         conv_dim = inner + 2 * m.n_groups * m.ssm_state_size
         return conv_dim * (m.conv_kernel + 1) + 3 * m.mamba_num_heads + inner
+    if kind == "mamba1":
+        inner, n = m.mamba_expand * m.hidden_size, m.ssm_state_size
+        return inner * (m.conv_kernel + 1) + inner + inner * n + inner + m.mamba_dt_rank + 2 * n
     return 0
 
 
@@ -140,6 +154,8 @@ def attention_core_flops(m: ModelSpec, seq_len: int, kind: str = "full_attention
         return linear_attention_core_flops(m)
     if kind == "mamba":
         return mamba_core_flops(m)
+    if kind == "mamba1":
+        return mamba1_core_flops(m)
     if kind in ("linear", "none"):
         return 0.0
     if m.is_mla:
@@ -182,3 +198,12 @@ def mamba_core_flops(m: ModelSpec) -> float:
     q, n, p, heads = m.chunk_size, m.ssm_state_size, m.mamba_head_dim, m.mamba_num_heads
     conv_dim = heads * p + 2 * m.n_groups * n
     return 2.0 * (m.n_groups * q / 2 * n + heads * q / 2 * p + 2 * heads * n * p + conv_dim * m.conv_kernel)
+
+
+def mamba1_core_flops(m: ModelSpec) -> float:
+    """Mamba-1 selective scan per token (Gu & Dao 2023, arXiv 2312.00752 eqs. 2a-2b, 4; mamba_ssm selective_scan_fn),
+    in multiply-accumulates: per channel and state, Δ·A before its exponential, Δ·B·x, the recurrence dA·h + dB·x and
+    C·h into y (4); per channel, D·x and the z gate (2) and the depthwise conv (d_conv). Linear in the sequence
+    length: the state is carried, never attended over."""
+    inner = m.mamba_expand * m.hidden_size
+    return 2.0 * (4 * inner * m.ssm_state_size + 2 * inner + inner * m.conv_kernel)

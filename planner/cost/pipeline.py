@@ -162,10 +162,12 @@ class StageTimes:
 def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc: LayerComm | None,
                 head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> StageTimes:
     """One micro-batch through the busiest rank. Per layer: t_f = layer fwd + exposed fwd comm, t_b = layer bwd +
-    recompute + the rest of the exposed comm. The busiest stage is priced as ceil(L/pp) layers + the LM head (and
-    MTP): forward 1x head, backward 2x, W 1x. (Pricing the last stage at the launcher's smaller edge count instead
-    moved the dense validation median from 8.2 % to 10.9 %: published runs with uneven splits do not run faster by
-    that much, so the pessimistic stage stays.) DualPipe runs half the micro-batches through each of a rank's two
+    recompute + the rest of the exposed comm. The busiest stage is the slower of a middle stage, ceil(L/pp) layers,
+    and the last stage, its layers in the launched split (`edges`) + the LM head (and MTP): forward 1x head,
+    backward 2x, W 1x; with an even split both are ceil(L/pp) layers + head. (Priced as ceil(L/pp) layers + head
+    before, the Zero Bubble runs' 22 + 2 layers on 8 stages paid 3 layers + head where they ran 2 + head, and the
+    paper-era Megatron profile's fitted kernel efficiency sat at 1.0 to absorb it; bench/fit_profiles.py now fits
+    0.80 with half the error.) DualPipe runs half the micro-batches through each of a rank's two
     stages, first with last on rank 0 (`edges`: the launcher's first/last counts, planner.cost.memory.
     stage_layer_counts), so its busiest rank is
     max(middle, (first + last layers + head) / 2) (DeepSeek-V3 report §3.2.1: the head and embedding share a rank).
@@ -179,7 +181,7 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
     first, last = edges
 
     def busiest(per_layer: np.ndarray, head: np.ndarray) -> np.ndarray:
-        single = layers * per_layer + head
+        single = np.maximum(layers * per_layer, last * per_layer + head)
         paired = np.maximum(layers * per_layer, 0.5 * ((first + last) * per_layer + head))
         return np.where(schedule == Schedule.DUALPIPE, paired, single)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from planner.cost import compute, flops, memory
-from planner.cost.fabric import Fabric
+from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
 from planner.cost.groups import expert_data_ranks, expert_tp, hsdp_shard_group
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.inputs.layout import Schedule, Zero
@@ -111,8 +111,7 @@ def stage_state_bytes(problem: Problem, c: Mapping[str, np.ndarray], zero: np.nd
     per rank); the embedding and LM head sit on the first and last (stage_params prices ceil(L/pp) layers); expert
     states shard over the expert data-parallel group."""
     fp8 = compute.is_fp8(problem)
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, *(c[x].astype(float) for x in ("pp", "vpp")),
-                                       memory.split_counts_embedding_loss(problem))
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, *(c[x].astype(float) for x in ("pp", "vpp")))
     per_layer = params["per_layer"]
     copies = params["held_layers"] / params["layers_per_stage"]
     base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
@@ -129,9 +128,10 @@ def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_laye
                  experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) ZeRO-3 time per layer and micro-batch not hidden by the layer's compute.
 
-    Forward: gather the layer's bf16 weights, max(ag - t_f, 0); backward: gather again and reduce-scatter the grads,
-    max(ag + rs - t_b, 0). HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step
-    all-reduce of the sharded gradients crosses domains (planner.cost.data).
+    Forward: gather the layer's bf16 weights beside t_f; backward: gather again and reduce-scatter the grads beside
+    t_b; each adds fabric.overlapped_exposed (what it leaves exposed, or the SMs it takes from the overlapped GEMMs).
+    HSDP: per-layer gathers stay inside the shard group (one NVLink domain); only a per-step all-reduce of the
+    sharded gradients crosses domains (planner.cost.data).
     `experts` = (routed-expert part of `per_layer_p`, its shard group, that group's rank stride): expert weights are
     sharded over the expert data-parallel group, whose ranks sit etp·ep apart (Megatron-FSDP / torchtitan efsdp), so
     with EP inside an 8-GPU board every expert gather and reduce-scatter crosses the network, where the dense ones
@@ -152,4 +152,6 @@ def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_laye
     ag = ag_d + np.where(exp_p > 0, ag_e, 0.0)
     rs = rs_d + np.where(exp_p > 0, rs_e, 0.0)
     z3 = zero == Zero.PARAMETERS
-    return np.where(z3, np.maximum(ag - layer_f, 0.0), 0.0), np.where(z3, np.maximum(ag + rs - layer_b, 0.0), 0.0)
+    share = collective_sm_share(fab.cluster)
+    return (np.where(z3, overlapped_exposed(ag, layer_f, share), 0.0),
+            np.where(z3, overlapped_exposed(ag + rs, layer_b, share), 0.0))

@@ -34,8 +34,7 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
     per_layer = params["per_layer"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, c["sp"], c["recompute"])
     micro = np.floor(pipeline.microbatches(tr.global_batch, mbs, dp))
-    first_n, middle_n, last_n = memory.stage_layer_counts(m.num_hidden_layers, pp, c["vpp"],
-                                                             memory.split_counts_embedding_loss(problem))
+    first_n, middle_n, last_n = memory.stage_layer_counts(m.num_hidden_layers, pp, c["vpp"])
     copies = params["held_layers"] / params["layers_per_stage"]
     edges = (params["first"] - params["held_layers"] * per_layer, params["last"] - params["held_layers"] * per_layer)
     shared = memory.fsdp_buffer_bytes(zero, per_layer, prof) + memory.p2p_buffer_bytes(tok, m.hidden_size, tp,

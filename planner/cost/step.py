@@ -105,8 +105,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
-                                    memory.split_counts_embedding_loss(problem))  # the launched split
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -176,8 +175,7 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
         act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
         lc = pipeline.LayerComm(*tp_cp_ep, none, none)
         p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
-    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"],
-                                               memory.split_counts_embedding_loss(problem))  # the launched split
+    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])  # the launched split
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
     if lc is None:  # no hand-offs: adding their zeros changes no value, so the cheap form skips those adds
@@ -322,8 +320,7 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
     tp, pp, sp = k["tp"], k["pp"], k["sp"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     grouped = spread_s is not _whole
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
-                                       memory.split_counts_embedding_loss(problem))
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
     logits = memory.logits_bytes(tok, problem.model, tp)
     shared = spread_s(memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)) + spread_z(memory.p2p_buffer_bytes(
         tok, problem.model.hidden_size, tp, sp, pp))

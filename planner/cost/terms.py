@@ -61,18 +61,21 @@ TERMS: tuple[Term, ...] = (
     Term("tp_comm_s", "exposed TP per step", "s", _C + "tensor.tp_exposed",
          "m·L·(4, +2 full recompute)·all-reduce(activation)·(1 - overlap) (Narayanan et al. 2021 §3.2)"),
     Term("cp_comm_s", "exposed CP per step", "s", _C + "context.cp_exposed",
-         "m·L·((r-1)·max(KV send - attention/r, 0) per ring pass + step launches + 2·Ulysses all-to-alls) "
+         "m·L·((r-1)·E(KV send, attention/r) per ring pass + step launches + 2·Ulysses all-to-alls), "
+         "E(T, w) = max(T - w, s·min(T, w)), s = collective SMs / SMs "
          "(Liu 2023; Jacobs 2023; Fang & Zhao 2024; Transformer Engine p2p CP)"),
     Term("ep_comm_s", "exposed EP per step", "s", _C + "expert.dispatch_exposed",
          "m·L·f_moe·((1 - s)·A + s·(max(A, C/(1 - σ)) - C)), A = dispatch + combine each way (k·h per token, "
          "once per remote node with DeepEP), s = share of passes paired by combined-1f1b/DualPipe (DeepSeek-V3 §3.2)"),
     Term("fsdp_comm_s", "exposed ZeRO-3 per step", "s", _C + "sharding.fsdp_exposed",
-         "m·L·(max(gather - t_f, 0) + max(gather + reduce-scatter - t_b, 0)) (Rajbhandari et al. 2020)"),
+         "m·L·(E(gather, t_f) + E(gather + reduce-scatter, t_b)), E(T, w) = max(T - w, s·min(T, w)): what the "
+         "layer does not hide, or the s = 24/SMs of the SMs NCCL holds while it runs (Rajbhandari et al. 2020)"),
     Term("pp_comm_s", "exposed hand-offs per step", "s", _C + "pipeline.hand_offs_exposed",
          "m·2·p2p·v (one each way per micro-batch, v times with interleaving; hidden by DualPipe's pairing)"),
     Term("dp_comm_s", "exposed DP reduction", "s", _C + "data.reduction_exposed",
-         "max(grad all-reduce (dense, expert, HSDP replicas) - overlap·last backward, 0); ZeRO-2: "
-         "m·max(reduce-scatter - overlap·backward, 0) + parameter all-gather (DeepSpeed stage_1_and_2.py)"),
+         "E(grad all-reduce (dense, expert, HSDP replicas), overlap·last backward); ZeRO-2: "
+         "m·E(reduce-scatter, overlap·backward) + E(parameter all-gather, overlap·forward), E as for ZeRO-3 "
+         "(DeepSpeed stage_1_and_2.py)"),
     Term("recompute_s", "recomputation per step", "s", _C + "compute.recompute_time",
          "m·L·(full: layer forward; selective: attention core or memory-bound modules) (Korthikanti et al. 2022)"),
     Term("mem_weights_gib", "weights", "GiB", _C + "memory.state_bytes",

@@ -11,16 +11,20 @@ from collections import Counter
 from typing import Any, get_args
 
 from planner.errors import PlanInputError
+from planner.inputs import dialects
 from planner.inputs.specs import MixerKind
 
 # Keys renamed to the spec's (first present wins; the spec's own key always wins).
 _ALIASES = {
-    "num_local_experts": ("num_experts", "n_routed_experts"),
-    "num_experts_per_tok": ("experts_per_token", "top_k_experts", "num_experts_per_token"),
+    "num_local_experts": ("num_experts", "n_routed_experts", "moe_num_experts"),  # ERNIE 4.5: moe_num_experts
+    "num_experts_per_tok": ("experts_per_token", "top_k_experts", "num_experts_per_token", "moe_k", "moe_top_k"),
+    "n_shared_experts": ("num_shared_experts", "moe_num_shared_experts"),  # Ling/Bailing, ERNIE 4.5
     "head_dim": ("attention_head_dim",),  # Nemotron-H
+    "moe_intermediate_size": ("expert_intermediate_size",),  # Gemma 4 (null in the dense 31B)
     "hidden_act": ("mlp_hidden_act", "hidden_activation"),  # Nemotron-H (relu2 MLP), Gemma
     "shared_expert_intermediate_size": ("moe_shared_expert_intermediate_size", "shared_intermediate_size"),
     "sliding_window": ("sliding_window_size",),
+    "attn_output_gate": ("attention_output_gate",),  # MiniMax-M3
 }
 # Keys this module reads and removes: they are described by the per-layer lists afterwards.
 CONSUMED = {
@@ -51,9 +55,10 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
     """The config with its family's layer keys folded into ModelSpec fields, and the notes to warn about."""
     notes: list[str] = []
     doc = _unwrap(dict(doc), notes)
+    dialects.translate(doc, source, notes)
     for key, aliases in _ALIASES.items():
         for alias in aliases:
-            if alias in doc and doc.get(key) is None:
+            if doc.get(alias) is not None and doc.get(key) is None:  # null means "not used" (Gemma 4 dense)
                 doc[key] = doc.pop(alias)
             doc.pop(alias, None)
     for key in ("intermediate_size", "num_key_value_heads", "n_shared_experts", "sliding_window"):
@@ -73,7 +78,7 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
     _shared_experts(doc, notes)
     _mtp(doc)
     _unmodelled(doc, notes)
-    for key in CONSUMED:
+    for key in CONSUMED | dialects.CONSUMED:
         doc.pop(key, None)
     return doc, notes
 

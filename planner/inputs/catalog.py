@@ -47,7 +47,20 @@ _HF_IGNORED = {
     "final_logit_softcapping", "attn_logit_softcapping", "query_pre_attn_scalar", "vocab_size_per_layer_input",
     "use_bidirectional_attention", "indexer_rope_interleave", "qk_head_dim", "head_dim_original",
     "image_token_id", "boi_token_id", "eoi_token_id", "vision_config", "audio_config", "tie_encoder_decoder",
+    # routing and bookkeeping of the families in tests/data/hf_configs: no parameters or FLOPs of their own
+    "group_limited_greedy", "moe_drop_tokens", "moe_random_routing_dropped_token", "moe_apply_router_weight_on_input",
+    "moe_routed_scaling_factor", "moe_router_scaling_factor", "use_moe_router_bias", "moe_shared_expert_overlap",
+    "layernorm_epsilon", "add_classification_head", "dense_list",  # Hunyuan's (unused) classification head
+    "mtp_hybrid_override_pattern",  # Nemotron 3 Super's MTP block: attention + MoE, as priced (flops.mtp_params)
+    "layer_rope_theta",  # Muse Glimmer: a RoPE base per layer
+    # transformers' PretrainedConfig defaults, written out by configs saved with every attribute (Kimi-K2.5)
+    "add_cross_attention", "cross_attention_hidden_size", "output_attentions", "output_hidden_states", "pruned_heads",
 }
+# An unknown key of a Hugging Face config is named when its name looks like it sizes something (a family's own
+# spelling of experts, layers, heads or widths that the planner would otherwise ignore in silence); other unknown
+# keys (tokenizer ids, vision settings, ...) stay quiet.
+_STRUCTURAL_KEY = re.compile(r"expert|moe|layer|head|hidden|intermediate|ffn|attn|attention|mamba|ssm|lora|window|"
+                             r"kv|rank|mlp|block|shared|dense|sparse|mtp|nextn|linear|conv|_dim")
 # The "did you mean" of an unknown key: close spellings only (a typo), not keys that merely share a suffix
 # ('index_head_dim' is 0.75 similar to 'v_head_dim'; 'num_hiden_layers' is 0.97 similar to 'num_hidden_layers').
 MODEL_KEY_CUTOFF = 0.85
@@ -101,7 +114,7 @@ def model_from_mapping(doc: Any, source: str) -> ModelSpec:
     known = set(ModelSpec.model_fields)
     # A Hugging Face config.json carries many keys the planner does not need: name only the likely typos there.
     unknown = check_keys(doc, source, known, ignored=_HF_IGNORED, cutoff=MODEL_KEY_CUTOFF,
-                         name_unmatched=not hf_file)
+                         name_unmatched=_STRUCTURAL_KEY.search if hf_file else True)
     for key, value in doc.items():
         if key in known and isinstance(value, float) and value.is_integer() and key != "published_params":
             doc[key] = int(value)

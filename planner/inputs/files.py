@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,8 +157,10 @@ class UnknownKeys:
 
 
 def check_keys(doc: dict, source: str, known: set[str], *, ignored: set[str] | frozenset[str] = frozenset(),
-               where: str | None = None, cutoff: float = 0.75, name_unmatched: bool = True) -> UnknownKeys:
-    """Every key must be text; unknown keys are collected with the closest known key ("did you mean")."""
+               where: str | None = None, cutoff: float = 0.75,
+               name_unmatched: bool | Callable[[str], object] = True) -> UnknownKeys:
+    """Every key must be text; unknown keys are collected with the closest known key ("did you mean"). Keys with no
+    close match are named when `name_unmatched` is true, or when it is a predicate that accepts them."""
     for key in doc:
         if not isinstance(key, str):
             raise PlanInputError(f"key {key!r} is not text", field=where, source=source,
@@ -169,7 +172,7 @@ def check_keys(doc: dict, source: str, known: set[str], *, ignored: set[str] | f
         if close:
             out.notes.append(f"{label} (did you mean '{close[0]}'?)")
             out.typos.setdefault(close[0], key)
-        elif name_unmatched:
+        elif name_unmatched if isinstance(name_unmatched, bool) else name_unmatched(key):
             out.notes.append(label)
     return out
 

@@ -7,6 +7,13 @@ these apply to every GPU unless a measured profile (`plan calibrate`) replaces t
 # (2 norms, 2 residual adds, RoPE, activation, 4-5 GEMMs, attention, casts; counted in Megatron-Core's layer).
 KERNEL_OVERHEAD_S = 4e-6
 KERNELS_PER_LAYER_FWD = 24
+# A running NCCL collective occupies one thread block (CTA) per channel, each on its own SM: a GEMM's CTAs fill an
+# SM's shared memory and registers, so the two do not share one. Nsight Systems trace of an FSDP-style all-gather
+# overlapped with a cuBLAS GEMM on an 8-NIC H100 node: the ncclAllGather kernel holds 24 CTAs while the GEMM runs
+# (NVIDIA developer forum, "Compute-Communication Overlap Causes Severe GEMM Performance Degradation because of Tail
+# Effect", 2025); DGX A100 has the same 8-NIC NVSwitch topology, from which NCCL derives its channel count.
+# DeepSeek-V3 (report §3.2.2) needed 20 of 132 SMs for its own tuned all-to-all kernels: the same order.
+COLLECTIVE_SMS = 24
 HBM_EFFICIENCY = 0.85  # Calculon systems/*.json: HBM efficiency 0.9 for >=100 MB transfers, 0.75 at 10 MB
 # Fallback when a GPU lists no FP8 MAMF: H100's FP8/BF16 ratio, 70.9% vs 80.3% of peak (stas00/ml-engineering).
 FP8_GEMM_EFFICIENCY = 0.88

@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish"}
+# swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
+GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
 PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast"}
 Precision = Literal["bf16", "fp8", "fp4"]
 # Bounds on every size and physical figure: far beyond any real model or machine, and tight enough that the cost
@@ -22,9 +23,10 @@ Count = Annotated[int, Field(ge=0, le=MAX_SIZE)]  # 0 = feature off
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
 Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]
 # What mixes tokens in one layer, and what follows it. Values of Hugging Face `layer_types` where HF has one;
-# "mamba" (Mamba-2 SSD), "linear" (a block_configs replace_with_linear) and "none" (no-op / MLP-only blocks) are ours.
-MixerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "linear",
-                    "none"]
+# "mamba" (Mamba-2 SSD), "mamba1" (Mamba-1 selective scan, Jamba), "linear" (a block_configs replace_with_linear) and
+# "none" (no-op / MLP-only blocks) are ours.
+MixerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "mamba1",
+                    "linear", "none"]
 MlpKind = Literal["dense", "moe", "linear", "none"]
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
@@ -115,6 +117,9 @@ class ModelSpec(_Spec):
     n_groups: Count = 1
     conv_kernel: Count = 4
     chunk_size: Count = 128
+    # Mamba-1 mixer (Jamba): inner width = mamba_expand x hidden_size, Δ through a rank-mamba_dt_rank projection.
+    mamba_expand: Count = 0
+    mamba_dt_rank: Count = 0
     # Multi-token prediction modules trained alongside the model (DeepSeek-V3 §2.2); not in total_params.
     num_nextn_predict_layers: Count = 0
     published_params: float | None = Field(default=None, gt=0)
@@ -157,7 +162,8 @@ class ModelSpec(_Spec):
         needs = {"sliding_attention": ("sliding_window",), "chunked_attention": ("attention_chunk_size",),
                  "linear_attention": ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                       "linear_value_head_dim"),
-                 "mamba": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size")}
+                 "mamba": ("mamba_num_heads", "mamba_head_dim", "ssm_state_size"),
+                 "mamba1": ("mamba_expand", "ssm_state_size", "mamba_dt_rank")}
         for kind, keys in needs.items():
             missing = [k for k in keys if kind in kinds and not getattr(self, k)]
             if missing:
@@ -246,7 +252,8 @@ _OPTIONAL_FIELDS = ("moe_latent_size", "index_n_heads", "index_head_dim", "index
                     "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "num_global_key_value_heads",
                     "global_head_dim", "attention_k_eq_v", "linear_num_key_heads", "linear_num_value_heads",
                     "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
-                    "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
+                    "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size", "mamba_expand",
+                    "mamba_dt_rank",
                     "num_nextn_predict_layers")
 
 

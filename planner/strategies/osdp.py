@@ -38,10 +38,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
 from planner.cost import memory
+from planner.cost.fabric import overlapped_exposed
 from planner.errors import NoFeasiblePlan
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
@@ -63,7 +65,7 @@ def price_choice(table: OsdpTable, choice: Sequence[int]) -> Priced:
     exposed = sum(o.exposed_s for o in opts)
     reduce_bytes = sum(o.reduce_bytes for o in opts)
     reduce = table.reduce_latency_s + table.reduce_s_per_byte * reduce_bytes if reduce_bytes > 0 else 0.0
-    dp_exposed = max(reduce - table.dp_window_s, 0.0)
+    dp_exposed = float(overlapped_exposed(reduce, table.dp_window_s, table.sm_share))
     step = table.micro_batches * (table.base_microbatch_s + exposed) + dp_exposed + table.optimizer_s
     alloc = sum(o.state_bytes for o in opts) + max(o.buffer_bytes for o in opts) + table.act_bytes
     mem = ((1 + memory.FRAGMENTATION) * alloc + table.fixed_bytes) / memory.GIB
@@ -102,7 +104,12 @@ def solve_table(table: OsdpTable, time_limit_s: float = 10.0) -> Solved:
     dp_ub = latency_us + sum(round(table.reduce_s_per_byte * max(o.reduce_bytes for o in it.options) / US)
                              for it in items)
     dp_exposed = model.new_int_var(0, max(dp_ub, 0), "dp_exposed")
-    model.add(dp_exposed >= latency_us - window_us + reduce)
+    # fabric.overlapped_exposed: max(e, s·(T - e)), e = max(T - w, 0) the part no window hides (s as a fraction)
+    late = model.new_int_var(0, max(dp_ub, 0), "dp_late")
+    model.add_max_equality(late, [latency_us - window_us + reduce, 0])
+    share = Fraction(table.sm_share).limit_denominator(1000)  # CP-SAT takes integer coefficients
+    model.add(dp_exposed >= late)
+    model.add(share.denominator * dp_exposed >= share.numerator * (latency_us + reduce - late))
     units = sum(per_item(lambda o: len(o.units)))
     weight = 1 + sum(max(len(o.units) for o in it.options) for it in items)
     model.minimize((gathers + dp_exposed) * weight + units)

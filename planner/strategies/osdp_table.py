@@ -123,6 +123,7 @@ class OsdpTable:
     dp_window_s: float  # backward time that hides the per-step gradient all-reduce
     reduce_latency_s: float  # all-reduce time = latency + bytes x slope (comm.all_reduce_time is affine)
     reduce_s_per_byte: float
+    sm_share: float  # SMs a running collective takes from the compute it overlaps (fabric.collective_sm_share)
     act_bytes: float  # activations + logits (fixed by the layout)
     fixed_bytes: float  # CUDA context + NCCL buffers (memory.runtime_reserve without the fragmentation share)
     capacity_gib: float
@@ -148,6 +149,7 @@ class _Pricing:
     states: Callable[[float, int], float]  # weights + grads + optimizer under ZeRO stage 1 or 3
     grad_bytes: float  # per gradient element reduced
     split_cost_s: float  # per extra slice per micro-batch
+    sm_share: float  # fabric.collective_sm_share: what a gather hidden behind compute still costs it
 
 
 def _option(c: _Pricing, params: float, fwd_s: float, bwd_s: float, label: str, split: int, f: int, rest: bool,
@@ -156,7 +158,9 @@ def _option(c: _Pricing, params: float, fwd_s: float, bwd_s: float, label: str, 
     frac = sharded / params if params else 0.0
     ag = sum(c.gather(u) for u in units)
     rs = sum(c.scatter(u) for u in units)
-    exposed = (max(ag - fwd_s, 0.0) + max(ag + rs - bwd_s, 0.0)) if units else 0.0
+    # as sharding.fsdp_exposed: what the item's compute does not hide, or the SMs the collectives take from it
+    exposed = float(comm.overlapped_exposed(ag, fwd_s, c.sm_share)
+                    + comm.overlapped_exposed(ag + rs, bwd_s, c.sm_share)) if units else 0.0
     big = max(units) if units else 0.0
     return Option(label, frac, split, f, rest, units, exposed + (split - 1) * c.split_cost_s,
                   reduce_bytes=(params - sharded) * c.grad_bytes,
@@ -241,7 +245,7 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
     forwards = 2 if lay["recompute"] == FULL else 1
     hbm = cl.gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     split_cost = (2 + forwards) * KERNEL_OVERHEAD_S + forwards * 3 * 2.0 * tok * m.hidden_size / tp / hbm
-    c = _Pricing(gather, scatter, states, prof.grad_reduce_bytes, split_cost)
+    c = _Pricing(gather, scatter, states, prof.grad_reduce_bytes, split_cost, comm.collective_sm_share(cl))
 
     layer_p = flops.dense_layer_params(m) / tp
     fwd = cost.layer_compute_s / 3
@@ -264,7 +268,8 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
     acts = (priced["mem_activations_gib"] + priced["mem_logits_gib"]) * memory.GIB
     return OsdpTable(
         items=tuple(items), micro_batches=micro, base_microbatch_s=base_mb, optimizer_s=priced["optimizer_s"],
-        dp_window_s=prof.dp_overlap * base_mb, reduce_latency_s=latency, reduce_s_per_byte=slope, act_bytes=acts,
+        dp_window_s=prof.dp_overlap * base_mb, reduce_latency_s=latency, reduce_s_per_byte=slope,
+        sm_share=c.sm_share, act_bytes=acts,
         fixed_bytes=fixed, capacity_gib=problem.cluster.gpu.memory_gib if capacity_gib is None else capacity_gib)
 
 
