@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from conftest import cols, gpt
 
+from planner.cost import compute, flops, memory
 from planner.cost import fabric as comm
-from planner.cost import memory
 from planner.cost import pipeline as schedule
 from planner.cost.profiles import profile_for
 from planner.cost.step import evaluate
@@ -248,3 +248,20 @@ def test_vocabulary_projection_runs_at_the_bf16_rate_in_fp8_training():
     (head_bf16, gemm_bf16), (head_fp8, gemm_fp8) = head_and_gemm("bf16"), head_and_gemm("fp8")
     assert head_fp8 == pytest.approx(head_bf16, rel=1e-9)
     assert gemm_fp8 < 0.75 * gemm_bf16
+
+
+def test_few_tokens_per_micro_batch_stream_the_weights_and_the_fp32_gradient_accumulation():
+    """Roofline (Williams et al. 2009): a layer's GEMMs cannot beat reading its weights once per pass, and the
+    weight gradient is added into the fp32 main_grad buffer (read + write, 8 B per weight) every micro-batch.
+    Llama 3 8B on H100, tp1, 128 tokens: 218M weights per layer -> 0.44 GB read per pass, 1.74 GB accumulated."""
+    p = Problem(load_model("llama3-8b"), load_cluster("h100x8"), TrainingSpec(seq_len=8192, global_batch=8,
+                                                                             framework="megatron-core"))
+    r = compute.rates(p)
+    one = np.array([1.0])
+    weights = compute.local_layer_weights(p, one, one)[0]
+    assert weights == flops.dense_layer_params(p.model)
+    few = compute.layer_times(p, r, np.array([128.0]), one, one * 0, one)
+    many = compute.layer_times(p, r, np.array([8192.0]), one, one * 0, one)
+    assert few.wgrad[0] == pytest.approx(weights * 8.0 / r.hbm)  # memory-bound: the accumulate, not the FLOPs
+    assert few.wgrad[0] > 3 * compute.gemm_time(p, r, np.array([128.0]), one, one)[0]
+    assert many.wgrad[0] == pytest.approx(compute.gemm_time(p, r, np.array([8192.0]), one, one)[0])  # compute-bound

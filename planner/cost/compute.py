@@ -210,17 +210,49 @@ class LayerTimes:
     launch_f: np.ndarray | float
 
 
+def local_layer_weights(problem: Problem, tp: np.ndarray, ep: np.ndarray,
+                        etp: np.ndarray | None = None) -> np.ndarray:
+    """GEMM weights of an average layer held by one GPU: the dense part (attention, shared experts, router) / tp, and
+    the routed experts E/ep of them, each / etp (`etp` None: sliced like the attention, the fewest bytes)."""
+    m = problem.model
+    f = moe_fraction(m)
+    dense = (1 - f) * flops.dense_layer_params(m) + f * flops.moe_layer_shared_params(m)
+    local = dense / tp
+    if m.is_moe:
+        etp = tp if etp is None else etp
+        local = local + f * (m.num_local_experts / ep) * flops.expert_mlp_params(m) / etp
+    return local
+
+
+def weight_stream_times(problem: Problem, r: Rates, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward or input-gradient, weight-gradient) floor of one layer's GEMMs per micro-batch: however few tokens
+    a micro-batch brings, each pass streams the layer's weights from HBM once (fwd and dgrad read them, 1 byte in fp8
+    recipes, 2 in bf16), and the weight gradient is accumulated across micro-batches in the stack's gradient dtype,
+    read and written once per micro-batch (Megatron's gradient_accumulation_fusion adds the wgrad GEMM into the fp32
+    main_grad buffer, beta = 1; the Williams et al. 2009 roofline). With tokens per GPU below about
+    peak / HBM x bytes per weight / 2 (~300 in bf16 on H100, ~1,200 for an fp32-accumulated wgrad) the GEMMs are
+    memory-bound, which the FLOP rate alone prices as free."""
+    prof = profile_for(problem.training.framework)
+    weight_elt = 1.0 if is_fp8(problem) else 2.0
+    return weights * weight_elt / r.hbm, weights * 2.0 * prof.grad_bytes / r.hbm
+
+
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
-                ep: np.ndarray, attn_len: np.ndarray | float | None = None) -> LayerTimes:
-    """t_f = gemm + attn + elem + launch; t_b = 2·gemm + attn_b + 2·elem_bytes/HBM + 2·launch; W = gemm."""
+                ep: np.ndarray, attn_len: np.ndarray | float | None = None,
+                etp: np.ndarray | None = None) -> LayerTimes:
+    """t_f = max(gemm, weight read) + attn + elem + launch; t_b = max(gemm, weight read) (dgrad) + W + attn_b +
+    2·elem_bytes/HBM + 2·launch; W = max(gemm, gradient accumulate) (`weight_stream_times`)."""
     gemm_f = gemm_time(problem, r, tok, tp, ep)
+    read_s, accumulate_s = weight_stream_times(problem, r, local_layer_weights(problem, tp, ep, etp))
+    gemm_io = np.maximum(gemm_f, read_s)
+    wgrad = np.maximum(gemm_f, accumulate_s)
     attn_f, attn_b = attention_time(problem, r, tok, tp, attn_len)
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
     launch_f = launch_time(problem, ep)
-    layer_f = gemm_f + attn_f + elem_f + launch_f
-    layer_b = 2 * gemm_f + attn_b + elem_bytes_b / r.hbm + 2 * launch_f
-    return LayerTimes(layer_f, layer_b, gemm_f, attn_f, attn_b, elem_f, launch_f)
+    layer_f = gemm_io + attn_f + elem_f + launch_f
+    layer_b = gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f
+    return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f)
 
 
 def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray,
