@@ -145,6 +145,10 @@ def test_deepspeed_hints_do_not_loop() -> None:
     gpu, count = hints.split("GPUs with more memory: ")[1].split(" (")[0], hints.rsplit(" x ", 1)[1].split(";")[0]
     again = run_plan_in_process("--model", "llama70b", "--cluster", f"{gpu}x{count}", "--format", "deepspeed")
     assert again.returncode == 0, again.stderr
+    # the stack is what binds here (a ds_config recomputes nothing): the launchers that can are named, and fit
+    assert "--format megatron or --format torchtitan (deepspeed runs no activation recomputation" in hints
+    other = run_plan_in_process("--model", "llama70b", "--cluster", "h100x512", "--format", "megatron")
+    assert other.returncode == 0, other.stderr
 
 
 def test_deepspeed_batch_hint_is_a_multiple_of_the_gpus() -> None:

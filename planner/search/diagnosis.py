@@ -8,7 +8,7 @@ import numpy as np
 
 from planner.cost.step import ACTIVATION_FREE_KNOBS, STATE_FREE_KNOBS, grouped_memory_peak_gib
 from planner.inputs.catalog import gpu_catalog, load_gpu
-from planner.inputs.frameworks import capabilities_for, precision_refusal
+from planner.inputs.frameworks import Capabilities, capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 from planner.search.search import has_plan
@@ -82,6 +82,22 @@ def _rules_conflict(problem: Problem) -> dict | None:
     }
 
 
+def _other_stacks(problem: Problem, caps: Capabilities) -> list[tuple[str, None]]:
+    """Where the framework itself is what binds (a ds_config switches on no recomputation and no model
+    parallelism): the launchers whose stacks have the missing knobs and fit the problem, as one checked suggestion."""
+    lacks = [what for what, missing in (("activation recomputation", Recompute.FULL not in caps.recompute),
+                                        ("tensor parallelism", not caps.tensor_parallel),
+                                        ("pipeline parallelism", not caps.pipeline_parallel)) if missing]
+    if not lacks:
+        return []
+    fits = [f"--format {fmt}" for fmt, stack in (("megatron", "megatron-core"), ("torchtitan", "torchtitan"))
+            if stack != problem.training.framework and _fits(replace(problem, training=problem.training.model_copy(
+                update={"framework": stack})))]
+    if not fits:
+        return []
+    return [(f"{' or '.join(fits)} ({caps.name} runs no {', '.join(lacks)})", None)]
+
+
 def explain_infeasible(problem: Problem) -> dict:
     enum = enumerate_layouts(problem, lazy_last=True)
     parts = [groups for parent, _, groups in enum.grouped_parts(200_000, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS)
@@ -123,6 +139,7 @@ def explain_infeasible(problem: Problem) -> dict:
     if problem.training.seq_len >= 2048:
         half = problem.training.model_copy(update={"seq_len": problem.training.seq_len // 2})
         tried.append((f"--seq-len {half.seq_len}", replace(problem, training=half)))
+    tried += _other_stacks(problem, caps)
     bigger = sorted(((g["memory_gib"], key) for key, g in gpu_catalog().items()
                      if g["memory_gib"] > problem.cluster.gpu.memory_gib), key=lambda x: (x[0], x[1]))
     for mem, key in bigger:
