@@ -212,16 +212,16 @@ class LayerTimes:
 
 def local_layer_weights(problem: Problem, tp: np.ndarray, ep: np.ndarray,
                         etp: np.ndarray | None = None) -> np.ndarray:
-    """GEMM weights of an average layer held by one GPU: the dense part (attention, shared experts, router) / tp, and
-    the routed experts E/ep of them, each / etp (`etp` None: sliced like the attention, the fewest bytes)."""
+    """Parameters of an average layer held by one GPU (the one definition; sharding.stage_params builds stages on
+    it): dense layers / tp, and in MoE layers the non-expert part (attention, shared experts, router) / tp and the
+    routed experts over etp·ep (`etp` None: sliced like the attention, the fewest bytes)."""
     m = problem.model
     f = moe_fraction(m)
-    dense = (1 - f) * flops.dense_layer_params(m) + f * flops.moe_layer_shared_params(m)
-    local = dense / tp
-    if m.is_moe:
-        etp = tp if etp is None else etp
-        local = local + f * (m.num_local_experts / ep) * flops.expert_mlp_params(m) / etp
-    return local
+    dense_p = flops.dense_layer_params(m) / tp
+    if not m.is_moe:
+        return dense_p
+    experts_p = flops.expert_params(m) / ((tp if etp is None else etp) * ep)
+    return (1 - f) * dense_p + f * (flops.moe_layer_shared_params(m) / tp + experts_p)
 
 
 def weight_stream_times(problem: Problem, r: Rates, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -212,8 +212,7 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
     return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0)
 
 
-def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray,
-                       embedding_loss: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) stage layer counts of the split a layout runs with: ceil(L/pp) on the middle stages,
     the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
     --decoder-first/last-pipeline-num-layers, or under interleaving the embedding/loss-as-layer split); ceil(L/pp)
@@ -224,7 +223,7 @@ def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray,
     stage_split_launchable rule's business, so the search never walks a split its framework cannot state."""
     middle = np.ceil(layers / np.maximum(pp, 1))
     pairs, index = distinct_pairs(pp, vpp)
-    splits = [uneven_stage_layers(layers, int(p), int(v), embedding_loss) for p, v in pairs]
+    splits = [uneven_stage_layers(layers, int(p), int(v), embedding_loss=True) for p, v in pairs]
     if not any(splits):
         return middle.copy(), middle, middle.copy()
     uneven = np.array([s is not None for s in splits])[index].reshape(np.shape(middle))

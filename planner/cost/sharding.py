@@ -30,13 +30,11 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     tp, pp, ep = (c[k].astype(float) for k in ("tp", "pp", "ep"))
     etp = expert_tp(c)
     frac_moe = m.moe_layers / m.num_hidden_layers
-    dense_p = flops.dense_layer_params(m) / tp
-    moe_shared_p = flops.moe_layer_shared_params(m) / tp if m.is_moe else 0.0
     experts_p = flops.expert_params(m) / (etp * ep) if m.is_moe else 0.0
     layers_per_stage = np.ceil(m.num_hidden_layers / pp)
     copies = np.where(c["schedule"] == Schedule.DUALPIPE, 2.0, 1.0) if "schedule" in c else 1.0
     held = layers_per_stage * copies
-    per_layer_p = (1 - frac_moe) * dense_p + frac_moe * (moe_shared_p + experts_p)
+    per_layer_p = compute.local_layer_weights(problem, tp, ep, etp)
     emb_p = flops.embedding_params(m) / tp
     mtp_p, mtp_experts = flops.mtp_params(m)  # MTP modules live with the LM head (Megatron-Core: last stage)
     head_p = flops.lm_head_params(m) / tp + mtp_p / tp + mtp_experts / (etp * ep)
