@@ -106,10 +106,11 @@ def _check_names(precision: str, framework: str) -> None:
 
 def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:
     from planner.inputs.frameworks import capabilities_for
+    from planner.inputs.specs import FP8_RECIPES
 
-    if fp8_recipe not in ("tensorwise", "blockwise"):
+    if fp8_recipe not in FP8_RECIPES:
         raise PlanInputError(f"unknown fp8 recipe '{fp8_recipe}'", field="--fp8-recipe",
-                             fix="use tensorwise or blockwise")
+                             fix=f"use {' or '.join(FP8_RECIPES)}")
     if fp8_recipe == "blockwise" and precision != "fp8":
         raise PlanInputError(f"blockwise scaling is an fp8 recipe, not {precision}", field="--fp8-recipe",
                              fix="add --precision fp8, or drop --fp8-recipe")

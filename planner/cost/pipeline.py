@@ -164,10 +164,9 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
     """One micro-batch through the busiest rank. Per layer: t_f = layer fwd + exposed fwd comm, t_b = layer bwd +
     recompute + the rest of the exposed comm. The busiest stage is the slower of a middle stage, ceil(L/pp) layers,
     and the last stage, its layers in the launched split (`edges`) + the LM head (and MTP): forward 1x head,
-    backward 2x, W 1x; with an even split both are ceil(L/pp) layers + head. (Priced as ceil(L/pp) layers + head
-    before, the Zero Bubble runs' 22 + 2 layers on 8 stages paid 3 layers + head where they ran 2 + head, and the
-    paper-era Megatron profile's fitted kernel efficiency sat at 1.0 to absorb it; bench/fit_profiles.py now fits
-    0.80 with half the error.) DualPipe runs half the micro-batches through each of a rank's two
+    backward 2x, W 1x; with an even split both are ceil(L/pp) layers + head (e.g. the Zero Bubble runs, Qi et al.
+    2024: 22 layers on 8 stages, 2 + head on the last, 3 in the middle). DualPipe runs half the micro-batches through
+    each of a rank's two
     stages, first with last on rank 0 (`edges`: the launcher's first/last counts, planner.cost.memory.
     stage_layer_counts), so its busiest rank is
     max(middle, (first + last layers + head) / 2) (DeepSeek-V3 report §3.2.1: the head and embedding share a rank).

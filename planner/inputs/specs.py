@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
 PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast"}
 Precision = Literal["bf16", "fp8", "fp4"]
+Fp8Recipe = Literal["tensorwise", "blockwise"]
+FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
 # Bounds on every size and physical figure: far beyond any real model or machine, and tight enough that the cost
 # model's float arithmetic stays finite and the divisor enumerations stay short (a hostile 1e30 is an input error).
 MAX_SIZE = 10_000_000  # model dimensions, expert counts, GPUs
@@ -329,7 +331,7 @@ class TrainingSpec(_Spec):
     optimizer_moments: Literal["fp32", "bf16"] = Field(default="fp32", description=(
         "dtype of Adam's two moments: bf16 halves them (Megatron-Core precision-aware optimizer, --exp-avg-dtype / "
         "--exp-avg-sq-dtype bf16; DeepSeek-V3 trains with bf16 moments, report §3.3.3); master weights stay fp32"))
-    fp8_recipe: Literal["tensorwise", "blockwise"] = Field(default="tensorwise", description=(
+    fp8_recipe: Fp8Recipe = Field(default="tensorwise", description=(
         "fp8 scaling granularity: tensorwise = one scale per tensor (Transformer Engine delayed or current scaling; "
         "MXFP8 on Blackwell); blockwise = 1x128 activation tiles and 128x128 weight blocks (DeepSeek-V3 report "
         "§3.3.2, Megatron --fp8-recipe blockwise), which Hopper runs slower"))

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from planner import __version__
 from planner.errors import PlanInputError
 from planner.inputs.layout import SCHEDULES
+from planner.inputs.specs import FP8_RECIPES
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
 RECOMPUTE = ("none", "selective", "full")
@@ -270,8 +271,8 @@ def _moments(training: dict) -> str:
 
 def _fp8_recipe(training: dict) -> str:
     value = training.get("fp8_recipe", "tensorwise") if isinstance(training, dict) else "tensorwise"
-    if value not in ("tensorwise", "blockwise"):
-        raise PlanInputError(f"expected tensorwise or blockwise, got {value!r:.60}",
+    if value not in FP8_RECIPES:
+        raise PlanInputError(f"expected {' or '.join(FP8_RECIPES)}, got {value!r:.60}",
                              field="inputs.training.fp8_recipe", fix="e.g. fp8_recipe: blockwise")
     return str(value)
 
