@@ -302,36 +302,63 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
     return out
 
 
+@dataclass(frozen=True)
+class StageParts:
+    """The first, second and last stage's allocations before they are added up, each on the table it is priced
+    on: model states, ZeRO-3 buffers and fp8 metadata per state group (`cs`), activations, logits and hand-off
+    buffers per activation group (`k`)."""
+
+    states: list[dict[str, np.ndarray]]
+    fsdp: np.ndarray
+    meta: list[np.ndarray]
+    p2p: np.ndarray
+    acts: list[np.ndarray]
+    logits: list[np.ndarray]  # the first and second stage's are one array
+
+
+def _stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
+                 cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray,
+                 params: dict[str, np.ndarray],
+                 state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None) -> StageParts:
+    """Each stage holds its own layer count (the launched split) times the micro-batches in flight at its rank;
+    expert states shard over the expert data-parallel group."""
+    prof = stack_profile(problem.training)
+    fp8 = compute.is_fp8(problem)
+    tp, pp, sp = k["tp"], k["pp"], k["sp"]
+    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
+    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
+    logits = memory.logits_bytes(tok, problem.model, tp)
+    held_s, states_s = state_bytes or stage_state_bytes(problem, cs, zero, shard_group, params)
+    inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
+    # logits live on the last stage, and on the first (= second) too without a pipeline
+    first_logits = np.where(pp == 1, logits, 0.0)
+    return StageParts(states_s, memory.fsdp_buffer_bytes(zero, params["per_layer"], prof),
+                      [memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8) for held in held_s],
+                      memory.p2p_buffer_bytes(tok, problem.model.hidden_size, tp, sp, pp),
+                      [per_layer_act * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)],
+                      [first_logits, first_logits, logits])
+
+
 def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
             cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray, params: dict[str, np.ndarray],
             spread_s: Callable[[np.ndarray], np.ndarray] = _whole,
             spread_z: Callable[[np.ndarray], np.ndarray] = _whole,
             state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None,
             ) -> list[memory.StageMemory]:
-    """First, second and last stage allocations: each stage holds its own layer count (the launched split) times
-    the micro-batches in flight at its rank; expert states shard over the expert data-parallel group.
+    """First, second and last stage allocations (_stage_parts added up).
 
     Grouped (memory_peak_gib): `cs`, zero, shard_group and params are per state group and `spread_s` spreads them
     to the rows; k, tok and micro are per activation group (ACTIVATION_FREE_KNOBS), spread by `spread_z`; each row
     then sums the same terms in the same order as ungrouped, and the states only as their sum (the peak reads
     totals)."""
-    prof = stack_profile(problem.training)
-    fp8 = compute.is_fp8(problem)
-    tp, pp, sp = k["tp"], k["pp"], k["sp"]
-    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
+    x = _stage_parts(problem, k, tok, micro, cs, zero, shard_group, params, state_bytes)
     grouped = spread_s is not _whole
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
-    logits = memory.logits_bytes(tok, problem.model, tp)
-    shared = spread_s(memory.fsdp_buffer_bytes(zero, params["per_layer"], prof)) + spread_z(memory.p2p_buffer_bytes(
-        tok, problem.model.hidden_size, tp, sp, pp))
-    held_s, states_s = state_bytes or stage_state_bytes(problem, cs, zero, shard_group, params)
-    inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
-    # logits live on the last stage, and on the first (= second) too without a pipeline
-    logits_s = (spread_z(np.where(pp == 1, logits, 0.0)),) * 2 + (spread_z(logits),)
+    shared = spread_s(x.fsdp) + spread_z(x.p2p)
+    first_logits = spread_z(x.logits[0])
     stages = []
-    for n, held, states, in_flight, stage_logits in zip(counts, held_s, states_s, inflight, logits_s, strict=True):
-        acts = spread_z(per_layer_act * n * in_flight + working)
-        buffers = shared + spread_s(memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8))
+    for states, meta, acts, stage_logits in zip(x.states, x.meta, map(spread_z, x.acts),
+                                                (first_logits, first_logits, spread_z(x.logits[2])), strict=True):
+        buffers = shared + spread_s(meta)
         if grouped:  # the peak reads totals; the states' sum is never -0.0, so stage_memory's 0 + it is itself
             held_states = spread_s(sum(states.values()))
             stages.append(memory.StageMemory({"all": held_states}, acts, stage_logits, buffers,
@@ -339,6 +366,18 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
         else:
             stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
     return stages
+
+
+def grouped_stage_parts(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[StageParts, np.ndarray]:
+    """_stage_parts of the groups `by_state` and `by_act` (grouped_memory_peak_gib's), and the bytes each state
+    group's GPU holds outside the allocator (memory.device_fixed_bytes)."""
+    cs, k = by_state.table, _knobs(by_act.table, expert=False)
+    zero, _, shard_group = sharding(problem, cs)
+    micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
+    tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
+    parts = _stage_parts(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs))
+    active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
+    return parts, memory.device_fixed_bytes(active)
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

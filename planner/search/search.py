@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.cost import compute
+from planner.cost.fit_check import grouped_fits
 from planner.cost.step import (
     ACTIVATION_FREE_KNOBS,
     STATE_FREE_KNOBS,
     ZERO_FREE_KNOBS,
     Shared,
     evaluate,
-    grouped_memory_peak_gib,
     step_time_floor,
 )
 from planner.errors import NoFeasiblePlan
@@ -165,10 +165,10 @@ def _fits(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[np.ndarra
     n = len(by_state.index)
     if not problem.enforce_memory:
         return np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
-    # most terms are priced once per group of rows sharing what they read; rows whose states alone are too big
-    # are not priced (NaN: neither fits nor tight)
-    peak = grouped_memory_peak_gib(problem, by_state, by_act, cap=capacity_gib(problem))
-    return peak <= capacity_gib(problem), np.asarray(is_tight(problem, peak), dtype=bool)
+    # most terms are priced once per group of rows sharing what they read, and summed per row in a cheaper order
+    # (exact but within rounding of a line: planner.cost.fit_check)
+    cap = capacity_gib(problem)
+    return grouped_fits(problem, by_state, by_act, cap, cap * (1.0 - problem.memory_headroom))
 
 
 def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | None,
