@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import planner.search.search as s
+from planner.cost.fit_check import grouped_fits
 from planner.cost.memory import distinct_pairs, stage_layer_counts
 from planner.cost.sharding import state_memory_floor_gib
 from planner.cost.step import (
@@ -47,6 +48,27 @@ def test_grouped_memory_is_the_row_by_row_memory(case):
     assert np.array_equal(grouped_memory_peak_gib(p, by_state, by_zero), memory_peak_gib(p, cols), equal_nan=True)
     # and the row-by-row memory is evaluate's
     assert np.array_equal(memory_peak_gib(p, cols), evaluate(p, cols)["memory_peak_gib"], equal_nan=True)
+
+
+@pytest.mark.parametrize("case", PROBLEMS)
+def test_grouped_fit_check_answers_as_the_row_by_row_peak(case):
+    """fit_check sums each stage in another order than the peak; rows within rounding of a line must still get the
+    peak's answer: lines are also put exactly on rows' peaks, where only the exact peak can tell."""
+    p = _problem(*case)
+    cols = {k: v[:60_000] for k, v in enumerate_layouts(p).cols.items()}
+    by_state, by_zero, by_act = shared_rows(cols, STATE_FREE_KNOBS, ZERO_FREE_KNOBS, ACTIVATION_FREE_KNOBS)
+    peak = memory_peak_gib(p, cols)
+    known = np.sort(peak[np.isfinite(peak)])
+    cap = p.cluster.gpu.memory_gib
+    lines = [(cap, cap * (1.0 - p.memory_headroom)), (known[len(known) // 2], known[len(known) // 3]),
+             (known[-1], known[0]), (float(np.nextafter(known[len(known) // 4], 0.0)), known[len(known) // 5])]
+    for capacity, room in lines:
+        for by in (by_act, by_zero):
+            fits, tight = grouped_fits(p, by_state, by, capacity, room)
+            assert np.array_equal(fits, peak <= capacity), (capacity, np.flatnonzero(fits != (peak <= capacity)))
+            assert np.array_equal(tight, fits & (peak > room)), room
+    fits, _ = grouped_fits(p, by_state, by_act, *lines[1])
+    assert fits.any() and not fits.all()
 
 
 @pytest.mark.parametrize("case", PROBLEMS)
