@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost import memory
-from planner.cost.step import Shared, grouped_memory_peak_gib, grouped_stage_parts
+from planner.cost import compute, memory, pipeline
+from planner.cost.sharding import sharding, stage_params
+from planner.cost.step import Shared, StageParts, _knobs, grouped_memory_peak_gib, stage_parts
 from planner.inputs.problem import Problem
 
 # Far above the reordered sum's rounding (~1e-15 relative), far below any gap the search cares about: about one row
@@ -50,3 +51,15 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
         fits[unsure] = peak <= capacity_gib
         tight[unsure] = fits[unsure] & (peak > room_gib)
     return fits, tight
+
+
+def grouped_stage_parts(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[StageParts, np.ndarray]:
+    """step.stage_parts of the groups `by_state` and `by_act`, priced as grouped_memory_peak_gib prices them, and
+    the bytes each state group's GPU holds outside the allocator (memory.device_fixed_bytes)."""
+    cs, k = by_state.table, _knobs(by_act.table, expert=False)
+    zero, _, shard_group = sharding(problem, cs)
+    micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
+    tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
+    parts = stage_parts(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs))
+    active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
+    return parts, memory.device_fixed_bytes(active)

@@ -316,7 +316,7 @@ class StageParts:
     logits: list[np.ndarray]  # the first and second stage's are one array
 
 
-def _stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
+def stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
                  cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray,
                  params: dict[str, np.ndarray],
                  state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None) -> StageParts:
@@ -345,13 +345,13 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
             spread_z: Callable[[np.ndarray], np.ndarray] = _whole,
             state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None,
             ) -> list[memory.StageMemory]:
-    """First, second and last stage allocations (_stage_parts added up).
+    """First, second and last stage allocations (stage_parts added up).
 
     Grouped (memory_peak_gib): `cs`, zero, shard_group and params are per state group and `spread_s` spreads them
     to the rows; k, tok and micro are per activation group (ACTIVATION_FREE_KNOBS), spread by `spread_z`; each row
     then sums the same terms in the same order as ungrouped, and the states only as their sum (the peak reads
     totals)."""
-    x = _stage_parts(problem, k, tok, micro, cs, zero, shard_group, params, state_bytes)
+    x = stage_parts(problem, k, tok, micro, cs, zero, shard_group, params, state_bytes)
     grouped = spread_s is not _whole
     shared = spread_s(x.fsdp) + spread_z(x.p2p)
     first_logits = spread_z(x.logits[0])
@@ -366,18 +366,6 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
         else:
             stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
     return stages
-
-
-def grouped_stage_parts(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[StageParts, np.ndarray]:
-    """_stage_parts of the groups `by_state` and `by_act` (grouped_memory_peak_gib's), and the bytes each state
-    group's GPU holds outside the allocator (memory.device_fixed_bytes)."""
-    cs, k = by_state.table, _knobs(by_act.table, expert=False)
-    zero, _, shard_group = sharding(problem, cs)
-    micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
-    tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    parts = _stage_parts(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs))
-    active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
-    return parts, memory.device_fixed_bytes(active)
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
