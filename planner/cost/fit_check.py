@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import compute, memory, pipeline
-from planner.cost.sharding import sharding, stage_params
+from planner.cost.sharding import sharding, stage_params, stage_state_bytes, states_floor_gib
 from planner.cost.step import Shared, StageParts, _knobs, grouped_memory_peak_gib, stage_parts
 from planner.inputs.problem import Problem
 
@@ -28,24 +28,36 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
                  room_gib: float) -> tuple[np.ndarray, np.ndarray]:
     """(fits, tight) per row of the groups `by_state` and `by_act` (grouped_memory_peak_gib's): memory_peak_gib <=
     capacity_gib, and, among rows that fit, memory_peak_gib > room_gib (rows that do not fit are never tight)."""
-    parts, fixed = grouped_stage_parts(problem, by_state, by_act)
     n = len(by_state.index)
+    fits, tight = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    cs = by_state.table
+    zero, _, shard_group = sharding(problem, cs)
+    params = stage_params(problem, cs)
+    state = (zero, shard_group, params, stage_state_bytes(problem, cs, zero, shard_group, params))
+    if (states_floor_gib(state[3][1]) > capacity_gib * (1.0 + SLACK)).all():  # (a peak adds terms >= 0 to these)
+        return fits, tight  # no state group's model states fit: the rest is never priced
+    parts, fixed = grouped_stage_parts(problem, by_state, by_act, state)
     terms = [*(v for states in parts.states for v in states.values()), parts.fsdp, *parts.meta, fixed, parts.p2p,
              *parts.acts, *parts.logits]
-    if not all(bool(np.all(np.asarray(x) >= 0)) for x in terms):  # a negative or NaN term: the reorder promises nothing
-        fits, tight, unsure = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), np.arange(n)
+    if not all(bool(np.all(np.asarray(x) >= 0)) for x in terms):  # a negative or NaN term: no promise
+        unsure = np.arange(n)
     else:
         scale = 1.0 + memory.FRAGMENTATION  # memory._device_gib: (total + FRAGMENTATION x total + fixed) / GIB
-        total = None
-        for states, meta, acts, logits in zip(parts.states, parts.meta, parts.acts, parts.logits, strict=True):
-            stage = (by_state.spread(sum(states.values()) + parts.fsdp + meta + fixed / scale)
-                     + by_act.spread(acts + logits + parts.p2p))
-            total = stage if total is None else np.maximum(total, stage, out=total)
         cap_line, room_line = capacity_gib * memory.GIB / scale, room_gib * memory.GIB / scale
-        fits = total <= cap_line
-        tight = fits & (total > room_line)
-        unsure = np.flatnonzero((np.abs(total - cap_line) <= SLACK * cap_line)
-                                | (np.abs(total - room_line) <= SLACK * room_line))
+        state_side = [sum(states.values()) + parts.fsdp + meta + fixed / scale
+                      for states, meta in zip(parts.states, parts.meta, strict=True)]
+        # a state group whose states alone are over the line fits in none of its rows: those rows are never summed
+        over = np.maximum(np.maximum(state_side[0], state_side[1]), state_side[2]) > cap_line * (1.0 + SLACK)
+        rows = np.flatnonzero(~by_state.spread(over)) if over.any() else np.arange(n)
+        at_s, at_z = by_state.index.take(rows), by_act.index.take(rows)
+        total = None
+        for side, acts, logits in zip(state_side, parts.acts, parts.logits, strict=True):
+            stage = side.take(at_s) + (acts + logits + parts.p2p).take(at_z)
+            total = stage if total is None else np.maximum(total, stage, out=total)
+        fits[rows] = fit = total <= cap_line
+        tight[rows] = fit & (total > room_line)
+        unsure = rows.take(np.flatnonzero((np.abs(total - cap_line) <= SLACK * cap_line)
+                                          | (np.abs(total - room_line) <= SLACK * room_line)))
     if len(unsure):
         peak = grouped_memory_peak_gib(problem, by_state.subset(unsure), by_act.subset(unsure), cap=capacity_gib)
         fits[unsure] = peak <= capacity_gib
@@ -53,13 +65,15 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
     return fits, tight
 
 
-def grouped_stage_parts(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[StageParts, np.ndarray]:
-    """step.stage_parts of the groups `by_state` and `by_act`, priced as grouped_memory_peak_gib prices them, and
-    the bytes each state group's GPU holds outside the allocator (memory.device_fixed_bytes)."""
+def grouped_stage_parts(problem: Problem, by_state: Shared, by_act: Shared,
+                        state: tuple) -> tuple[StageParts, np.ndarray]:
+    """step.stage_parts of the groups `by_state` and `by_act`, priced as grouped_memory_peak_gib prices them
+    (`state`: by_state's zero, shard group, stage_params and stage_state_bytes), and the bytes each state group's GPU
+    holds outside the allocator (memory.device_fixed_bytes)."""
     cs, k = by_state.table, _knobs(by_act.table, expert=False)
-    zero, _, shard_group = sharding(problem, cs)
+    zero, shard_group, params, state_bytes = state
     micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    parts = stage_parts(problem, k, tok, micro, cs, zero, shard_group, stage_params(problem, cs))
+    parts = stage_parts(problem, k, tok, micro, cs, zero, shard_group, params, state_bytes)
     active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
     return parts, memory.device_fixed_bytes(active)
