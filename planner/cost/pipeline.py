@@ -49,7 +49,7 @@ def bubble_time(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, t_f: np.ndar
 def present_codes(codes: np.ndarray) -> np.ndarray:
     """np.unique of a column of small non-negative integer codes, by counting instead of sorting (the same values,
     ascending; a few ms on the search's million-row columns, and numpy.unique's import of numpy.ma avoided)."""
-    if codes.size and codes.dtype.kind in "iu" and int(codes.min()) >= 0:
+    if codes.dtype.kind in "iu" and (codes.size == 0 or int(codes.min()) >= 0):
         return np.flatnonzero(np.bincount(codes.ravel()))
     return np.unique(codes)
 
