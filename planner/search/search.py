@@ -110,11 +110,11 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
     dominate = dominate and "recompute" not in problem.fixed
     assert enum.last is not None and enum.last[0] == "recompute" and (np.diff(enum.last[1]) > 0).all(), enum.last
     proven = True
-    kept_cols: list[dict[str, np.ndarray]] = []
+    kept: list[tuple[np.ndarray, np.ndarray]] = []  # (parent, index of the last knob's value) of each part's rows
     kept_tight: list[np.ndarray] = []
     fitting = dominated = unfit = 0
     for parent, pos, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
-        if problem.enforce_memory and deadline is not None and kept_cols and time.perf_counter() > deadline:
+        if problem.enforce_memory and deadline is not None and kept and time.perf_counter() > deadline:
             proven = False
         fits, tight = _fits(problem, by_state, by_act) if proven else (np.zeros(len(parent), dtype=bool),) * 2
         unfit += len(fits) - int(np.count_nonzero(fits))  # (rows left unchecked by the deadline too)
@@ -122,14 +122,15 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
         keep = _undominated(parent, fits, tight) if dominate else fits
         dominated += int(np.count_nonzero(fits & ~keep))
         rows = np.flatnonzero(keep)
-        kept_cols.append(enum.take(parent.take(rows), pos.take(rows)))
+        kept.append((parent.take(rows), pos.take(rows)))
         kept_tight.append(tight.take(rows))
     if problem.enforce_memory:
         pruned[MEMORY_RULE.name] += unfit
     if dominate and fitting:
         pruned[RECOMPUTE_DOMINANCE.name] = dominated
         fitting -= dominated  # candidates = feasible + pruned: a dominated layout is counted as pruned
-    cols = {k: np.concatenate([c[k] for c in kept_cols]) for k in kept_cols[0]} if kept_cols else \
+    # the kept rows' columns taken once, not per part and then joined
+    cols = enum.take(*(np.concatenate(x) for x in zip(*kept, strict=True))) if kept else \
         {k: np.zeros(0, dtype=np.int32) for k in (*KNOBS, *enum.cols)}
     return cols, np.concatenate(kept_tight) if kept_tight else np.zeros(0, dtype=bool), fitting, proven
 
