@@ -29,6 +29,7 @@ from planner.search.space import Enumeration, enumerate_layouts, select, shared_
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
+FLOOR_SLICE = 50_000  # rows per step_time_floor call in _Bounds (see _Bounds._floor)
 SAMPLE = 1024  # rows priced first to bound the rest (_price_rankable)
 # Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
 _SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
@@ -260,6 +261,11 @@ class _Bounds:
         self.refined = np.zeros(len(self.bound), dtype=bool)
 
     def _floor(self, table: dict[str, np.ndarray], communication: bool) -> np.ndarray:
+        # in slices, so that each slice's temporaries reuse the last one's memory (elementwise: the same bits)
+        return np.concatenate([self._floor_slice({k: v[lo:lo + FLOOR_SLICE] for k, v in table.items()}, communication)
+                               for lo in range(0, len(table["tp"]), FLOOR_SLICE)] or [np.zeros(0)])
+
+    def _floor_slice(self, table: dict[str, np.ndarray], communication: bool) -> np.ndarray:
         floor = step_time_floor(self.problem, table, communication) * (1.0 - 1e-9)
         bound = compute.throughput_per_gpu(self.problem, floor)
         return np.where(np.isfinite(bound), bound, np.inf)
