@@ -80,7 +80,7 @@ class Enumeration:
     `last` = (that knob, its values, which rows of cols x values the rules keep), so that a search can check the
     (largest) table part by part (`grouped_parts`) instead of building it."""
 
-    cols: dict[str, np.ndarray]
+    cols: Mapping[str, np.ndarray]  # with lazy_last a _Rows: columns built when read
     candidates: int
     pruned: dict[str, int]
     last: tuple[str, np.ndarray, np.ndarray] | None = None
@@ -103,7 +103,8 @@ class Enumeration:
         for first in range(0, len(kept) // width, per):
             local = np.flatnonzero(kept[first * width:(first + per) * width])
             own, pos = local // width, local % width  # parent within the slice, index in vals
-            block = {k: v[first:first + per] for k, v in self.cols.items()}
+            block = self.cols.block(first, first + per) if isinstance(self.cols, _Rows) else \
+                {k: v[first:first + per] for k, v in self.cols.items()}
             found = row_groups(block, *(tuple(dict.fromkeys((*free, knob))) for free in frees))
             groups = [_part_groups(block, rep, index.take(own), knob, vals, None if knob in free else pos)
                       for free, (rep, index) in zip(frees, found, strict=True)]
@@ -113,6 +114,8 @@ class Enumeration:
         """The rows (parent, index of the last knob's value) of a lazy enumeration, as columns."""
         assert self.last is not None
         knob, vals, _ = self.last
+        if isinstance(self.cols, _Rows):
+            return {**self.cols.take(parent), knob: vals.take(pos)}
         return {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(pos)}
 
 
@@ -142,10 +145,10 @@ class _Crossed(Mapping[str, np.ndarray]):
     rule reads; `rows` then builds the kept rows straight from the smaller table (one take per column instead of a
     repeat and a take)."""
 
-    def __init__(self, cols: dict[str, np.ndarray], knob: str, values: list[int]) -> None:
+    def __init__(self, cols: Mapping[str, np.ndarray], knob: str, values: list[int]) -> None:
         self.cols, self.knob = cols, knob
         self.vals = np.asarray(values, dtype=np.int32)  # sizes stay below 2**31 (specs cap counts at 10,000,000)
-        self.size = (len(next(iter(cols.values()))) if cols else 1) * len(self.vals)
+        self.size = _row_count(cols) * len(self.vals)
         self._made: dict[str, np.ndarray] = {}
 
     def __getitem__(self, key: str) -> np.ndarray:
@@ -188,13 +191,59 @@ class _Crossed(Mapping[str, np.ndarray]):
         parent = rows // len(self.vals)
         return {**{k: v.take(parent) for k, v in self.cols.items()}, self.knob: self.vals.take(rows % len(self.vals))}
 
+    def lazy_rows(self, keep: np.ndarray | None = None) -> _Rows:
+        """`rows`, with each column built only when read (_Rows)."""
+        rows = np.flatnonzero(keep) if keep is not None else np.arange(self.size)
+        parent, pos = np.divmod(rows, len(self.vals))
+        return _Rows(self.cols, self.knob, self.vals, parent, pos)
+
+
+class _Rows(Mapping[str, np.ndarray]):
+    """The rows (`parent` in `base`, `pos` in the new knob's `vals`) of a table crossed with one more knob, each
+    column built only when read: a search reads a few whole columns (the last knob's rules) and the rest part by part
+    (`block`, `take`), so the table before a lazy last knob, the largest one built, never exists whole (~55 MB and
+    its page faults on DeepSeek-V3 fp8 at global batch 15360)."""
+
+    def __init__(self, base: Mapping[str, np.ndarray], knob: str, vals: np.ndarray, parent: np.ndarray,
+                 pos: np.ndarray) -> None:
+        self.base, self.knob, self.vals, self.parent, self.pos = base, knob, vals, parent, pos
+        self._made: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._made:
+            self._made[key] = self.vals.take(self.pos) if key == self.knob else self.base[key].take(self.parent)
+        return self._made[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*self.base, self.knob))
+
+    def __len__(self) -> int:
+        return len(self.base) + 1
+
+    def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows `rows`, as columns."""
+        parent = self.parent.take(rows)
+        return {**{k: v.take(parent) for k, v in self.base.items()}, self.knob: self.vals.take(self.pos.take(rows))}
+
+    def block(self, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Rows lo to hi, as columns (slices of the columns already built)."""
+        parent = self.parent[lo:hi]
+        return {**{k: self._made[k][lo:hi] if k in self._made else v.take(parent) for k, v in self.base.items()},
+                self.knob: self.vals.take(self.pos[lo:hi])}
+
+
+def _row_count(cols: Mapping[str, np.ndarray]) -> int:
+    if isinstance(cols, _Rows):
+        return len(cols.parent)
+    return len(next(iter(cols.values()))) if cols else 1
+
 
 def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
     dom = domains(problem)
     sizes = [len(dom[k]) for k in _ORDER]
     candidates = int(np.prod(sizes))
     pruned = {r.name: 0 for r in (*RULES, *DOMINANCE)}
-    cols: dict[str, np.ndarray] = {}
+    cols: Mapping[str, np.ndarray] = {}
     known: set[str] = set()
     pending = [*RULES, *DOMINANCE]  # framework rules first: a row they refuse is charged to them
     for i, knob in enumerate(_ORDER):
@@ -225,7 +274,9 @@ def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
         if lazy_last and i == len(_ORDER) - 1 and isinstance(table, _Crossed):
             assert not pending, pending
             return Enumeration(table.cols, candidates, pruned, (knob, table.vals, keep))
-        if isinstance(table, _Crossed):
+        if isinstance(table, _Crossed) and lazy_last and i == len(_ORDER) - 2:
+            cols = table.lazy_rows(keep if ready else None)
+        elif isinstance(table, _Crossed):
             cols = table.rows(keep if ready else None)
         else:
             cols = select(table, keep) if ready else dict(table)
