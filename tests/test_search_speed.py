@@ -23,7 +23,7 @@ from planner.inputs.layout import uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.search.rules import DOMINANCE, RULES
-from planner.search.space import _ORDER, domains, enumerate_layouts, shared_rows
+from planner.search.space import _ORDER, domains, enumerate_layouts, row_groups, shared_rows
 
 PROBLEMS = [  # dense + pipelines, MoE + DualPipe in fp8, sliding-window MoE, a memory-tight dense problem
     ("llama3-8b", "h100x64", 8192, 256, "bf16"),
@@ -75,7 +75,7 @@ def test_grouped_fit_check_answers_as_the_row_by_row_peak(case):
 def test_step_time_floor_never_exceeds_the_step(case):
     p = _problem(*case)
     enum = enumerate_layouts(p, lazy_last=True)
-    cols, _, _, _ = s._fitting(p, enum, {**enum.pruned, "memory_fits": 0}, dominate=False)
+    cols, *_ = s._fitting(p, enum, {**enum.pruned, "memory_fits": 0}, dominate=False)
     cols = {k: v[:80_000] for k, v in cols.items()}
     step = evaluate(p, cols)["step_time_s"]
     floor = step_time_floor(p, cols)
@@ -101,7 +101,7 @@ def test_pricing_only_rankable_rows_ranks_as_pricing_all(case, top):
 def test_rankable_rows_are_few_on_a_large_problem():
     p = _problem("deepseek-v3", "h800x256", 4096, 1024, "fp8")
     enum = enumerate_layouts(p, lazy_last=True)
-    cols, tight, fitting, _ = s._fitting(p, enum, {**enum.pruned, "memory_fits": 0})
+    cols, tight, fitting, _, _ = s._fitting(p, enum, {**enum.pruned, "memory_fits": 0})
     priced, _ = s._price_rankable(p, cols, tight, 5)
     assert len(priced["tp"]) < len(cols["tp"]) / 4
 
@@ -144,7 +144,12 @@ def test_memory_pass_matches_the_row_by_row_table(case):
     p = _problem(*case)
     enum = enumerate_layouts(p, lazy_last=True)
     pruned = {**enum.pruned, "memory_fits": 0}
-    cols, tight, fitting, proven = s._fitting(p, enum, pruned)
+    cols, tight, fitting, proven, by_zero = s._fitting(p, enum, pruned)
+    # the ZeRO-free groups read off the enumeration's indices partition the rows as row_groups does
+    (rep, index), = row_groups(cols, ZERO_FREE_KNOBS)
+    pairs = np.unique(np.stack([by_zero[1], index]), axis=1) if by_zero is not None else None
+    assert pairs is not None and len(by_zero[0]) == len(rep) == pairs.shape[1]
+    assert all(np.array_equal(v.take(by_zero[0]).take(by_zero[1]), v) for k, v in cols.items() if k != "zero")
     full = enumerate_layouts(p).cols
     peak = memory_peak_gib(p, full)
     fits = peak <= s.capacity_gib(p)

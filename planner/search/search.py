@@ -25,7 +25,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import Enumeration, enumerate_layouts, select, shared_rows
+from planner.search.space import Enumeration, enumerate_layouts, row_groups, select
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
@@ -80,11 +80,11 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     pruned[MEMORY_RULE.name] = 0
     # `keep_priced` shows the memory/throughput trade-off, where more recompute is the leaner point: keep every one
     deadline = None if time_limit_s is None else start + time_limit_s
-    cols, tight_rows, fitting, proven = _fitting(problem, enum, pruned, dominate=not keep_priced,
-                                                 deadline=deadline)
+    cols, tight_rows, fitting, proven, by_zero = _fitting(problem, enum, pruned, dominate=not keep_priced,
+                                                          deadline=deadline)
     # (a time limit prices rows in table order, as it always did; without the memory pass tightness is unknown here)
     if deadline is None and not keep_priced and problem.enforce_memory:
-        all_cols, all_met = _price_rankable(problem, cols, tight_rows, top)
+        all_cols, all_met = _price_rankable(problem, cols, tight_rows, top, by_zero)
     else:
         all_cols, all_met, proven = _price_all(problem, cols, deadline, proven)
     feasible = fitting if proven else len(all_cols["tp"])
@@ -102,8 +102,10 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
 
 
 def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], dominate: bool = True,
-             deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool]:
-    """The rows worth pricing in full, which of them are tight, and how many fit, part by part
+             deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool,
+                                                     tuple[np.ndarray, np.ndarray] | None]:
+    """The rows worth pricing in full, which of them are tight, how many fit, and (when the enumeration can tell them
+    from its indices: Enumeration.groups_free_in) their groups by ZERO_FREE_KNOBS, part by part
     (Enumeration.grouped_parts, whose groups price most memory terms once per group): a cheap state floor, then the
     memory model alone; among layouts that differ only in recompute (one parent: recompute
     is enumerated last), only the least recompute that fits and the least that fits with headroom can rank
@@ -130,10 +132,13 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
     if dominate and fitting:
         pruned[RECOMPUTE_DOMINANCE.name] = dominated
         fitting -= dominated  # candidates = feasible + pruned: a dominated layout is counted as pruned
+    if not kept:
+        return {k: np.zeros(0, dtype=np.int32) for k in (*KNOBS, *enum.cols)}, np.zeros(0, dtype=bool), fitting, \
+            proven, None
+    parents, positions = (np.concatenate(x) for x in zip(*kept, strict=True))
     # the kept rows' columns taken once, not per part and then joined
-    cols = enum.take(*(np.concatenate(x) for x in zip(*kept, strict=True))) if kept else \
-        {k: np.zeros(0, dtype=np.int32) for k in (*KNOBS, *enum.cols)}
-    return cols, np.concatenate(kept_tight) if kept_tight else np.zeros(0, dtype=bool), fitting, proven
+    return enum.take(parents, positions), np.concatenate(kept_tight), fitting, proven, \
+        enum.groups_free_in(ZERO_FREE_KNOBS, parents, positions)
 
 
 def has_plan(problem: Problem) -> bool:
@@ -193,8 +198,9 @@ def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | 
     return all_cols, all_met, proven
 
 
-def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.ndarray,
-                    top: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.ndarray, top: int,
+                    by_zero: tuple[np.ndarray, np.ndarray] | None = None,
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
 
     A throughput bound per row (step_time_floor: first its cheap form for every row, then the full one for rows
@@ -204,7 +210,7 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
     two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and is never priced. Rounds end
     once every row above that line is priced. The priced rows come back in table order (ties rank as they would
     unpruned), rows without a finite step time dropped."""
-    bounds = _Bounds(problem, cols)
+    bounds = _Bounds(problem, cols, by_zero)
     priced = np.zeros(len(tight), dtype=bool)
     picked: list[np.ndarray] = []
     mets: list[dict[str, np.ndarray]] = []
@@ -253,10 +259,12 @@ class _Bounds:
     ZeRO stage): step_time_floor's cheap form for all, the full form once a group is refined; less 1e-9 (the floor
     sums its terms in another order than evaluate); a row the floor cannot bound gets +inf, so it is priced."""
 
-    def __init__(self, problem: Problem, cols: dict[str, np.ndarray]) -> None:
+    def __init__(self, problem: Problem, cols: dict[str, np.ndarray],
+                 by_zero: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """`by_zero`: row_groups(cols, ZERO_FREE_KNOBS), when already known."""
         self.problem = problem
-        by_zero, = shared_rows(cols, ZERO_FREE_KNOBS)
-        self.table, self.index = by_zero.table, by_zero.index
+        rep, self.index = by_zero or row_groups(cols, ZERO_FREE_KNOBS)[0]
+        self.table = {k: v.take(rep) for k, v in cols.items()}
         self.bound = self._floor(self.table, communication=False)
         self.refined = np.zeros(len(self.bound), dtype=bool)
 

@@ -110,6 +110,21 @@ class Enumeration:
                       for free, (rep, index) in zip(frees, found, strict=True)]
             yield own + first, pos, groups
 
+    def groups_free_in(self, free: tuple[str, ...], parent: np.ndarray,
+                       pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """row_groups(rows, free) of the rows (parent, index of the last knob's value) of a lazy enumeration, found
+        from the indices alone when `free` is the knob crossed before the last (the table before the last knob is a
+        _Rows): rows agree on every other knob when their parents share a row of the table before that knob and
+        their last knob's value is the same. None otherwise."""
+        if not isinstance(self.cols, _Rows) or free != (self.cols.knob,):
+            return None
+        assert self.last is not None
+        key = self.cols.parent.take(parent) * len(self.last[1]) + pos
+        slot = np.full(len(self.cols.base["tp"]) * len(self.last[1]), -1, dtype=np.int64)
+        slot[key] = np.arange(len(key))  # any row of a group represents it
+        present = slot >= 0
+        return slot[present], (np.cumsum(present, dtype=np.int64) - 1).take(key)
+
     def take(self, parent: np.ndarray, pos: np.ndarray) -> dict[str, np.ndarray]:
         """The rows (parent, index of the last knob's value) of a lazy enumeration, as columns."""
         assert self.last is not None
