@@ -7,7 +7,7 @@ still refer to the full cross product, so `candidates == feasible + sum(pruned)`
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,6 +84,7 @@ class Enumeration:
     candidates: int
     pruned: dict[str, int]
     last: tuple[str, np.ndarray, np.ndarray] | None = None
+    _base_runs: dict[int, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def grouped_parts(self, rows: int, *frees: tuple[str, ...]) -> Iterator[tuple[np.ndarray, np.ndarray,
                                                                                    list[Shared]]]:
@@ -105,10 +106,28 @@ class Enumeration:
             own, pos = local // width, local % width  # parent within the slice, index in vals
             block = self.cols.block(first, first + per) if isinstance(self.cols, _Rows) else \
                 {k: v[first:first + per] for k, v in self.cols.items()}
-            found = row_groups(block, *(tuple(dict.fromkeys((*free, knob))) for free in frees))
+            sets = [tuple(dict.fromkeys((*free, knob))) for free in frees]
+            found = row_groups(block, *sets, runs=self._block_runs(sets, first, first + per))
             groups = [_part_groups(block, rep, index.take(own), knob, vals, None if knob in free else pos)
                       for free, (rep, index) in zip(frees, found, strict=True)]
             yield own + first, pos, groups
+
+    def _block_runs(self, sets: list[tuple[str, ...]], lo: int, hi: int) -> dict[int, np.ndarray] | None:
+        """row_groups' runs of the table's rows lo to hi, read off the table its rows were crossed from (a _Rows'
+        base, a quarter the rows): rows agree on the knobs before the one crossed last exactly when their parents
+        there do. None when a set's first free knob is that last one, or the table was built whole."""
+        if not isinstance(self.cols, _Rows):
+            return None
+        firsts = [min(_ORDER.index(k) for k in free) for free in sets]
+        if max(firsts) > _ORDER.index(self.cols.knob):
+            return None
+        if self._base_runs is None:
+            self._base_runs = {}
+        if missing := [f for f in firsts if f not in self._base_runs]:
+            self._base_runs.update(run_ids(self.cols.base, missing))
+        parent = self.cols.parent[lo:hi]
+        return {f: self._base_runs[f].take(parent) - self._base_runs[f][parent[0]] for f in firsts} \
+            if len(parent) else None
 
     def groups_free_in(self, free: tuple[str, ...], parent: np.ndarray,
                        pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -305,39 +324,50 @@ def shared_rows(cols: dict[str, np.ndarray], *frees: tuple[str, ...]) -> list[Sh
     return [Shared({k: v.take(rep) for k, v in cols.items()}, index) for rep, index in row_groups(cols, *frees)]
 
 
-def row_groups(cols: dict[str, np.ndarray], *frees: tuple[str, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+def row_groups(cols: Mapping[str, np.ndarray], *frees: tuple[str, ...],
+               runs: dict[int, np.ndarray] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each set of `frees`, (a representative row per group, each row's group) of the rows that agree on every
     knob but those.
 
     Rows agreeing on every knob enumerated before the first free one are adjacent, so those knobs group by runs
-    (no sort, and the runs are shared between the sets); the knobs after it that are not free (small codes) refine
-    the run ids as a mixed-radix key. A table in another order only groups less, never wrongly: a run never joins
-    rows that differ."""
+    (no sort, and the runs are shared between the sets; `runs`: each run's id from 0, per index in _ORDER of a first
+    free knob, when already known); the knobs after it that are not free (small codes) refine the run ids as a
+    mixed-radix key. A table in another order only groups less, never wrongly: a run never joins rows that
+    differ."""
     n = len(cols["tp"])
     firsts = [min(_ORDER.index(k) for k in free) for free in frees]
-    start = np.zeros(n, dtype=bool)
-    start[:1] = True
-    start[1:] |= cols["dp"][1:] != cols["dp"][:-1]
-    runs: dict[int, np.ndarray] = {}
-    for i, knob in enumerate(_ORDER[:max(firsts) + 1]):
-        if i in firsts:
-            runs[i] = start.copy()
-        start[1:] |= cols[knob][1:] != cols[knob][:-1]
+    runs = runs or run_ids(cols, firsts)
     out = []
     for free, first in zip(frees, firsts, strict=True):
-        key = np.cumsum(runs[first], dtype=np.int64) - 1
+        key = runs[first]
         rest = [k for k in _ORDER[first:] if k not in free]
         for knob in rest:
             code = cols[knob].astype(np.int64)
             key = key * (int(code.max(initial=0)) + 1) + code
         if not rest:
-            out.append((np.flatnonzero(runs[first]), key))
+            start = np.ones(n, dtype=bool)
+            start[1:] = key[1:] != key[:-1]
+            out.append((np.flatnonzero(start), key))
             continue
         slot = np.full(int(key.max(initial=-1)) + 1, -1, dtype=np.int64)
         slot[key] = np.arange(n)  # any row of a group represents it
         present = slot >= 0
         out.append((slot[present], (np.cumsum(present, dtype=np.int64) - 1)[key]))
     return out
+
+
+def run_ids(cols: Mapping[str, np.ndarray], firsts: list[int]) -> dict[int, np.ndarray]:
+    """For each index in _ORDER, each row's run (from 0) of adjacent rows that agree on dp and every knob before it."""
+    n = len(cols["tp"])
+    start = np.zeros(n, dtype=bool)
+    start[:1] = True
+    start[1:] |= cols["dp"][1:] != cols["dp"][:-1]
+    runs: dict[int, np.ndarray] = {}
+    for i, knob in enumerate(_ORDER[:max(firsts, default=-1) + 1]):
+        if i in firsts:
+            runs[i] = np.cumsum(start, dtype=np.int64) - 1
+        start[1:] |= cols[knob][1:] != cols[knob][:-1]
+    return runs
 
 
 def select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
