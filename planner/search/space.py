@@ -153,7 +153,7 @@ class Enumeration:
         return {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(pos)}
 
 
-def _part_groups(block: dict[str, np.ndarray], rep: np.ndarray, ids: np.ndarray, knob: str, vals: np.ndarray,
+def _part_groups(block: Mapping[str, np.ndarray], rep: np.ndarray, ids: np.ndarray, knob: str, vals: np.ndarray,
                  pos: np.ndarray | None) -> Shared:
     """The groups of a part's rows whose parents fall in groups `ids` of `block` (`rep`: a row of each), only those
     present; with `pos` (each row's index in `vals`: the last knob is not free) a group is an (id, pos) pair."""
@@ -162,7 +162,8 @@ def _part_groups(block: dict[str, np.ndarray], rep: np.ndarray, ids: np.ndarray,
     present = np.zeros(len(rep) * width, dtype=bool)
     present[key] = True
     cell = np.flatnonzero(present)
-    table = {k: v.take(rep.take(cell // width)) for k, v in block.items()}
+    rows = rep.take(cell // width)
+    table = block.take(rows) if isinstance(block, _Rows) else {k: v.take(rows) for k, v in block.items()}
     # a free last knob: any value represents the group
     table[knob] = np.repeat(vals[:1], len(cell)) if pos is None else vals.take(cell % width)
     return Shared(table, (np.cumsum(present, dtype=np.int64) - 1).take(key))
@@ -259,11 +260,9 @@ class _Rows(Mapping[str, np.ndarray]):
         parent = self.parent.take(rows)
         return {**{k: v.take(parent) for k, v in self.base.items()}, self.knob: self.vals.take(self.pos.take(rows))}
 
-    def block(self, lo: int, hi: int) -> dict[str, np.ndarray]:
-        """Rows lo to hi, as columns (slices of the columns already built)."""
-        parent = self.parent[lo:hi]
-        return {**{k: self._made[k][lo:hi] if k in self._made else v.take(parent) for k, v in self.base.items()},
-                self.knob: self.vals.take(self.pos[lo:hi])}
+    def block(self, lo: int, hi: int) -> _Rows:
+        """Rows lo to hi, their columns also built only when read."""
+        return _Rows(self.base, self.knob, self.vals, self.parent[lo:hi], self.pos[lo:hi])
 
 
 def _row_count(cols: Mapping[str, np.ndarray]) -> int:
@@ -334,9 +333,9 @@ def row_groups(cols: Mapping[str, np.ndarray], *frees: tuple[str, ...],
     free knob, when already known); the knobs after it that are not free (small codes) refine the run ids as a
     mixed-radix key. A table in another order only groups less, never wrongly: a run never joins rows that
     differ."""
-    n = len(cols["tp"])
     firsts = [min(_ORDER.index(k) for k in free) for free in frees]
     runs = runs or run_ids(cols, firsts)
+    n = len(next(iter(runs.values()))) if runs else len(cols["tp"])
     out = []
     for free, first in zip(frees, firsts, strict=True):
         key = runs[first]
