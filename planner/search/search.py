@@ -82,6 +82,8 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     deadline = None if time_limit_s is None else start + time_limit_s
     cols, tight_rows, fitting, proven, by_zero = _fitting(problem, enum, pruned, dominate=not keep_priced,
                                                           deadline=deadline)
+    candidates = enum.candidates
+    del enum  # done with: pricing reuses its memory
     # (a time limit prices rows in table order, as it always did; without the memory pass tightness is unknown here)
     if deadline is None and not keep_priced and problem.enforce_memory:
         all_cols, all_met = _price_rankable(problem, cols, tight_rows, top, by_zero)
@@ -89,7 +91,7 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
         all_cols, all_met, proven = _price_all(problem, cols, deadline, proven)
     feasible = fitting if proven else len(all_cols["tp"])
     if len(all_cols["tp"]) == 0:
-        raise NoFeasiblePlan("no layout satisfies every rule", {"pruned": pruned, "candidates": enum.candidates})
+        raise NoFeasiblePlan("no layout satisfies every rule", {"pruned": pruned, "candidates": candidates})
     tput = all_met["tokens_per_s_per_gpu"]
     # plans without headroom rank after every plan with room: they are priced, not trusted
     tight = np.asarray(is_tight(problem, all_met["memory_peak_gib"]), dtype=bool)
@@ -97,7 +99,7 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     plans = [Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
              for i in order]
     priced = {**all_cols, **{k: all_met[k] for k in PRICED_METRICS}} if keep_priced else None
-    return SearchResult(problem, plans, enum.candidates, feasible, pruned, time.perf_counter() - start, proven,
+    return SearchResult(problem, plans, candidates, feasible, pruned, time.perf_counter() - start, proven,
                         priced=priced)
 
 
@@ -136,9 +138,9 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
         return {k: np.zeros(0, dtype=np.int32) for k in (*KNOBS, *enum.cols)}, np.zeros(0, dtype=bool), fitting, \
             proven, None
     parents, positions = (np.concatenate(x) for x in zip(*kept, strict=True))
+    by_zero = enum.groups_free_in(ZERO_FREE_KNOBS, parents, positions)  # (its temporaries gone before the columns)
     # the kept rows' columns taken once, not per part and then joined
-    return enum.take(parents, positions), np.concatenate(kept_tight), fitting, proven, \
-        enum.groups_free_in(ZERO_FREE_KNOBS, parents, positions)
+    return enum.take(parents, positions), np.concatenate(kept_tight), fitting, proven, by_zero
 
 
 def has_plan(problem: Problem) -> bool:
