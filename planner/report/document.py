@@ -21,7 +21,7 @@ from planner.inputs.layout import (
     uneven_stage_layers,
 )
 from planner.inputs.problem import Problem
-from planner.report.plan_doc import SCHEMA_VERSION  # noqa: F401 - documents are written and read with one version
+from planner.report import SCHEMA_VERSION
 from planner.search.search import Plan, SearchResult
 
 

@@ -21,8 +21,8 @@ from planner.errors import PlanInputError
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS, encode
 from planner.inputs.problem import Problem, parse_compress
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, TrainingSpec
+from planner.report import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
 METRIC_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom")
 MAX_TOP = 1000  # the CLI's --top bound
