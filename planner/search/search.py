@@ -7,6 +7,7 @@ pricing early (then `proven_best` is False and the report says so).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import Enumeration, enumerate_layouts, row_groups, select
+from planner.search.space import Enumeration, enumerate_layouts, row_groups, select, take_rows
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
@@ -104,7 +105,7 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
 
 
 def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], dominate: bool = True,
-             deadline: float | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, int, bool,
+             deadline: float | None = None) -> tuple[Mapping[str, np.ndarray], np.ndarray, int, bool,
                                                      tuple[np.ndarray, np.ndarray] | None]:
     """The rows worth pricing in full, which of them are tight, how many fit, and (when the enumeration can tell them
     from its indices: Enumeration.groups_free_in) their groups by ZERO_FREE_KNOBS, part by part
@@ -139,8 +140,8 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
             proven, None
     parents, positions = (np.concatenate(x) for x in zip(*kept, strict=True))
     by_zero = enum.groups_free_in(ZERO_FREE_KNOBS, parents, positions)  # (its temporaries gone before the columns)
-    # the kept rows' columns taken once, not per part and then joined
-    return enum.take(parents, positions), np.concatenate(kept_tight), fitting, proven, by_zero
+    # the kept rows' columns are built when read (the pricing reads few of them), not per part and then joined
+    return enum.kept(parents, positions), np.concatenate(kept_tight), fitting, proven, by_zero
 
 
 def has_plan(problem: Problem) -> bool:
@@ -180,7 +181,7 @@ def _fits(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[np.ndarra
     return grouped_fits(problem, by_state, by_act, cap, cap * (1.0 - problem.memory_headroom))
 
 
-def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | None,
+def _price_all(problem: Problem, cols: Mapping[str, np.ndarray], deadline: float | None,
                proven: bool) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], bool]:
     """Every row priced, in table order, until `deadline` (then not proven best); rows without a finite step
     time dropped."""
@@ -200,7 +201,7 @@ def _price_all(problem: Problem, cols: dict[str, np.ndarray], deadline: float | 
     return all_cols, all_met, proven
 
 
-def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.ndarray, top: int,
+def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.ndarray, top: int,
                     by_zero: tuple[np.ndarray, np.ndarray] | None = None,
                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
@@ -227,7 +228,7 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
                 bounds.refine(_best(left, bound, 4 * size))
                 bound = bounds.of(left)
             batch = _best(left, bound, size)
-            met = evaluate(problem, {k: v.take(batch) for k, v in cols.items()})
+            met = evaluate(problem, take_rows(cols, batch))
             picked.append(batch)
             mets.append(met)
             best = np.concatenate([best, met["tokens_per_s_per_gpu"][_valid(met)]])
@@ -244,12 +245,13 @@ def _price_rankable(problem: Problem, cols: dict[str, np.ndarray], tight: np.nda
                 left, bound = left[bound >= kth - margin], bound[bound >= kth - margin]
             size *= 4
     if not picked:
-        return {k: v[:0] for k, v in cols.items() if k in KNOBS}, {}
+        return {k: v for k, v in take_rows(cols, np.zeros(0, dtype=np.int64)).items() if k in KNOBS}, {}
     index = np.concatenate(picked)
     order = np.argsort(index)
     met = {k: np.concatenate([m[k] for m in mets]).take(order) for k in mets[0]}
     ok = np.flatnonzero(_valid(met))
-    return {k: cols[k].take(index.take(order).take(ok)) for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
+    rows = take_rows(cols, index.take(order).take(ok))
+    return {k: rows[k] for k in KNOBS}, {k: v.take(ok) for k, v in met.items()}
 
 
 def _best(rows: np.ndarray, bound: np.ndarray, n: int) -> np.ndarray:
@@ -261,12 +263,12 @@ class _Bounds:
     ZeRO stage): step_time_floor's cheap form for all, the full form once a group is refined; less 1e-9 (the floor
     sums its terms in another order than evaluate); a row the floor cannot bound gets +inf, so it is priced."""
 
-    def __init__(self, problem: Problem, cols: dict[str, np.ndarray],
+    def __init__(self, problem: Problem, cols: Mapping[str, np.ndarray],
                  by_zero: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """`by_zero`: row_groups(cols, ZERO_FREE_KNOBS), when already known."""
         self.problem = problem
         rep, self.index = by_zero or row_groups(cols, ZERO_FREE_KNOBS)[0]
-        self.table = {k: v.take(rep) for k, v in cols.items()}
+        self.table = take_rows(cols, rep)
         self.bound = self._floor(self.table, communication=False)
         self.refined = np.zeros(len(self.bound), dtype=bool)
 

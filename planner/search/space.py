@@ -144,6 +144,15 @@ class Enumeration:
         present = slot >= 0
         return slot[present], (np.cumsum(present, dtype=np.int64) - 1).take(key)
 
+    def kept(self, parent: np.ndarray, pos: np.ndarray) -> Mapping[str, np.ndarray]:
+        """The rows (parent, index of the last knob's value) of a lazy enumeration as a table whose columns are built
+        when read (take_rows builds only the rows asked for): a search reads a few hundred thousand of its rows'
+        ZeRO-free representatives and a few thousand rows in full, never every column of every row."""
+        if not isinstance(self.cols, _Rows):
+            return self.take(parent, pos)
+        assert self.last is not None
+        return _Rows(self.cols, self.last[0], self.last[1], parent, pos)
+
     def take(self, parent: np.ndarray, pos: np.ndarray) -> dict[str, np.ndarray]:
         """The rows (parent, index of the last knob's value) of a lazy enumeration, as columns."""
         assert self.last is not None
@@ -246,8 +255,22 @@ class _Rows(Mapping[str, np.ndarray]):
 
     def __getitem__(self, key: str) -> np.ndarray:
         if key not in self._made:
-            self._made[key] = self.vals.take(self.pos) if key == self.knob else self.base[key].take(self.parent)
+            if key == self.knob:
+                self._made[key] = self.vals.take(self.pos)
+            elif isinstance(self.base, _Rows):
+                self._made[key] = self.base.take_column(key, self.parent)
+            else:
+                self._made[key] = self.base[key].take(self.parent)
         return self._made[key]
+
+    def take_column(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """Column `key` of the rows `rows` alone."""
+        if key in self._made:
+            return self._made[key].take(rows)
+        if key == self.knob:
+            return self.vals.take(self.pos.take(rows))
+        parent = self.parent.take(rows)
+        return self.base.take_column(key, parent) if isinstance(self.base, _Rows) else self.base[key].take(parent)
 
     def __iter__(self) -> Iterator[str]:
         return iter((*self.base, self.knob))
@@ -258,11 +281,18 @@ class _Rows(Mapping[str, np.ndarray]):
     def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The rows `rows`, as columns."""
         parent = self.parent.take(rows)
-        return {**{k: v.take(parent) for k, v in self.base.items()}, self.knob: self.vals.take(self.pos.take(rows))}
+        base = self.base.take(parent) if isinstance(self.base, _Rows) else {k: v.take(parent)
+                                                                             for k, v in self.base.items()}
+        return {**base, self.knob: self.vals.take(self.pos.take(rows))}
 
     def block(self, lo: int, hi: int) -> _Rows:
         """Rows lo to hi, their columns also built only when read."""
         return _Rows(self.base, self.knob, self.vals, self.parent[lo:hi], self.pos[lo:hi])
+
+
+def take_rows(cols: Mapping[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows `rows` of a table, as columns (of a lazy one, Enumeration.kept, only those rows are built)."""
+    return cols.take(rows) if isinstance(cols, _Rows) else {k: v.take(rows) for k, v in cols.items()}
 
 
 def _row_count(cols: Mapping[str, np.ndarray]) -> int:
