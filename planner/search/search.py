@@ -25,8 +25,9 @@ from planner.cost.step import (
 from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, default_expert_tp
 from planner.inputs.problem import Problem
+from planner.search.lazy import take_rows
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
-from planner.search.space import Enumeration, enumerate_layouts, row_groups, select, take_rows
+from planner.search.space import Enumeration, enumerate_layouts, row_groups, select
 
 PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)

@@ -15,6 +15,7 @@ from planner.cost.step import Shared
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS
 from planner.inputs.problem import Problem
+from planner.search.lazy import LazyRows
 from planner.search.rules import DOMINANCE, RULES, Rule
 
 MAX_MICRO_BATCH = 32  # larger micro-batches never pay off once GEMMs are saturated (Narayanan et al. 2021 Fig. 7)
@@ -80,7 +81,7 @@ class Enumeration:
     `last` = (that knob, its values, which rows of cols x values the rules keep), so that a search can check the
     (largest) table part by part (`grouped_parts`) instead of building it."""
 
-    cols: Mapping[str, np.ndarray]  # with lazy_last a _Rows: columns built when read
+    cols: Mapping[str, np.ndarray]  # with lazy_last a LazyRows: columns built when read
     candidates: int
     pruned: dict[str, int]
     last: tuple[str, np.ndarray, np.ndarray] | None = None
@@ -104,7 +105,7 @@ class Enumeration:
         for first in range(0, len(kept) // width, per):
             local = np.flatnonzero(kept[first * width:(first + per) * width])
             own, pos = local // width, local % width  # parent within the slice, index in vals
-            block = self.cols.block(first, first + per) if isinstance(self.cols, _Rows) else \
+            block = self.cols.block(first, first + per) if isinstance(self.cols, LazyRows) else \
                 {k: v[first:first + per] for k, v in self.cols.items()}
             sets = [tuple(dict.fromkeys((*free, knob))) for free in frees]
             found = row_groups(block, *sets, runs=self._block_runs(sets, first, first + per))
@@ -113,10 +114,10 @@ class Enumeration:
             yield own + first, pos, groups
 
     def _block_runs(self, sets: list[tuple[str, ...]], lo: int, hi: int) -> dict[int, np.ndarray] | None:
-        """row_groups' runs of the table's rows lo to hi, read off the table its rows were crossed from (a _Rows'
+        """row_groups' runs of the table's rows lo to hi, read off the table its rows were crossed from (a LazyRows'
         base, a quarter the rows): rows agree on the knobs before the one crossed last exactly when their parents
         there do. None when a set's first free knob is that last one, or the table was built whole."""
-        if not isinstance(self.cols, _Rows):
+        if not isinstance(self.cols, LazyRows):
             return None
         firsts = [min(_ORDER.index(k) for k in free) for free in sets]
         if max(firsts) > _ORDER.index(self.cols.knob):
@@ -133,9 +134,9 @@ class Enumeration:
                        pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """row_groups(rows, free) of the rows (parent, index of the last knob's value) of a lazy enumeration, found
         from the indices alone when `free` is the knob crossed before the last (the table before the last knob is a
-        _Rows): rows agree on every other knob when their parents share a row of the table before that knob and
+        LazyRows): rows agree on every other knob when their parents share a row of the table before that knob and
         their last knob's value is the same. None otherwise."""
-        if not isinstance(self.cols, _Rows) or free != (self.cols.knob,):
+        if not isinstance(self.cols, LazyRows) or free != (self.cols.knob,):
             return None
         assert self.last is not None
         key = self.cols.parent.take(parent) * len(self.last[1]) + pos
@@ -148,16 +149,16 @@ class Enumeration:
         """The rows (parent, index of the last knob's value) of a lazy enumeration as a table whose columns are built
         when read (take_rows builds only the rows asked for): a search reads a few hundred thousand of its rows'
         ZeRO-free representatives and a few thousand rows in full, never every column of every row."""
-        if not isinstance(self.cols, _Rows):
+        if not isinstance(self.cols, LazyRows):
             return self.take(parent, pos)
         assert self.last is not None
-        return _Rows(self.cols, self.last[0], self.last[1], parent, pos)
+        return LazyRows(self.cols, self.last[0], self.last[1], parent, pos)
 
     def take(self, parent: np.ndarray, pos: np.ndarray) -> dict[str, np.ndarray]:
         """The rows (parent, index of the last knob's value) of a lazy enumeration, as columns."""
         assert self.last is not None
         knob, vals, _ = self.last
-        if isinstance(self.cols, _Rows):
+        if isinstance(self.cols, LazyRows):
             return {**self.cols.take(parent), knob: vals.take(pos)}
         return {**{k: v.take(parent) for k, v in self.cols.items()}, knob: vals.take(pos)}
 
@@ -172,7 +173,7 @@ def _part_groups(block: Mapping[str, np.ndarray], rep: np.ndarray, ids: np.ndarr
     present[key] = True
     cell = np.flatnonzero(present)
     rows = rep.take(cell // width)
-    table = block.take(rows) if isinstance(block, _Rows) else {k: v.take(rows) for k, v in block.items()}
+    table = block.take(rows) if isinstance(block, LazyRows) else {k: v.take(rows) for k, v in block.items()}
     # a free last knob: any value represents the group
     table[knob] = np.repeat(vals[:1], len(cell)) if pos is None else vals.take(cell % width)
     return Shared(table, (np.cumsum(present, dtype=np.int64) - 1).take(key))
@@ -235,68 +236,15 @@ class _Crossed(Mapping[str, np.ndarray]):
         parent = rows // len(self.vals)
         return {**{k: v.take(parent) for k, v in self.cols.items()}, self.knob: self.vals.take(rows % len(self.vals))}
 
-    def lazy_rows(self, keep: np.ndarray | None = None) -> _Rows:
-        """`rows`, with each column built only when read (_Rows)."""
+    def lazy_rows(self, keep: np.ndarray | None = None) -> LazyRows:
+        """`rows`, with each column built only when read (LazyRows)."""
         rows = np.flatnonzero(keep) if keep is not None else np.arange(self.size)
         parent, pos = np.divmod(rows, len(self.vals))
-        return _Rows(self.cols, self.knob, self.vals, parent, pos)
-
-
-class _Rows(Mapping[str, np.ndarray]):
-    """The rows (`parent` in `base`, `pos` in the new knob's `vals`) of a table crossed with one more knob, each
-    column built only when read: a search reads a few whole columns (the last knob's rules) and the rest part by part
-    (`block`, `take`), so the table before a lazy last knob, the largest one built, never exists whole (~55 MB and
-    its page faults on DeepSeek-V3 fp8 at global batch 15360)."""
-
-    def __init__(self, base: Mapping[str, np.ndarray], knob: str, vals: np.ndarray, parent: np.ndarray,
-                 pos: np.ndarray) -> None:
-        self.base, self.knob, self.vals, self.parent, self.pos = base, knob, vals, parent, pos
-        self._made: dict[str, np.ndarray] = {}
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        if key not in self._made:
-            if key == self.knob:
-                self._made[key] = self.vals.take(self.pos)
-            elif isinstance(self.base, _Rows):
-                self._made[key] = self.base.take_column(key, self.parent)
-            else:
-                self._made[key] = self.base[key].take(self.parent)
-        return self._made[key]
-
-    def take_column(self, key: str, rows: np.ndarray) -> np.ndarray:
-        """Column `key` of the rows `rows` alone."""
-        if key in self._made:
-            return self._made[key].take(rows)
-        if key == self.knob:
-            return self.vals.take(self.pos.take(rows))
-        parent = self.parent.take(rows)
-        return self.base.take_column(key, parent) if isinstance(self.base, _Rows) else self.base[key].take(parent)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter((*self.base, self.knob))
-
-    def __len__(self) -> int:
-        return len(self.base) + 1
-
-    def take(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The rows `rows`, as columns."""
-        parent = self.parent.take(rows)
-        base = self.base.take(parent) if isinstance(self.base, _Rows) else {k: v.take(parent)
-                                                                             for k, v in self.base.items()}
-        return {**base, self.knob: self.vals.take(self.pos.take(rows))}
-
-    def block(self, lo: int, hi: int) -> _Rows:
-        """Rows lo to hi, their columns also built only when read."""
-        return _Rows(self.base, self.knob, self.vals, self.parent[lo:hi], self.pos[lo:hi])
-
-
-def take_rows(cols: Mapping[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The rows `rows` of a table, as columns (of a lazy one, Enumeration.kept, only those rows are built)."""
-    return cols.take(rows) if isinstance(cols, _Rows) else {k: v.take(rows) for k, v in cols.items()}
+        return LazyRows(self.cols, self.knob, self.vals, parent, pos)
 
 
 def _row_count(cols: Mapping[str, np.ndarray]) -> int:
-    if isinstance(cols, _Rows):
+    if isinstance(cols, LazyRows):
         return len(cols.parent)
     return len(next(iter(cols.values()))) if cols else 1
 
@@ -336,6 +284,8 @@ def enumerate_layouts(problem: Problem, lazy_last: bool = False) -> Enumeration:
             keep &= ok
         if lazy_last and i == len(_ORDER) - 1 and isinstance(table, _Crossed):
             assert not pending, pending
+            if isinstance(table.cols, LazyRows):
+                table.cols.forget()  # the whole columns its rules read: a search reads the table part by part
             return Enumeration(table.cols, candidates, pruned, (knob, table.vals, keep))
         if isinstance(table, _Crossed) and lazy_last and i == len(_ORDER) - 2:
             cols = table.lazy_rows(keep if ready else None)
