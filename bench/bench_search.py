@@ -1,7 +1,9 @@
 """End-to-end planning time, process start included (what a user waits for). Prints medians over N runs: wall
-time, and the process's CPU time (user + system), which a machine shared with other jobs inflates less.
+time, and the process's CPU time (user + system), which a machine shared with other jobs inflates less. With
+`--base DIR` (another checkout, e.g. a worktree of main) each case runs there and here in turn, so both columns
+see the same load.
 
-    python bench/bench_search.py [-n 7]
+    python bench/bench_search.py [-n 7] [--base ../main]
 """
 
 from __future__ import annotations
@@ -35,25 +37,36 @@ CASES = [
 ]
 
 
+def _run(argv: list[str], cwd: str | None) -> tuple[float, float, int, bytes]:
+    """(wall s, CPU s, exit code, stderr) of one `plan ... --format json` run in `cwd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--format", "json"], capture_output=True, cwd=cwd)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, r.returncode, r.stderr
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=7)
+    ap.add_argument("--base", help="another checkout to time in turn with this one (its medians printed first)")
     args = ap.parse_args()
-    print(f"{'case':36s} {'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>7s}  (n={args.n}, python "
-          f"{sys.version.split()[0]})")
+    trees = [args.base, None] if args.base else [None]
+    head = "  ".join(f"{'median s':>9s} {'min s':>7s} {'max s':>7s} {'cpu s':>7s}" for _ in trees)
+    print(f"{'case':36s} {head}  (n={args.n}, python {sys.version.split()[0]}{', base | this' if args.base else ''})")
     for label, argv in CASES:
-        times, cpus = [], []
+        times: list[list[float]] = [[] for _ in trees]
+        cpus: list[list[float]] = [[] for _ in trees]
         for _ in range(args.n):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            r = subprocess.run([sys.executable, "-m", "cli.main", *argv, "--format", "json"], capture_output=True)
-            times.append(time.perf_counter() - t0)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-            if r.returncode not in (0, 1):
-                raise SystemExit(f"{label}: exit {r.returncode}: {r.stderr.decode()[-300:]}")
-        print(f"{label:36s} {statistics.median(times):9.2f} {min(times):7.2f} {max(times):7.2f} "
-              f"{statistics.median(cpus):7.2f}")
+            for i, cwd in enumerate(trees):
+                wall, cpu, rc, err = _run(argv, cwd)
+                if rc not in (0, 1):
+                    raise SystemExit(f"{label}: exit {rc}: {err.decode()[-300:]}")
+                times[i].append(wall)
+                cpus[i].append(cpu)
+        print(f"{label:36s} " + "  ".join(f"{statistics.median(t):9.2f} {min(t):7.2f} {max(t):7.2f} "
+                                          f"{statistics.median(c):7.2f}" for t, c in zip(times, cpus, strict=True)))
 
 
 if __name__ == "__main__":
