@@ -85,7 +85,6 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     cols, tight_rows, fitting, proven, by_zero = _fitting(problem, enum, pruned, dominate=not keep_priced,
                                                           deadline=deadline)
     candidates = enum.candidates
-    del enum  # done with: pricing reuses its memory
     # (a time limit prices rows in table order, as it always did; without the memory pass tightness is unknown here)
     if deadline is None and not keep_priced and problem.enforce_memory:
         all_cols, all_met = _price_rankable(problem, cols, tight_rows, top, by_zero)
