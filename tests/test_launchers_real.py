@@ -132,6 +132,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear", "--moe-flex-dispatcher-backend",
         "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+        "--cpu-offloading-num-layers",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -159,6 +160,9 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         recompute_method=_str(flags, "--recompute-method"),
         recompute_num_layers=_int(flags, "--recompute-num-layers"),
         **({"recompute_modules": flags["--recompute-modules"]} if "--recompute-modules" in flags else {}),
+        # arguments.py validate_args: a positive --cpu-offloading-num-layers switches cpu_offloading on
+        cpu_offloading=(_int(flags, "--cpu-offloading-num-layers", 0) or 0) > 0,
+        cpu_offloading_num_layers=_int(flags, "--cpu-offloading-num-layers", 0),
         # Megatron-LM defaults gradient_accumulation_fusion on (then turns it off without APEX/TE at start-up).
         gradient_accumulation_fusion=False,
         bf16="--bf16" in flags,
@@ -289,7 +293,9 @@ def megatron_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
     assert config.num_attention_heads == model["num_attention_heads"]
     assert config.num_query_groups == model["num_key_value_heads"]  # __post_init__ fills None with the head count
     assert config.ffn_hidden_size == model["intermediate_size"]
-    assert config.recompute_granularity == {"none": None}.get(lay["recompute"], lay["recompute"])
+    assert config.recompute_granularity == {"none": None, "offload": None}.get(lay["recompute"], lay["recompute"])
+    assert config.cpu_offloading == (lay["recompute"] == "offload")
+    assert config.cpu_offloading_num_layers == lay.get("offload_layers", 0)
     if lay["zero"] >= 2:
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy.startswith("optim_grads")
     assert ddp.use_distributed_optimizer == (lay["zero"] >= 1)

@@ -9,11 +9,22 @@ named, with its formula and source, in planner.cost.terms.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.cost import compute, context, data, expert, groups, memory, offload, pipeline, tensor
+from planner.cost import (
+    activation_offload,
+    compute,
+    context,
+    data,
+    expert,
+    groups,
+    memory,
+    offload,
+    pipeline,
+    tensor,
+)
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.cost.sharding import (
@@ -26,6 +37,7 @@ from planner.cost.sharding import (
     stage_state_bytes,
     states_floor_gib,
 )
+from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "grouped_memory_peak_gib", "layer_terms", "memory_peak_gib", "step_time_floor"]
@@ -119,9 +131,19 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
                                      expert_shard_group(c, shard_group)) + offload.offload_time(
         params["stage"], zero, shard_group, prof, problem.training.optimizer_offload,
         problem.cluster.gpu.host_link_gbps)
-    step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
+    stages = _stages(problem, k, x.tok, micro, c, zero, shard_group, params)
+    offloaded = stages[0].offloaded
+    per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, sp, k["rc"])
+    offload_mb = np.zeros(np.shape(t_mb))
+    if np.any(offloaded):
+        busy = activation_offload.nic_busy(problem, x.fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd,
+                                           lt.bwd, (params["layer_expert_part"], expert_shard_group(c, shard_group),
+                                                    etp * ep))
+        offload_mb = activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
+                                                      x.rates.hbm, *busy)
+    step = pipeline.step_time(micro, t_mb + offload_mb, bubble, dp_exposed, optim_time)
 
-    mem = _memory(problem, c, k, x.tok, micro, zero, shard_group, params)
+    mem = memory.report(*stages, memory.active_groups(tp, pp, dp, cp, ep))
     first_mb, last_mb = pipeline.stage_microbatch_times(pp, layers, st)
     per_step = micro * layers
     return {
@@ -149,6 +171,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "pp_comm_s": micro * p2p_exposed,
         "dp_comm_s": dp_exposed,
         "recompute_s": per_step * recompute_b,
+        "offload_s": micro * offload_mb,
+        "offloaded_layers": np.broadcast_to(offloaded, np.shape(step)).astype(float),
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
     }
 
@@ -282,14 +306,6 @@ def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.nd
     return memory.peak_gib(*stages, fixed=spread_s(memory.device_fixed_bytes(active)))
 
 
-def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
-            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
-            params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Memory of the busiest pipeline's stages (planner.cost.memory.report), as GiB."""
-    stages = _stages(problem, k, tok, micro, c, zero, shard_group, params)
-    return memory.report(*stages, memory.active_groups(k["tp"], k["pp"], k["dp"], k["cp"], k["ep"]))
-
-
 def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
     x = _layer(problem, c)
@@ -338,6 +354,14 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
                                              held_states + acts + stage_logits + buffers))
         else:
             stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
+    rc = spread_z(k["rc"])
+    if np.any(rc == Recompute.OFFLOAD):  # pp = 1 (rule offload_needs_one_stage): the three stages are one
+        a = spread_z(per_layer_act)
+        fixed = spread_s(memory.device_fixed_bytes(memory.active_groups(*(cs[x].astype(float)
+                                                                          for x in ("tp", "pp", "dp", "cp", "ep")))))
+        off = activation_offload.offloaded_layers(problem, rc, spread_z(counts[0]), a, stages[0].total, fixed)
+        stages = [replace(st, activations=st.activations - off * a, total=st.total - off * a, offloaded=off)
+                  for st in stages]
     return stages
 
 

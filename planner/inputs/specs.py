@@ -276,6 +276,10 @@ class GPUSpec(_Spec):
     network_gbps: Rate = Field(default=50.0, description="scale-out bandwidth per GPU per direction, GB/s")
     host_link_gbps: Rate = Field(default=64.0, description="GPU <-> CPU bandwidth per GPU per direction, GB/s "
                                  "(PCIe Gen5 x16 unless the catalog says; NVLink-C2C on Grace parts)")
+    nic_shares_host_link: bool = Field(default=True, description="the GPU's host link (PCIe) also carries its NIC's "
+                                       "GPUDirect traffic; False where the host link is NVLink-C2C")
+    host_memory_gib: Rate = Field(default=256.0, description="CPU memory per GPU, GiB, for activations offloaded "
+                                  "to the host (a DGX-class node's 2 TB over 8 GPUs unless the catalog says)")
     matmul_efficiency: Efficiency = Field(default=0.8, description="best achievable bf16 GEMM / peak (MAMF)")
     fp8_matmul_efficiency: Efficiency | None = Field(default=None, description="best fp8 GEMM / fp8 peak")
     fp8_blockwise_matmul_efficiency: Efficiency | None = Field(default=None, description=(

@@ -39,7 +39,7 @@ _HANDLED = {
     "--squared-relu", "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
-    "--recompute-modules",
+    "--recompute-modules", "--cpu-offloading-num-layers", "--cpu-offloading",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
@@ -182,6 +182,11 @@ def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) 
     if granularity is None and "--recompute-activations" in found:
         granularity = "selective"  # the older spelling of selective recompute
     cfg.set_knob("recompute", granularity or "none", "--recompute-granularity")
+    # a positive count switches Megatron-Core's activation offloading on (arguments.py); the planner then offloads
+    # the fewest layers that fit, which it prices and prints as offload_layers
+    if "--cpu-offloading-num-layers" in found and as_int(value("--cpu-offloading-num-layers"),
+                                                         "--cpu-offloading-num-layers", src, minimum=0) > 0:
+        cfg.set_knob("recompute", "offload", "--cpu-offloading-num-layers")
     tp = cfg.layout.get("tp", 1)
     cfg.layout["sp"] = int("--sequence-parallel" in found and tp > 1)
     if "--overlap-moe-expert-parallel-comm" in found:  # Megatron-Core's combined 1F1B (EP all-to-all overlap)

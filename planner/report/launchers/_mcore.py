@@ -16,6 +16,7 @@ RECOMPUTE = {
     "none": (None, None, None),
     "selective": ("selective", None, None),
     "full": ("full", "uniform", 1),
+    "offload": (None, None, None),  # no recomputation: activations go to host memory (offload_layers)
 }
 
 # Data-parallel sharding for ZeRO stages 2 and 3: Megatron has it only through Megatron-FSDP.
@@ -57,9 +58,19 @@ def deepep_dispatch(view: PlanView) -> bool:
     return view.model.is_moe and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
 
 
+def offload_layers(view: PlanView) -> int:
+    """Layers whose activations the plan keeps in host memory (recompute=offload; plan document offload_layers)."""
+    assert view.layout.offload_layers is not None  # check() refuses an offload plan without it
+    return view.layout.offload_layers
+
+
 def check(view: PlanView, launcher: str) -> None:
     """Refuse plans Megatron-Core would reject at start-up (or run differently from the plan)."""
     lay, m = view.layout, view.model
+    if lay.recompute == "offload" and (lay.pp > 1 or not lay.offload_layers or lay.offload_layers >= m.num_layers):
+        refuse(view, launcher, "offload_layers",
+               "Megatron-Core offloads activations only without pipeline parallelism and for 1 to L - 1 layers "
+               "(transformer_config.py)", "re-plan with pp=1, or another recompute")
     if lay.schedule not in ("1f1b", "interleaved", "combined-1f1b"):
         refuse(view, launcher, "schedule",
                f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, interleaved 1F1B when there "

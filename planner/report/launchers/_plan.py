@@ -15,7 +15,7 @@ from planner.inputs.layout import SCHEDULES
 from planner.inputs.specs import FP8_RECIPES
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "offload")
 PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
 
 
@@ -78,6 +78,8 @@ class Layout:
     # "embedding_loss": the first/last-stage counts come from counting the embedding and the loss as one layer each
     # (Megatron-Core --account-for-embedding/loss-in-pipeline-split), the split an interleaved plan can then state
     stage_split: str | None = None
+    # recompute=offload: the layers whose activations go to host memory (--cpu-offloading-num-layers)
+    offload_layers: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -211,6 +213,8 @@ def _layout(raw: Any, path: str) -> Layout:
         schedule=get_choice(raw, "schedule", path, SCHEDULES),
         first_stage_layers=first,
         last_stage_layers=last,
+        offload_layers=get_int(raw, "offload_layers", path, minimum=1) if raw.get("offload_layers") is not None
+        else None,
         cp_comm=get_choice(raw, "cp_comm", path, ("ring", "a2a", "a2a+p2p")) if "cp_comm" in raw else "ring",
         cp_hierarchy=tuple(raw["cp_hierarchy"]) if isinstance(raw.get("cp_hierarchy"), list) else None,
         fsdp_shard_group=get_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,

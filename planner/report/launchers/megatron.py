@@ -158,6 +158,8 @@ def _recompute(view: PlanView) -> list[Flag]:
         flags.append(("--recompute-modules", *modules))
     if method:
         flags += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
+    if view.layout.recompute == "offload":  # arguments.py: a positive count switches cpu_offloading on
+        flags.append(("--cpu-offloading-num-layers", str(_mcore.offload_layers(view))))
     return flags
 
 

@@ -80,11 +80,20 @@ def _model(view: PlanView) -> list[Item]:
         ("model.recompute_granularity", granularity),
         ("model.recompute_method", method),
         ("model.recompute_num_layers", num_layers),
+        *_offload_items(view),
         # Bridge asserts model.seq_length == dataset.seq_length, so both are set.
         ("model.seq_length", view.seq_len),
         ("dataset.seq_length", view.seq_len),
     ]
     return items
+
+
+def _offload_items(view: PlanView) -> list[Item]:
+    """Megatron-Core's layer-level activation offloading (TransformerConfig cpu_offloading*), activations only."""
+    if view.layout.recompute != "offload":
+        return []
+    return [("model.cpu_offloading", True), ("model.cpu_offloading_num_layers", _mcore.offload_layers(view)),
+            ("model.cpu_offloading_activations", True), ("model.cpu_offloading_weights", False)]
 
 
 def _train(view: PlanView) -> list[Item]:
