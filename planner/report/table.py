@@ -27,6 +27,7 @@ LEGEND = {
     "z": "z = ZeRO stage", "zh": "zh = HSDP (ZeRO-3 inside the NVLink domain, replicated across)",
     "cpu": "cpNu = all-to-all (Ulysses) context parallelism", "cph": "cpNh = hybrid a2a+p2p context parallelism",
     "norc": "norc = no recompute", "sele": "sele = selective recompute", "full": "full = full recompute",
+    "offl": "offl = no recompute, some layers' activations offloaded to host memory",
     "sp": "sp = sequence parallel", "1f1b": "1f1b = 1F1B schedule", "il": "il = interleaved 1F1B",
     "zbh1": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2", "zbh2": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2",
     "zbv": "zbv = zero-bubble ZB-V", "s1f1b": "s1f1b = Seq1F1B",
@@ -92,7 +93,7 @@ def why(plan: Plan, best: Plan) -> str:
     """The component that costs this plan the most against the best one (or the best one's main overhead)."""
     names = {"bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm", "ep_comm_s": "EP all-to-all",
              "fsdp_comm_s": "FSDP gathers", "pp_comm_s": "PP sends", "dp_comm_s": "DP reduce",
-             "recompute_s": "recompute", "optimizer_s": "optimizer"}
+             "recompute_s": "recompute", "offload_s": "activation offload", "optimizer_s": "optimizer"}
     if plan is best:
         key = max(names, key=lambda k: plan.metrics[k])
         return f"fastest; largest overhead {names[key]} {_share(plan, key):.0%}"
