@@ -74,6 +74,11 @@ class ModelSpec(_Spec):
     moe_intermediate_size: Count = 0
     n_shared_experts: Count = 0
     first_k_dense_replace: Count = 0
+    # Router gate over the top-k logits: softmax (Mixtral, Qwen3, gpt-oss) or sigmoid (DeepSeek-V3, Kimi K2: their
+    # configs say scoring_func; Llama 4 and GLM-4.5 MoE apply it in code). No cost depends on it; Megatron-Core does:
+    # top-1 routing needs sigmoid or a softmax before the top-k (transformer_config.py). Other gates (DeepSeek-V4's
+    # sqrtsoftplus) are kept as written: they price the same, and the Megatron launchers refuse them.
+    scoring_func: str = Field(default="softmax", max_length=40)
     # Group-limited routing (DeepSeek-V3 node-limited routing): experts in n_group groups, each token uses topk_group.
     n_group: Count = 0
     topk_group: Count = 0

@@ -39,7 +39,8 @@ _HANDLED = {
     "--squared-relu", "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
-    "--recompute-modules", "--cpu-offloading-num-layers", "--cpu-offloading",
+    "--recompute-modules", "--cpu-offloading-num-layers", "--cpu-offloading", "--moe-router-score-function",
+    "--moe-router-pre-softmax",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
@@ -161,6 +162,8 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
     if shared in found and keys.get("moe_intermediate_size"):
         keys["n_shared_experts"] = max(1, round(as_int(value(shared), shared, cfg.source)
                                                 / keys["moe_intermediate_size"]))
+    if "--moe-router-score-function" in found and keys:
+        keys["scoring_func"] = value("--moe-router-score-function")
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
         else None
     if freq:

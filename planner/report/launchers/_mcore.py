@@ -7,7 +7,7 @@ Rule numbers refer to shared/reference/ecosystem.md section 1.3.
 
 from __future__ import annotations
 
-from planner.report.launchers._plan import PlanView, refuse, require_stage_split
+from planner.report.launchers._plan import ModelShape, PlanView, refuse, require_stage_split
 
 # Recompute as Megatron spells it: granularity, method, layers per recompute unit.
 # "full" with method uniform and one layer per unit checkpoints every layer input, which is what the cost model
@@ -58,6 +58,22 @@ def deepep_dispatch(view: PlanView) -> bool:
     return view.model.is_moe and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
 
 
+def router_gate(m: ModelShape) -> tuple[str | None, bool]:
+    """(score function to state, softmax before top-k) for Megatron-Core's router: the model's sigmoid gate, and for a
+    softmax top-1 router the pre-top-k softmax Megatron-Core requires ("Please use --moe-router-pre-softmax when
+    topk is 1", transformer_config.py)."""
+    if m.scoring_func == "sigmoid":
+        return "sigmoid", False
+    return None, m.experts_per_token == 1
+
+
+def router_flags(m: ModelShape) -> list[tuple[str, ...]]:
+    """Megatron-LM flags of router_gate."""
+    score, pre = router_gate(m)
+    return ([("--moe-router-score-function", score)] if score else []) + ([("--moe-router-pre-softmax",)] if pre
+                                                                          else [])
+
+
 def offload_layers(view: PlanView) -> int:
     """Layers whose activations the plan keeps in host memory (recompute=offload; plan document offload_layers)."""
     assert view.layout.offload_layers is not None  # check() refuses an offload plan without it
@@ -67,6 +83,10 @@ def offload_layers(view: PlanView) -> int:
 def check(view: PlanView, launcher: str) -> None:
     """Refuse plans Megatron-Core would reject at start-up (or run differently from the plan)."""
     lay, m = view.layout, view.model
+    if m.is_moe and m.scoring_func not in ("softmax", "sigmoid"):
+        refuse(view, launcher, "inputs.model.scoring_func",
+               f"Megatron-Core's router gates with softmax or sigmoid, not {m.scoring_func[:40]}",
+               "launch with a model that uses one of them, or use --format env")
     if lay.recompute == "offload" and (lay.pp > 1 or not lay.offload_layers or lay.offload_layers >= m.num_layers):
         refuse(view, launcher, "offload_layers",
                "Megatron-Core offloads activations only without pipeline parallelism and for 1 to L - 1 layers "

@@ -45,6 +45,7 @@ class ModelShape:
     v_head_dim: int
     # Which layers are MoE (1) or dense (0) when the config interleaves them (Llama 4, MiMo); None: first-k rule.
     moe_layer_pattern: tuple[int, ...] | None = None
+    scoring_func: str = "softmax"  # the router's gate over the top-k logits: softmax or sigmoid
 
     @property
     def is_moe(self) -> bool:
@@ -178,6 +179,7 @@ def _model(raw: Any) -> ModelShape:
         qk_rope_head_dim=get_int(raw, "qk_rope_head_dim", p, default=0),
         v_head_dim=get_int(raw, "v_head_dim", p, default=0),
         moe_layer_pattern=_moe_pattern(raw.get("mlp_layer_types")),
+        scoring_func=str(raw.get("scoring_func") or "softmax"),
     )
 
 

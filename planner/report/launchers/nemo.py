@@ -63,6 +63,11 @@ def _model(view: PlanView) -> list[Item]:
         items.append(("model.recompute_modules", "[" + ",".join(_mcore.recompute_modules(view)) + "]"))
     if view.model.is_moe:
         items.append(("model.expert_tensor_parallel_size", lay.expert_tp or lay.tp))
+        score, pre = _mcore.router_gate(view.model)
+        if score:
+            items.append(("model.moe_router_score_function", score))
+        if pre:
+            items.append(("model.moe_router_pre_softmax", True))
         if _mcore.deepep_dispatch(view):
             items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
         if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
