@@ -133,6 +133,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
         "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
+        "--moe-router-num-groups", "--moe-router-group-topk",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -188,6 +189,8 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
             delay_wgrad_compute="--delay-wgrad-compute" in flags,
             moe_router_score_function=_str(flags, "--moe-router-score-function") or "softmax",
             moe_router_pre_softmax="--moe-router-pre-softmax" in flags,
+            moe_router_num_groups=_int(flags, "--moe-router-num-groups"),
+            moe_router_group_topk=_int(flags, "--moe-router-group-topk"),
         )
         if "--moe-flex-dispatcher-backend" in flags:
             kw["moe_flex_dispatcher_backend"] = _str(flags, "--moe-flex-dispatcher-backend")
@@ -560,9 +563,12 @@ def test_megatron_router_gate_reaches_megatron_core(mcore, tmp_path):
     doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1")
     flags = megatron_check(doc)
     assert flags["--moe-router-score-function"] == ["sigmoid"] and flags["--moe-router-topk"] == ["1"]
-    flags = parse_megatron(render(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1"),
-                                  "megatron"))
+    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1"))
     assert flags["--moe-router-score-function"] == ["sigmoid"]
+    # node-limited routing, as the all-to-all was priced: 8 groups, 4 per token (DeepSeek-V3 report §2.1.2)
+    assert flags["--moe-router-num-groups"] == ["8"] and flags["--moe-router-group-topk"] == ["4"]
+    config, _ = megatron_configs(flags)
+    assert (config.moe_router_num_groups, config.moe_router_group_topk) == (8, 4)
     flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1"))
     assert "--moe-router-score-function" not in flags and "--moe-router-pre-softmax" not in flags
     switch = tmp_path / "top1-softmax.yaml"

@@ -40,7 +40,7 @@ _HANDLED = {
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
     "--recompute-modules", "--cpu-offloading-num-layers", "--cpu-offloading", "--moe-router-score-function",
-    "--moe-router-pre-softmax",
+    "--moe-router-pre-softmax", "--moe-router-num-groups", "--moe-router-group-topk",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
@@ -164,6 +164,9 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
                                                 / keys["moe_intermediate_size"]))
     if "--moe-router-score-function" in found and keys:
         keys["scoring_func"] = value("--moe-router-score-function")
+    for flag, key in (("--moe-router-num-groups", "n_group"), ("--moe-router-group-topk", "topk_group")):
+        if flag in found and keys:
+            keys[key] = as_int(value(flag), flag, cfg.source)
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
         else None
     if freq:

@@ -27,6 +27,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size",
             "model.recompute_modules", "model.cpu_offloading", "model.cpu_offloading_num_layers",
             "model.cpu_offloading_activations", "model.cpu_offloading_weights", "model.moe_token_dispatcher_type",
             "model.moe_flex_dispatcher_backend", "model.moe_router_score_function", "model.moe_router_pre_softmax",
+            "model.moe_router_num_groups", "model.moe_router_group_topk",
             "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
             "dist.use_megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
             "mixed_precision", "model.expert_tensor_parallel_size", "model.hierarchical_context_parallel_sizes",
@@ -69,6 +70,9 @@ def read(text: str, source: str) -> LaunchConfig:
             cfg.model_keys[name] = as_int(found[key], key, source)
     if cfg.model_keys and not is_null(found.get("model.moe_router_score_function", "null")):
         cfg.model_keys["scoring_func"] = found["model.moe_router_score_function"]
+    for key, name in (("model.moe_router_num_groups", "n_group"), ("model.moe_router_group_topk", "topk_group")):
+        if cfg.model_keys and key in found and not is_null(found[key]):
+            cfg.model_keys[name] = as_int(found[key], key, source)
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)

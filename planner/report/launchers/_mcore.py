@@ -67,11 +67,21 @@ def router_gate(m: ModelShape) -> tuple[str | None, bool]:
     return None, m.experts_per_token == 1
 
 
+def router_groups(m: ModelShape) -> tuple[int, int] | None:
+    """(groups, groups per token) of group-limited routing, which the expert all-to-all is priced with
+    (planner.cost.expert: node-limited dispatch); Megatron-Core --moe-router-num-groups / --moe-router-group-topk."""
+    return (m.n_group, m.topk_group) if m.n_group and m.topk_group else None
+
+
 def router_flags(m: ModelShape) -> list[tuple[str, ...]]:
-    """Megatron-LM flags of router_gate."""
+    """Megatron-LM flags of router_gate and router_groups."""
     score, pre = router_gate(m)
-    return ([("--moe-router-score-function", score)] if score else []) + ([("--moe-router-pre-softmax",)] if pre
-                                                                          else [])
+    flags = ([("--moe-router-score-function", score)] if score else []) + ([("--moe-router-pre-softmax",)] if pre
+                                                                           else [])
+    groups = router_groups(m)
+    if groups:
+        flags += [("--moe-router-num-groups", str(groups[0])), ("--moe-router-group-topk", str(groups[1]))]
+    return flags
 
 
 def offload_layers(view: PlanView) -> int:

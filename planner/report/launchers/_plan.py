@@ -46,6 +46,9 @@ class ModelShape:
     # Which layers are MoE (1) or dense (0) when the config interleaves them (Llama 4, MiMo); None: first-k rule.
     moe_layer_pattern: tuple[int, ...] | None = None
     scoring_func: str = "softmax"  # the router's gate over the top-k logits: softmax or sigmoid
+    # group-limited routing (DeepSeek-V3 n_group / topk_group): each token's experts come from topk_group groups
+    n_group: int = 0
+    topk_group: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -180,6 +183,8 @@ def _model(raw: Any) -> ModelShape:
         v_head_dim=get_int(raw, "v_head_dim", p, default=0),
         moe_layer_pattern=_moe_pattern(raw.get("mlp_layer_types")),
         scoring_func=str(raw.get("scoring_func") or "softmax"),
+        n_group=get_int(raw, "n_group", p, default=0),
+        topk_group=get_int(raw, "topk_group", p, default=0),
     )
 
 

@@ -68,6 +68,9 @@ def _model(view: PlanView) -> list[Item]:
             items.append(("model.moe_router_score_function", score))
         if pre:
             items.append(("model.moe_router_pre_softmax", True))
+        groups = _mcore.router_groups(view.model)
+        if groups:
+            items += [("model.moe_router_num_groups", groups[0]), ("model.moe_router_group_topk", groups[1])]
         if _mcore.deepep_dispatch(view):
             items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
         if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
