@@ -19,7 +19,7 @@ from planner.errors import PlanInputError
 from planner.evidence.validate import case_problem, load_cases
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.hardware import HOST_COPY_EFFICIENCY
-from planner.inputs.layout import Recompute
+from planner.inputs.layout import Recompute, Schedule
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.report.launchers import render
@@ -136,8 +136,9 @@ def test_offload_is_dominated_where_everything_fits() -> None:
 def test_rule_one_stage_and_frameworks() -> None:
     rule = RULES_BY_NAME["offload_needs_one_stage"]
     p = _problem()
-    cols = {"recompute": np.array([Recompute.OFFLOAD, Recompute.OFFLOAD, Recompute.FULL]), "pp": np.array([1, 2, 2])}
-    assert rule.check(cols, p).tolist() == [True, False, True]
+    cols = {"recompute": np.array([Recompute.OFFLOAD, Recompute.OFFLOAD, Recompute.FULL, Recompute.OFFLOAD]),
+            "pp": np.array([1, 2, 2, 1]), "schedule": np.array([0, 0, 0, int(Schedule.COMBINED_1F1B)])}
+    assert rule.check(cols, p).tolist() == [True, False, True, False]
     # stacks without Megatron-Core's offloading: the generic planner offloads here (ZeRO-3 on GB200), they do not
     for framework in ("generic", "torchtitan", "megatron"):
         problem = Problem(load_model("llama3-70b"), load_cluster("gb200x64"),

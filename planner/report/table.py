@@ -64,7 +64,7 @@ def compact_layout(layout: dict[str, int]) -> tuple[str, set[str]]:
     if layout["sp"] and layout["tp"] > 1:
         parts.append("sp")
         used.add("sp")
-    if layout["pp"] > 1:
+    if layout["pp"] > 1 or layout["schedule"] == Schedule.COMBINED_1F1B:  # EP overlap pairs micro-batches at pp 1
         schedule = _SCHEDULE_SHORT[Schedule(layout["schedule"])]
         parts.append(schedule)
         used.add(schedule)
