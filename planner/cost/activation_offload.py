@@ -9,8 +9,9 @@ stream as the forward makes them, and reloads them in the backward. Transformer 
   - compute waits when a copy falls behind: in the forward a layer may not start while L - k sets are resident, in
     the backward a layer waits for its reload;
   - k <= L - 2 keeps copies and compute overlapping (L - 1 leaves one set on the GPU and serialises them).
-Megatron-Core allows it only with pp = 1 and without recomputation (transformer_config.py; rule
-offload_needs_one_stage), so the stage is the whole model and one micro-batch is in flight.
+Megatron-Core allows it only with pp = 1 and without recomputation (transformer_config.py), and the default schedule
+assumes each micro-batch's forward then its backward, so no paired schedule either (rule offload_needs_one_stage):
+the stage is the whole model and one micro-batch is in flight.
 
 The planner chooses k: the fewest layers that bring the layout under the memory budget (capacity x (1 - headroom)),
 at most L - 2 and at most what host memory holds ([HOST] in clusters/gpus.yaml); a layout that still does not fit is
@@ -25,7 +26,8 @@ on one stream, so the k-th copy ends k·tau after the first layer, while the lay
   HBM             2·k·a / HBM bandwidth (each copy reads or writes the activations once beside the compute; Transformer
                   Engine's documentation warns that offloading competes for HBM bandwidth)
 On x86 hosts the GPU reaches host memory over its one PCIe x16 link, which also carries its NIC's GPUDirect RDMA
-traffic (DGX H100: each GPU sits behind its ConnectX-7's PCIe switch, DGX H100 User Guide §1.2.3), so while ZeRO-3
+traffic (DGX H100 pairs each GPU with one ConnectX-7, User Guide §1.2.3, whose integrated PCIe switch sits between
+the GPU and the CPU in NVIDIA's DGX H100 block diagram, GTC 2022 technical follow-up), so while ZeRO-3
 gathers cross the network the copies get what the NIC leaves: B = host link - NIC rate x the share of the pass its
 collectives run (nic_busy). Grace parts reach host memory over NVLink-C2C, apart from the NIC's PCIe path. Other
 network traffic during the passes (expert all-to-all, ring attention across nodes) is not charged here.
