@@ -5,7 +5,8 @@ model (`plan explain`), with its rank in our full table. Markdown on stdout.
 
 Practitioners' layouts: Llama 3 405B (arXiv 2407.21783 §3.3.2, Table 4), Megatron-LM GPT-3 175B (Narayanan et al.
 2021 §5), Nemotron-4 340B (arXiv 2406.11704 §3.2; Megatron-Bridge benchmark table), DeepSeek-V3 (arXiv 2412.19437
-§3.2). Pins the source does not state take the planner's defaults.
+§3.2), Llama 3 70B on GB300 (Megatron-Bridge perf recipe). Pins the source does not state take the planner's
+defaults.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ SETUPS = (
           "fp8", "generic", (("DeepSeek PP16 EP64 TP1 ZeRO-1 DualPipe",
                               "tp=1,pp=16,dp=128,ep=64,mbs=1,schedule=dualpipe,recompute=selective,zero=1"),),
           (("fp8_recipe", "blockwise"), ("optimizer_moments", "bf16"))),  # report §3.3.2-3.3.3
+    # Megatron-Bridge perf_recipes/llama/gb300/llama3.py (fp8cs): FSDP, mbs 2, no recompute, 20 layers' activations
+    # offloaded to Grace memory; measured 5,243 tokens/s/GPU (performance-summary archive, 26.02.01 container)
+    Setup("Llama 3 70B, gb300x64 fp8, nemo", "llama3-70b", "gb300x64", 8192, 256, "fp8", "nemo",
+          (("NVIDIA FSDP TP1 PP1, activations offloaded", "tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=offload"),
+           ("same with full recompute", "tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=full"))),
 )
 
 

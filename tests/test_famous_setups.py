@@ -136,3 +136,20 @@ def test_deepseek_v3_with_its_own_recipe_gets_its_own_layout_first():
     top = search(p, top=1).plans[0].layout
     keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "zero", "schedule")
     assert tuple(top[k] for k in keys) == (1, 16, 128, 1, 64, 1, 1, int(Schedule.DUALPIPE)), top
+
+
+def test_llama3_70b_on_gb300_gets_nvidias_offload_recipe_first() -> None:
+    """Megatron-Bridge's Llama 3 70B fp8 recipe on 64 GB300 (perf_recipes/llama/gb300/llama3.py): Megatron-FSDP,
+    micro-batch 2, no recomputation, 20 layers' activations offloaded to Grace memory. Our first pick is that layout
+    (offloading the fewest layers that fit: 16); full recomputation, the planner's only way to fit it before
+    activation offloading, is at least 20 % slower."""
+    from planner.inputs.layout import Recompute
+
+    p = problem("llama3-70b", "gb300x64", 8192, 256, "nemo", "fp8")
+    best = search(p, top=1).plans[0]
+    top = best.layout
+    keys = ("tp", "pp", "dp", "cp", "mbs", "zero", "recompute")
+    assert tuple(top[k] for k in keys) == (1, 1, 64, 1, 2, 3, int(Recompute.OFFLOAD)), top
+    assert 1 <= best.metrics["offloaded_layers"] <= 78
+    full = price(p, "tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=full")
+    assert full["metrics"]["step_time_s"] >= 1.2 * best.metrics["step_time_s"]

@@ -132,6 +132,8 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear", "--moe-flex-dispatcher-backend",
         "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+        "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
+        "--moe-router-num-groups", "--moe-router-group-topk",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -159,6 +161,9 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         recompute_method=_str(flags, "--recompute-method"),
         recompute_num_layers=_int(flags, "--recompute-num-layers"),
         **({"recompute_modules": flags["--recompute-modules"]} if "--recompute-modules" in flags else {}),
+        # arguments.py validate_args: a positive --cpu-offloading-num-layers switches cpu_offloading on
+        cpu_offloading=(_int(flags, "--cpu-offloading-num-layers", 0) or 0) > 0,
+        cpu_offloading_num_layers=_int(flags, "--cpu-offloading-num-layers", 0),
         # Megatron-LM defaults gradient_accumulation_fusion on (then turns it off without APEX/TE at start-up).
         gradient_accumulation_fusion=False,
         bf16="--bf16" in flags,
@@ -182,6 +187,10 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
             moe_shared_expert_intermediate_size=_int(flags, "--moe-shared-expert-intermediate-size"),
             overlap_moe_expert_parallel_comm="--overlap-moe-expert-parallel-comm" in flags,
             delay_wgrad_compute="--delay-wgrad-compute" in flags,
+            moe_router_score_function=_str(flags, "--moe-router-score-function") or "softmax",
+            moe_router_pre_softmax="--moe-router-pre-softmax" in flags,
+            moe_router_num_groups=_int(flags, "--moe-router-num-groups"),
+            moe_router_group_topk=_int(flags, "--moe-router-group-topk"),
         )
         if "--moe-flex-dispatcher-backend" in flags:
             kw["moe_flex_dispatcher_backend"] = _str(flags, "--moe-flex-dispatcher-backend")
@@ -289,7 +298,9 @@ def megatron_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
     assert config.num_attention_heads == model["num_attention_heads"]
     assert config.num_query_groups == model["num_key_value_heads"]  # __post_init__ fills None with the head count
     assert config.ffn_hidden_size == model["intermediate_size"]
-    assert config.recompute_granularity == {"none": None}.get(lay["recompute"], lay["recompute"])
+    assert config.recompute_granularity == {"none": None, "offload": None}.get(lay["recompute"], lay["recompute"])
+    assert config.cpu_offloading == (lay["recompute"] == "offload")
+    assert config.cpu_offloading_num_layers == lay.get("offload_layers", 0)
     if lay["zero"] >= 2:
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy.startswith("optim_grads")
     assert ddp.use_distributed_optimizer == (lay["zero"] >= 1)
@@ -542,3 +553,27 @@ def test_megatron_config_mapping_is_live(mcore):
     with pytest.raises(ValueError):
         megatron_configs(bad)
     assert dataclasses.is_dataclass(megatron_configs(flags)[0])
+
+
+def test_megatron_router_gate_reaches_megatron_core(mcore, tmp_path):
+    """The router's gate is the model's: DeepSeek-V3 (config scoring_func) and Llama 4 (sigmoid in HF's Llama4TextMoe,
+    no key) launch with --moe-router-score-function sigmoid; Llama 4's top-1 router would otherwise trip Megatron-Core's
+    "Please use --moe-router-pre-softmax when topk is 1"; a softmax top-1 model gets the pre-top-k softmax; Mixtral's
+    softmax top-2 neither."""
+    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1")
+    flags = megatron_check(doc)
+    assert flags["--moe-router-score-function"] == ["sigmoid"] and flags["--moe-router-topk"] == ["1"]
+    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1"))
+    assert flags["--moe-router-score-function"] == ["sigmoid"]
+    # node-limited routing, as the all-to-all was priced: 8 groups, 4 per token (DeepSeek-V3 report §2.1.2)
+    assert flags["--moe-router-num-groups"] == ["8"] and flags["--moe-router-group-topk"] == ["4"]
+    config, _ = megatron_configs(flags)
+    assert (config.moe_router_num_groups, config.moe_router_group_topk) == (8, 4)
+    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1"))
+    assert "--moe-router-score-function" not in flags and "--moe-router-pre-softmax" not in flags
+    switch = tmp_path / "top1-softmax.yaml"
+    switch.write_text("name: top1-softmax\nhidden_size: 4096\nnum_hidden_layers: 32\nnum_attention_heads: 32\n"
+                      "num_key_value_heads: 8\nintermediate_size: 14336\nvocab_size: 32000\nnum_local_experts: 16\n"
+                      "num_experts_per_tok: 1\n")
+    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1"))
+    assert "--moe-router-pre-softmax" in flags and "--moe-router-score-function" not in flags

@@ -108,7 +108,8 @@ def test_offload_moves_optimizer_states_and_costs_host_link_time():
     from planner.cost.profiles import profile_for
 
     prof = profile_for("megatron-core")
-    want = 0.5 * total_params(params) / 8 * (prof.grad_bytes + prof.weight_bytes) / 64e9  # PCIe Gen5 x16
+    # PCIe Gen5 x16 at the copy engines' measured 55.63 of 64 GB/s (NVbandwidth)
+    want = 0.5 * total_params(params) / 8 * (prof.grad_bytes + prof.weight_bytes) / 55.63e9
     assert extra == pytest.approx(want, rel=0.05)
     assert half["step_time_s"][0] > base["step_time_s"][0]  # not free
 

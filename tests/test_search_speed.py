@@ -19,7 +19,7 @@ from planner.cost.step import (
 )
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.layout import uneven_stage_layers
+from planner.inputs.layout import Recompute, uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.search.rules import DOMINANCE, RULES
@@ -159,10 +159,14 @@ def test_memory_pass_matches_the_row_by_row_table(case):
     _, sibling = np.unique(others, axis=1, return_inverse=True)
     sibling = sibling.reshape(-1)
     keep = np.zeros(len(peak), dtype=bool)
-    for eligible in (fits, room):
+    ladder = full["recompute"] != Recompute.OFFLOAD  # offloading is not "more recompute" (search._undominated)
+    for eligible in (fits & ladder, room & ladder):
         least = np.full(sibling.max() + 1, np.iinfo(np.int64).max)
         np.minimum.at(least, sibling[eligible], full["recompute"][eligible].astype(np.int64))
         keep |= eligible & (full["recompute"] == least[sibling])
+    roomy_none = np.zeros(sibling.max() + 1, dtype=bool)
+    roomy_none[sibling[room & (full["recompute"] == Recompute.NONE)]] = True
+    keep |= fits & ~ladder & ~roomy_none[sibling]
     assert proven and keep.any() and (~fits).any() and (fits & ~keep).any()  # every branch is exercised
     assert all(np.array_equal(cols[k], full[k][keep]) for k in full)
     assert np.array_equal(tight, fits[keep] & ~room[keep])

@@ -27,6 +27,9 @@ CASES: list[tuple[str, int, int, int]] = [
     ("gpt3-175b", 64, 2048, 512), ("gpt3-175b", 512, 2048, 1536), ("gpt3-175b", 1024, 2048, 2048),
     ("nemotron4-340b", 64, 4096, 512), ("nemotron4-340b", 512, 4096, 1024), ("nemotron4-340b", 1024, 4096, 2048),
     ("deepseek-v3", 64, 4096, 512), ("deepseek-v3", 512, 4096, 2048), ("deepseek-v3", 2048, 4096, 4096),
+    # the MoE catalog added for issue 12: sliding-window/sink attention, interleaved MoE layers, fine-grained experts
+    *[(m, n, 4096, 512) for m in ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama4-maverick", "kimi-k2")
+      for n in (64, 512)],
 ]
 FORMATS = ("megatron", "nemo", "torchtitan", "deepspeed")
 
@@ -46,6 +49,12 @@ NOT_FEASIBLE: dict[tuple[str, int, str], str] = {
        "exceed 80 GiB" for n in (64, 512, 2048)},
     # 671B parameters need ~10 TiB of weights, fp32 grads and Adam states; 64 x 80 GiB is 5 TiB.
     **{("deepseek-v3", 64, f): "671B parameters: states alone exceed 64 x 80 GiB at any layout" for f in FORMATS},
+    **{("kimi-k2", 64, f): "1T parameters: states alone exceed 64 x 80 GiB at any layout" for f in FORMATS},
+    **{("llama4-maverick", 64, f): "400B parameters: ~16 B of states each exceed 64 x 80 GiB" for f in FORMATS},
+    **{(m, n, "deepspeed"): "MoE without expert parallelism: ZeRO-3 shards plus every routed copy's activations "
+       "exceed 80 GiB" for m in ("qwen3-235b-a22b", "llama4-maverick", "kimi-k2") for n in (64, 512)},
+    ("gpt-oss-120b", 64, "deepspeed"): "117B MoE without expert parallelism: ZeRO-3 shards plus routed activations "
+    "exceed 80 GiB on 64 GPUs (on 512 the shards are small enough)",
 }
 
 
@@ -81,7 +90,8 @@ def _json_doc(model: str, gpus: int, seq: int, gbs: int, fmt: str) -> tuple[dict
 REAL = [c for c in CASES if (c[0], c[1]) in {("llama3-8b", 64), ("llama3-70b", 512), ("mixtral-8x7b", 64),
                                              ("mixtral-8x22b", 512), ("gpt3-175b", 1024), ("llama3-405b", 2048),
                                              ("nemotron4-340b", 1024), ("deepseek-v3", 2048),
-                                             ("llama2-13b", 512)}]
+                                             ("llama2-13b", 512), ("gpt-oss-120b", 512), ("qwen3-235b-a22b", 512),
+                                             ("llama4-maverick", 512), ("kimi-k2", 512)}]
 
 
 @pytest.mark.parametrize(("model", "gpus", "seq", "gbs"), REAL, ids=[f"{m}-h100x{n}" for m, n, _, _ in REAL])

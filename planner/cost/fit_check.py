@@ -6,7 +6,8 @@ activation group, so each side can be summed once per group (with the device's f
 side) and a row needs one addition per stage and a max. That total is the same sum in another order: it differs
 from grouped_memory_peak_gib's by a few rounding units (each of at most ten non-negative terms adds one; 1e-15
 relative), so every row farther than SLACK (relative) from the capacity and headroom lines gets the answer the peak
-gives; the rest, and every group with a term that is negative or not a number, get the peak itself.
+gives; the rest, every group with a term that is negative or not a number, and every layout that offloads
+activations (the layers it moves depend on the peak: not a sum), get the peak itself.
 tests/test_search_speed.py checks the answers against memory_peak_gib row by row.
 """
 
@@ -15,8 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import compute, memory, pipeline
+from planner.cost.allocations import StageParts, stage_parts
 from planner.cost.sharding import sharding, stage_params, stage_state_bytes, states_floor_gib
-from planner.cost.step import Shared, StageParts, _knobs, grouped_memory_peak_gib, stage_parts
+from planner.cost.step import Shared, _knobs, grouped_memory_peak_gib
+from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 
 # Far above the reordered sum's rounding (~1e-15 relative), far below any gap the search cares about: about one row
@@ -56,8 +59,13 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
             total = stage if total is None else np.maximum(total, stage, out=total)
         fits[rows] = fit = total <= cap_line
         tight[rows] = fit & (total > room_line)
-        unsure = rows.take(np.flatnonzero((np.abs(total - cap_line) <= SLACK * cap_line)
-                                          | (np.abs(total - room_line) <= SLACK * room_line)))
+        near = (np.abs(total - cap_line) <= SLACK * cap_line) | (np.abs(total - room_line) <= SLACK * room_line)
+        # activation offloading moves as many layers to the host as the peak needs (step._stages): not a sum, so
+        # those rows get the peak itself
+        offload = by_act.table["recompute"] == Recompute.OFFLOAD
+        if offload.any():
+            near |= offload.take(at_z)
+        unsure = rows.take(np.flatnonzero(near))
     if len(unsure):
         peak = grouped_memory_peak_gib(problem, by_state.subset(unsure), by_act.subset(unsure), cap=capacity_gib)
         fits[unsure] = peak <= capacity_gib

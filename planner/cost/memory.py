@@ -268,6 +268,7 @@ class StageMemory:
     logits: np.ndarray
     buffers: np.ndarray  # ZeRO-3 gather/reduce buffers, pipeline send/recv buffers, fp8 scaling metadata
     total: np.ndarray  # states + activations + logits + buffers
+    offloaded: np.ndarray | float = 0.0  # layers whose activations live in host memory (recompute=offload)
 
 
 def stage_memory(states: dict[str, np.ndarray], acts: np.ndarray, logits: np.ndarray,

@@ -121,6 +121,27 @@ def stage_state_bytes(problem: Problem, c: Mapping[str, np.ndarray], zero: np.nd
                                     memory.fp8_param_gather(problem)) for h, edge in zip(held, base, strict=True)]
 
 
+def fsdp_collectives(fab: Fabric, prof: FrameworkProfile, per_layer_p: np.ndarray, shard_group: np.ndarray,
+                     tp: np.ndarray, experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(all-gather, reduce-scatter) seconds of one layer's ZeRO-3 collectives: its bf16 weights gathered, its
+    gradients reduce-scattered, dense over `shard_group` (ranks tp apart) and routed experts over theirs
+    (`experts`, as fsdp_exposed)."""
+    dense_p, exp_p, exp_group, exp_stride = per_layer_p, 0.0, shard_group, tp
+    if experts is not None:
+        exp_p, exp_group, exp_stride = experts
+        dense_p = per_layer_p - exp_p
+
+    def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp")  # bf16 weights, gathered size
+        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp")
+        return ag, rs
+
+    ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp)
+    ag_e, rs_e = gather_and_reduce(exp_p, exp_group, exp_stride)
+    return ag_d + np.where(exp_p > 0, ag_e, 0.0), rs_d + np.where(exp_p > 0, rs_e, 0.0)
+
+
 def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,
                  shard_group: np.ndarray, tp: np.ndarray, layer_f: np.ndarray, layer_b: np.ndarray,
                  experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -135,20 +156,7 @@ def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_laye
     with EP inside an 8-GPU board every expert gather and reduce-scatter crosses the network, where the dense ones
     (data ranks tp apart) mostly stay on NVLink. Dense and expert collectives run one after the other.
     """
-    dense_p, exp_p, exp_group, exp_stride = per_layer_p, 0.0, shard_group, tp
-    if experts is not None:
-        exp_p, exp_group, exp_stride = experts
-        dense_p = per_layer_p - exp_p
-
-    def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp")  # bf16 weights, gathered size
-        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp")
-        return ag, rs
-
-    ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp)
-    ag_e, rs_e = gather_and_reduce(exp_p, exp_group, exp_stride)
-    ag = ag_d + np.where(exp_p > 0, ag_e, 0.0)
-    rs = rs_d + np.where(exp_p > 0, rs_e, 0.0)
+    ag, rs = fsdp_collectives(fab, prof, per_layer_p, shard_group, tp, experts)
     z3 = zero == Zero.PARAMETERS
     share = collective_sm_share(fab.cluster)
     return (np.where(z3, overlapped_exposed(ag, layer_f, share), 0.0),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost import compute, memory, pipeline
+from planner.cost import activation_offload, compute, memory, pipeline
 from planner.cost.profiles import stack_profile
 from planner.cost.sharding import expert_shard_group, sharding, split_state_bytes, stage_params
 from planner.inputs.layout import KNOBS
@@ -55,6 +55,12 @@ def stage_memory_gib(problem: Problem, layout: dict[str, int]) -> list[dict[str,
                      "buffers": shared + memory.fp8_meta_bytes(held, m.mlp_matrices + 4, fp8)})
     allocated = [sum(float(row[k][0]) for k in STAGE_KINDS if k != "reserve") for row in rows]
     fixed = memory.CONTEXT_BYTES + memory.NCCL_BYTES_PER_GROUP * float(memory.active_groups(tp, pp, dp, cp, ep)[0])
+    # recompute=offload runs with pp = 1: its one stage keeps k layers' activations fewer (planner.cost.step._stages)
+    off = activation_offload.offloaded_layers(problem, c["recompute"], first_n, per_layer_act,
+                                              np.array(allocated[:1]), np.array([fixed]))
+    if off[0] > 0:
+        rows[0]["activations"] = rows[0]["activations"] - off * per_layer_act
+        allocated[0] -= float(off[0] * per_layer_act[0])
     out = []
     for row, alloc in zip(rows, allocated, strict=True):
         gib = {k: float(row[k][0]) / memory.GIB for k in STAGE_KINDS if k != "reserve"}

@@ -9,11 +9,23 @@ named, with its formula and source, in planner.cost.terms.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.cost import compute, context, data, expert, groups, memory, offload, pipeline, tensor
+from planner.cost import (
+    activation_offload,
+    compute,
+    context,
+    data,
+    expert,
+    groups,
+    memory,
+    offload,
+    pipeline,
+    tensor,
+)
+from planner.cost.allocations import stage_parts
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.cost.sharding import (
@@ -26,6 +38,7 @@ from planner.cost.sharding import (
     stage_state_bytes,
     states_floor_gib,
 )
+from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "grouped_memory_peak_gib", "layer_terms", "memory_peak_gib", "step_time_floor"]
@@ -119,9 +132,19 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
                                      expert_shard_group(c, shard_group)) + offload.offload_time(
         params["stage"], zero, shard_group, prof, problem.training.optimizer_offload,
         problem.cluster.gpu.host_link_gbps)
-    step = pipeline.step_time(micro, t_mb, bubble, dp_exposed, optim_time)
+    stages = _stages(problem, k, x.tok, micro, c, zero, shard_group, params)
+    offloaded = stages[0].offloaded
+    per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, sp, k["rc"])
+    offload_mb = np.zeros(np.shape(t_mb))
+    if np.any(offloaded):
+        busy = activation_offload.nic_busy(problem, x.fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd,
+                                           lt.bwd, (params["layer_expert_part"], expert_shard_group(c, shard_group),
+                                                    etp * ep))
+        offload_mb = activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
+                                                      x.rates.hbm, *busy)
+    step = pipeline.step_time(micro, t_mb + offload_mb, bubble, dp_exposed, optim_time)
 
-    mem = _memory(problem, c, k, x.tok, micro, zero, shard_group, params)
+    mem = memory.report(*stages, memory.active_groups(tp, pp, dp, cp, ep))
     first_mb, last_mb = pipeline.stage_microbatch_times(pp, layers, st)
     per_step = micro * layers
     return {
@@ -149,6 +172,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "pp_comm_s": micro * p2p_exposed,
         "dp_comm_s": dp_exposed,
         "recompute_s": per_step * recompute_b,
+        "offload_s": micro * offload_mb,
+        "offloaded_layers": np.broadcast_to(offloaded, np.shape(step)).astype(float),
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
     }
 
@@ -185,24 +210,6 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
     return pipeline.step_time(micro, t_mb, bubble, none, none)
-
-
-def _inflight(sched: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray) -> list[np.ndarray]:
-    """Micro-batches in flight at the first, second and last stage's rank (pipeline.inflight_microbatches), computed
-    once per distinct (schedule, pp, vpp, m): a table has few of them."""
-    keys = [np.ravel(np.broadcast_to(x, np.shape(m))) for x in (sched, pp, vpp, m)]
-    order = np.lexsort(keys)
-    ordered = [x.take(order) for x in keys]
-    new = np.ones(len(order), dtype=bool)
-    for x in ordered:
-        new[1:] &= x[1:] == x[:-1]  # (NaN != NaN: such rows get a group each)
-    new = ~new
-    new[:1] = True
-    index = np.empty(len(order), dtype=np.int64)
-    index[order] = np.cumsum(new, dtype=np.int64) - 1
-    s, p, v, mm = (x.take(order[new]) for x in keys)
-    ranks = (0, np.minimum(1, p - 1), p - 1)
-    return [pipeline.inflight_microbatches(s, p, v, mm, rank).take(index).reshape(np.shape(m)) for rank in ranks]
 
 
 def _whole(x: np.ndarray) -> np.ndarray:
@@ -282,14 +289,6 @@ def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.nd
     return memory.peak_gib(*stages, fixed=spread_s(memory.device_fixed_bytes(active)))
 
 
-def _memory(problem: Problem, c: Mapping[str, np.ndarray], k: dict[str, np.ndarray], tok: np.ndarray,
-            micro: np.ndarray, zero: np.ndarray, shard_group: np.ndarray,
-            params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Memory of the busiest pipeline's stages (planner.cost.memory.report), as GiB."""
-    stages = _stages(problem, k, tok, micro, c, zero, shard_group, params)
-    return memory.report(*stages, memory.active_groups(k["tp"], k["pp"], k["dp"], k["cp"], k["ep"]))
-
-
 def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
     x = _layer(problem, c)
@@ -300,43 +299,6 @@ def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, di
                  "allocated": st.total}
         out[name] = {kind: v / memory.GIB for kind, v in kinds.items()}
     return out
-
-
-@dataclass(frozen=True)
-class StageParts:
-    """The first, second and last stage's allocations before they are added up, each on the table it is priced
-    on: model states, ZeRO-3 buffers and fp8 metadata per state group (`cs`), activations, logits and hand-off
-    buffers per activation group (`k`)."""
-
-    states: list[dict[str, np.ndarray]]
-    fsdp: np.ndarray
-    meta: list[np.ndarray]
-    p2p: np.ndarray
-    acts: list[np.ndarray]
-    logits: list[np.ndarray]  # the first and second stage's are one array
-
-
-def stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
-                 cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray,
-                 params: dict[str, np.ndarray],
-                 state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None) -> StageParts:
-    """Each stage holds its own layer count (the launched split) times the micro-batches in flight at its rank;
-    expert states shard over the expert data-parallel group."""
-    prof = stack_profile(problem.training)
-    fp8 = compute.is_fp8(problem)
-    tp, pp, sp = k["tp"], k["pp"], k["sp"]
-    per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])
-    logits = memory.logits_bytes(tok, problem.model, tp)
-    held_s, states_s = state_bytes or stage_state_bytes(problem, cs, zero, shard_group, params)
-    inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
-    # logits live on the last stage, and on the first (= second) too without a pipeline
-    first_logits = np.where(pp == 1, logits, 0.0)
-    return StageParts(states_s, memory.fsdp_buffer_bytes(zero, params["per_layer"], prof),
-                      [memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8) for held in held_s],
-                      memory.p2p_buffer_bytes(tok, problem.model.hidden_size, tp, sp, pp),
-                      [per_layer_act * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)],
-                      [first_logits, first_logits, logits])
 
 
 def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
@@ -365,6 +327,14 @@ def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: 
                                              held_states + acts + stage_logits + buffers))
         else:
             stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
+    rc = spread_z(k["rc"])
+    if np.any(rc == Recompute.OFFLOAD):  # pp = 1 (rule offload_needs_one_stage): the three stages are one
+        a = spread_z(x.per_layer_act)
+        fixed = spread_s(memory.device_fixed_bytes(memory.active_groups(*(cs[knob].astype(float)
+                                                                          for knob in ("tp", "pp", "dp", "cp", "ep")))))
+        off = activation_offload.offloaded_layers(problem, rc, spread_z(x.first_layers), a, stages[0].total, fixed)
+        stages = [replace(st, activations=st.activations - off * a, total=st.total - off * a, offloaded=off)
+                  for st in stages]
     return stages
 
 

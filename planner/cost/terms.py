@@ -24,7 +24,7 @@ class Term:
 _C = "planner.cost."
 TERMS: tuple[Term, ...] = (
     Term("step_time_s", "step time", "s", _C + "pipeline.step_time",
-         "m·t_mb + bubble + exposed DP reduction + optimizer (Narayanan et al. 2021)"),
+         "m·(t_mb + offload stalls) + bubble + exposed DP reduction + optimizer (Narayanan et al. 2021)"),
     Term("tokens_per_s_per_gpu", "throughput per GPU", "tokens/s", _C + "compute.throughput_per_gpu",
          "global batch·s / (step·GPUs)"),
     Term("mfu", "model FLOPs utilisation", "fraction", _C + "compute.mfu",
@@ -79,6 +79,11 @@ TERMS: tuple[Term, ...] = (
          "(DeepSpeed stage_1_and_2.py)"),
     Term("recompute_s", "recomputation per step", "s", _C + "compute.recompute_time",
          "m·L·(full: layer forward; selective: attention core or memory-bound modules) (Korthikanti et al. 2022)"),
+    Term("offload_s", "activation offload stalls per step", "s", _C + "activation_offload.offload_stall",
+         "m·(max(0, k·a/B - (L-2)·t_f) + max(0, k·a/B - (L-2)·t_b) + 2·k·a/HBM), k layers' activations a over the "
+         "host link B (Transformer Engine CPU offloading schedule; Megatron-Core --cpu-offloading-num-layers)"),
+    Term("offloaded_layers", "layers offloaded to host memory", "count", _C + "activation_offload.offloaded_layers",
+         "recompute=offload: fewest layers that fit capacity·(1 - headroom), 1..L-2, within host memory"),
     Term("mem_weights_gib", "weights", "GiB", _C + "memory.state_bytes",
          "params·(weight bytes + 1 fp8 copy), /shard at ZeRO-3 (ZeRO §5; Transformer Engine)"),
     Term("mem_grads_gib", "gradients", "GiB", _C + "memory.state_bytes",

@@ -34,7 +34,7 @@ _HF_IGNORED = {
     "pad_token_id", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta", "rope_scaling",
     "rope_parameters", "initializer_range", "use_cache", "attention_bias", "attention_dropout", "mlp_bias",
     "pretraining_tp", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "aliases",
-    "_name_or_path", "auto_map", "quantization_config", "dtype", "norm_topk_prob", "scoring_func", "topk_method",
+    "_name_or_path", "auto_map", "quantization_config", "dtype", "norm_topk_prob", "topk_method",
     "routed_scaling_factor", "n_group", "topk_group", "aux_loss_alpha", "seq_aux", "ep_size", "rope_interleave",
     "qkv_bias", "partial_rotary_factor", "rotary_dim", "use_qk_norm", "qk_norm_type", "qk_layernorm",
     "use_routing_bias", "swiglu_limit", "initial_context_length", "attention_value_scale", "swa_rope_theta",

@@ -17,6 +17,10 @@ _ALL_SCHEDULES = tuple(Schedule)
 _ALL_ZERO = tuple(Zero)
 _ALL_CP = tuple(CpComm)
 _ALL_RECOMPUTE = tuple(Recompute)
+# Layer-level CPU activation offloading is Megatron-Core's (transformer_block.py get_cpu_offload_context, through
+# Transformer Engine); paper-era Megatron-LM, torchtitan (activation_checkpoint modes only) and DeepSpeed's pipe
+# engine have no such switch.
+_RECOMPUTE_NO_OFFLOAD = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 _ALL_PRECISIONS = ("bf16", "fp8", "fp4")
 _MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
 # Megatron-Core adds the EP-overlap "combined 1F1B" (pipeline_parallel/combined_1f1b.py) for MoE.
@@ -89,7 +93,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
-        optimizer_offload="none",
+        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD,
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
                "interleaving, DP and the distributed optimizer; no context or expert parallelism, no ZeRO-2/3"),
     "megatron-core": Capabilities(
@@ -107,7 +111,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
         cp_comm=(CpComm.RING,), ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False,
-        launcher="torchtitan", optimizer_offload="none", bf16_moments=False,
+        launcher="torchtitan", optimizer_offload="none", bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
@@ -121,11 +125,12 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False, bf16_moments=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False, optimizer_offload="all",
+        recompute=_RECOMPUTE_NO_OFFLOAD,
         source="Megatron-DeepSpeed: Megatron TP/PP under DeepSpeed's pipe engine (TrainSchedule 1F1B; "
                "runtime/pipe/engine.py asserts ZeRO stage < 2)"),
     "llm-foundry": Capabilities(
         "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
-        bf16_moments=False,
+        bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
         cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False, optimizer_offload="none",
         source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
 }

@@ -15,6 +15,10 @@ KERNELS_PER_LAYER_FWD = 24
 # DeepSeek-V3 (report §3.2.2) needed 20 of 132 SMs for its own tuned all-to-all kernels: the same order.
 COLLECTIVE_SMS = 24
 HBM_EFFICIENCY = 0.85  # Calculon systems/*.json: HBM efficiency 0.9 for >=100 MB transfers, 0.75 at 10 MB
+# Copy-engine transfers between pinned host memory and the GPU reach part of the link's rate (PCIe packet and
+# flow-control overheads): NVIDIA's NVbandwidth host_to_device_memcpy_ce measures 55.63 GB/s on a PCIe Gen5 x16
+# link of 64 GB/s per direction (NVIDIA technical blog on NVbandwidth, example output). Applied to NVLink-C2C too.
+HOST_COPY_EFFICIENCY = 55.63 / 64.0
 # Fallback when a GPU lists no FP8 MAMF: H100's FP8/BF16 ratio, 70.9% vs 80.3% of peak (stas00/ml-engineering).
 FP8_GEMM_EFFICIENCY = 0.88
 

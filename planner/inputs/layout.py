@@ -39,12 +39,16 @@ class _Labelled(IntEnum):
 
 
 class Recompute(_Labelled):
-    """Activation recomputation (Korthikanti et al. 2022): none, selective (attention core / memory-bound modules),
-    or full (each layer's forward again in the backward)."""
+    """What the backward pass gets its activations from: kept (none), partly re-run (selective: attention core /
+    memory-bound modules), re-run whole (full: each layer's forward again; Korthikanti et al. 2022), or kept in host
+    memory (offload: Megatron-Core's layer-level CPU activation offloading, `--cpu-offloading-num-layers`, which runs
+    without recomputation; the planner offloads the fewest layers that make the layout fit,
+    planner.cost.activation_offload)."""
 
     NONE = 0, "none"
     SELECTIVE = 1, "selective"
     FULL = 2, "full"
+    OFFLOAD = 3, "offload"
 
 
 class Schedule(_Labelled):
@@ -125,7 +129,7 @@ KNOB_TABLE: tuple[Knob, ...] = (
     Knob("vpp", "model chunks per pipeline rank (virtual pipeline stages)"),
     Knob("mbs", "micro-batch size, sequences"),
     Knob("zero", "ZeRO / FSDP sharding stage", Zero),
-    Knob("recompute", "activation recomputation", Recompute),
+    Knob("recompute", "activation recomputation, or offload to host memory", Recompute),
     Knob("sp", "sequence parallelism (0/1)"),
     Knob("schedule", "pipeline schedule", Schedule),
     Knob("cp_comm", "context-parallel exchange", CpComm),

@@ -74,6 +74,11 @@ class ModelSpec(_Spec):
     moe_intermediate_size: Count = 0
     n_shared_experts: Count = 0
     first_k_dense_replace: Count = 0
+    # Router gate over the top-k logits: softmax (Mixtral, Qwen3, gpt-oss) or sigmoid (DeepSeek-V3, Kimi K2: their
+    # configs say scoring_func; Llama 4 and GLM-4.5 MoE apply it in code). No cost depends on it; Megatron-Core does:
+    # top-1 routing needs sigmoid or a softmax before the top-k (transformer_config.py). Other gates (DeepSeek-V4's
+    # sqrtsoftplus) are kept as written: they price the same, and the Megatron launchers refuse them.
+    scoring_func: str = Field(default="softmax", max_length=40)
     # Group-limited routing (DeepSeek-V3 node-limited routing): experts in n_group groups, each token uses topk_group.
     n_group: Count = 0
     topk_group: Count = 0
@@ -276,6 +281,10 @@ class GPUSpec(_Spec):
     network_gbps: Rate = Field(default=50.0, description="scale-out bandwidth per GPU per direction, GB/s")
     host_link_gbps: Rate = Field(default=64.0, description="GPU <-> CPU bandwidth per GPU per direction, GB/s "
                                  "(PCIe Gen5 x16 unless the catalog says; NVLink-C2C on Grace parts)")
+    nic_shares_host_link: bool = Field(default=True, description="the GPU's host link (PCIe) also carries its NIC's "
+                                       "GPUDirect traffic; False where the host link is NVLink-C2C")
+    host_memory_gib: Rate = Field(default=256.0, description="CPU memory per GPU, GiB, for activations offloaded "
+                                  "to the host (a DGX-class node's 2 TB over 8 GPUs unless the catalog says)")
     matmul_efficiency: Efficiency = Field(default=0.8, description="best achievable bf16 GEMM / peak (MAMF)")
     fp8_matmul_efficiency: Efficiency | None = Field(default=None, description="best fp8 GEMM / fp8 peak")
     fp8_blockwise_matmul_efficiency: Efficiency | None = Field(default=None, description=(

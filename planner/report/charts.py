@@ -25,7 +25,8 @@ RC = {"svg.fonttype": "path", "svg.hashsalt": "plan-report", "font.size": 9, "ax
 # Time terms of one step, in the order they stack; their sum is step_time_s up to Seq1F1B's extra segment launches
 # ("other"). compute_s includes recomputation, so the bar shows kernels without it plus recompute_s.
 TIME_TERMS: tuple[tuple[str, str, str], ...] = (
-    ("kernels", "compute", "#4C72B0"), ("recompute_s", "recompute", "#8FAADC"), ("tp_comm_s", "TP comm", "#DD8452"),
+    ("kernels", "compute", "#4C72B0"), ("recompute_s", "recompute", "#8FAADC"),
+    ("offload_s", "activation offload", "#64B5CD"), ("tp_comm_s", "TP comm", "#DD8452"),
     ("cp_comm_s", "CP comm", "#C44E52"), ("ep_comm_s", "EP comm", "#8172B3"), ("fsdp_comm_s", "ZeRO-3 gathers",
                                                                                "#937860"),
     ("pp_comm_s", "PP hand-offs", "#DA8BC3"), ("dp_comm_s", "DP reduction", "#CCB974"),

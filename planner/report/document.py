@@ -42,6 +42,8 @@ def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
+        if metrics.get("offloaded_layers", 0) > 0:  # recompute=offload: --cpu-offloading-num-layers
+            out["offload_layers"] = int(round(metrics["offloaded_layers"]))
     if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
         data = layout["dp"] * layout["cp"]
         out["fsdp_shard_group"] = math.gcd(data, max(nvlink_domain // layout["tp"], 1))
@@ -74,8 +76,8 @@ def metrics_dict(metrics: dict[str, float], capacity: float) -> dict[str, float]
 
 
 def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
-    time_keys = ("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "recompute_s", "tp_comm_s", "cp_comm_s",
-                 "ep_comm_s", "fsdp_comm_s", "pp_comm_s", "dp_comm_s")
+    time_keys = ("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "recompute_s", "offload_s", "tp_comm_s",
+                 "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "pp_comm_s", "dp_comm_s")
     mem = {k.removeprefix("mem_").removesuffix("_gib"): sig(metrics[k], 4) for k in metrics if k.startswith("mem_")}
     return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
 

@@ -15,7 +15,8 @@ from planner.search.search import Plan, SearchResult, is_tight
 
 # Compact layout tokens (`tp4 pp8 v6 dp32 m1 z1 sele sp il`) so that a ranked table fits 80 columns; every
 # abbreviation a table prints is explained by its legend line (LEGEND), keyed by the token's name.
-_RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompute.FULL: "full"}
+_RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompute.FULL: "full",
+                    Recompute.OFFLOAD: "offl"}
 _CP_COMM_SHORT = {CpComm.RING: "", CpComm.A2A: "u", CpComm.HYBRID: "h"}
 _SCHEDULE_SHORT = {Schedule.ONE_F_ONE_B: "1f1b", Schedule.INTERLEAVED: "il", Schedule.ZB_H1: "zbh1",
                    Schedule.ZB_H2: "zbh2", Schedule.ZB_V: "zbv", Schedule.SEQ1F1B: "s1f1b",
@@ -26,6 +27,7 @@ LEGEND = {
     "z": "z = ZeRO stage", "zh": "zh = HSDP (ZeRO-3 inside the NVLink domain, replicated across)",
     "cpu": "cpNu = all-to-all (Ulysses) context parallelism", "cph": "cpNh = hybrid a2a+p2p context parallelism",
     "norc": "norc = no recompute", "sele": "sele = selective recompute", "full": "full = full recompute",
+    "offl": "offl = no recompute, some layers' activations offloaded to host memory",
     "sp": "sp = sequence parallel", "1f1b": "1f1b = 1F1B schedule", "il": "il = interleaved 1F1B",
     "zbh1": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2", "zbh2": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2",
     "zbv": "zbv = zero-bubble ZB-V", "s1f1b": "s1f1b = Seq1F1B",
@@ -62,7 +64,7 @@ def compact_layout(layout: dict[str, int]) -> tuple[str, set[str]]:
     if layout["sp"] and layout["tp"] > 1:
         parts.append("sp")
         used.add("sp")
-    if layout["pp"] > 1:
+    if layout["pp"] > 1 or layout["schedule"] == Schedule.COMBINED_1F1B:  # EP overlap pairs micro-batches at pp 1
         schedule = _SCHEDULE_SHORT[Schedule(layout["schedule"])]
         parts.append(schedule)
         used.add(schedule)
@@ -91,7 +93,7 @@ def why(plan: Plan, best: Plan) -> str:
     """The component that costs this plan the most against the best one (or the best one's main overhead)."""
     names = {"bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm", "ep_comm_s": "EP all-to-all",
              "fsdp_comm_s": "FSDP gathers", "pp_comm_s": "PP sends", "dp_comm_s": "DP reduce",
-             "recompute_s": "recompute", "optimizer_s": "optimizer"}
+             "recompute_s": "recompute", "offload_s": "activation offload", "optimizer_s": "optimizer"}
     if plan is best:
         key = max(names, key=lambda k: plan.metrics[k])
         return f"fastest; largest overhead {names[key]} {_share(plan, key):.0%}"

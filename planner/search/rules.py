@@ -150,6 +150,15 @@ RULES: tuple[Rule, ...] = (
          "combined-1f1b (Megatron's --overlap-moe-expert-parallel-comm) needs expert parallelism and no full "
          "recomputation", "use ep > 1 and recompute=none|selective, or another schedule",
          "Megatron-Core transformer_config.py EP-overlap asserts (frontier_facts.md §A3)"),
+    Rule("offload_needs_one_stage", ("recompute", "pp", "schedule"),
+         lambda c, p: (c["recompute"] != Recompute.OFFLOAD)
+         | ((c["pp"] == 1) & (c["schedule"] != Schedule.COMBINED_1F1B) & (p.model.num_hidden_layers >= 3)),
+         "CPU activation offloading schedules its copies for one micro-batch's forward, then its backward: no "
+         "pipeline parallelism and no paired schedule (combined-1f1b), and at least two layers' activations stay on "
+         "the GPU so that copies overlap compute", "use pp=1 and schedule=1f1b, or recompute=none|selective|full",
+         "Megatron-Core transformer_config.py (\"no support for Pipeline parallelism with CPU offloading\"; "
+         "ecosystem.md M30); Transformer Engine cpu_offloading docs: the default schedule assumes all forwards then "
+         "all backwards, num_layers <= model_layers - 2 for overlap"),
     Rule("dualpipe_shape", ("pp", "schedule", "mbs", "dp"),
          lambda c, p: ~_among(c["schedule"], [Schedule.DUALPIPE, Schedule.DUALPIPE_V])
          | ((c["pp"] % 2 == 0) & (_microbatches(c, p) % 2 == 0) & (_microbatches(c, p) >= 2 * c["pp"])),
@@ -261,9 +270,10 @@ RULES: tuple[Rule, ...] = (
          "use zero >= 2 with model parallelism", "torchtitan parallelize: DDP is applied only without TP/PP/CP"),
     Rule("framework_recompute", ("recompute",),
          lambda c, p: _among(c["recompute"], [int(r) for r in _caps(p).recompute]) | _trusted("recompute", p),
-         "the chosen training framework cannot switch on this activation recomputation",
-         "use recompute=none, or a framework that recomputes (megatron-core, torchtitan)",
-         "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch"),
+         "the chosen training framework cannot switch on this activation recomputation or offloading",
+         "use a recompute the framework runs (README, frameworks table), or megatron-core / nemo, which run all four",
+         "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch; "
+         "activation offloading is Megatron-Core's (--cpu-offloading-num-layers)"),
     Rule("framework_fp8_needs_zero", ("zero",),
          lambda c, p: (p.training.precision != "fp8") | (not _caps(p).fp8_needs_zero) | (c["zero"] != Zero.NONE)
          | _trusted("zero", p),

@@ -23,7 +23,7 @@ from planner.cost.step import (
     step_time_floor,
 )
 from planner.errors import NoFeasiblePlan
-from planner.inputs.layout import KNOBS, default_expert_tp
+from planner.inputs.layout import KNOBS, Recompute, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.search.lazy import take_rows
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
@@ -125,7 +125,7 @@ def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], domina
         fits, tight = _fits(problem, by_state, by_act) if proven else (np.zeros(len(parent), dtype=bool),) * 2
         unfit += len(fits) - int(np.count_nonzero(fits))  # (rows left unchecked by the deadline too)
         fitting += int(np.count_nonzero(fits))
-        keep = _undominated(parent, fits, tight) if dominate else fits
+        keep = _undominated(parent, fits, tight, enum.last[1].take(pos)) if dominate else fits
         dominated += int(np.count_nonzero(fits & ~keep))
         rows = np.flatnonzero(keep)
         kept.append((parent.take(rows), pos.take(rows)))
@@ -153,7 +153,7 @@ def has_plan(problem: Problem) -> bool:
     assert enum.last is not None and enum.last[0] == "recompute" and (np.diff(enum.last[1]) > 0).all(), enum.last
     for parent, pos, (by_state, by_act) in enum.grouped_parts(CHUNK, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS):
         fits, tight = _fits(problem, by_state, by_act)
-        rows = np.flatnonzero(_undominated(parent, fits, tight) if dominate else fits)
+        rows = np.flatnonzero(_undominated(parent, fits, tight, enum.last[1].take(pos)) if dominate else fits)
         for lo in range(0, len(rows), SAMPLE):
             batch = rows[lo:lo + SAMPLE]
             if _valid(evaluate(problem, enum.take(parent.take(batch), pos.take(batch)))).any():
@@ -161,12 +161,22 @@ def has_plan(problem: Problem) -> bool:
     return False
 
 
-def _undominated(parent: np.ndarray, fits: np.ndarray, tight: np.ndarray) -> np.ndarray:
+def _undominated(parent: np.ndarray, fits: np.ndarray, tight: np.ndarray, rc: np.ndarray) -> np.ndarray:
     """Rows that fit and carry their sibling group's (one parent: rows that differ only in recompute, the last knob)
-    least recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE)."""
+    least recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE). Offloading is not on
+    that ladder (it can beat full recompute or lose to it): it is kept wherever it fits and keeping every activation
+    (recompute none) does not fit with headroom, since otherwise it only adds copies to the same layout."""
     if not fits.any():
         return fits
-    return fits & (_least_recompute(parent, fits) | _least_recompute(parent, fits & ~tight))
+    ladder = rc != Recompute.OFFLOAD
+    on = fits & ladder
+    keep = on & (_least_recompute(parent, on) | _least_recompute(parent, on & ~tight))
+    offload = fits & ~ladder
+    if offload.any():
+        roomy = np.zeros(int(parent.max()) + 1, dtype=bool)
+        roomy[parent[fits & ~tight & (rc == Recompute.NONE)]] = True
+        keep |= offload & ~roomy.take(parent)
+    return keep
 
 
 def _fits(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,8 @@ _HANDLED = {
     "--squared-relu", "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
-    "--recompute-modules",
+    "--recompute-modules", "--cpu-offloading-num-layers", "--cpu-offloading", "--moe-router-score-function",
+    "--moe-router-pre-softmax", "--moe-router-num-groups", "--moe-router-group-topk",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
@@ -161,6 +162,11 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
     if shared in found and keys.get("moe_intermediate_size"):
         keys["n_shared_experts"] = max(1, round(as_int(value(shared), shared, cfg.source)
                                                 / keys["moe_intermediate_size"]))
+    if "--moe-router-score-function" in found and keys:
+        keys["scoring_func"] = value("--moe-router-score-function")
+    for flag, key in (("--moe-router-num-groups", "n_group"), ("--moe-router-group-topk", "topk_group")):
+        if flag in found and keys:
+            keys[key] = as_int(value(flag), flag, cfg.source)
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
         else None
     if freq:
@@ -182,6 +188,11 @@ def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) 
     if granularity is None and "--recompute-activations" in found:
         granularity = "selective"  # the older spelling of selective recompute
     cfg.set_knob("recompute", granularity or "none", "--recompute-granularity")
+    # a positive count switches Megatron-Core's activation offloading on (arguments.py); the planner then offloads
+    # the fewest layers that fit, which it prices and prints as offload_layers
+    if "--cpu-offloading-num-layers" in found and as_int(value("--cpu-offloading-num-layers"),
+                                                         "--cpu-offloading-num-layers", src, minimum=0) > 0:
+        cfg.set_knob("recompute", "offload", "--cpu-offloading-num-layers")
     tp = cfg.layout.get("tp", 1)
     cfg.layout["sp"] = int("--sequence-parallel" in found and tp > 1)
     if "--overlap-moe-expert-parallel-comm" in found:  # Megatron-Core's combined 1F1B (EP all-to-all overlap)

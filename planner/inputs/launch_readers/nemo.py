@@ -24,7 +24,10 @@ _CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size", "model.sequence_parallel",
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
-            "model.recompute_modules", "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend",
+            "model.recompute_modules", "model.cpu_offloading", "model.cpu_offloading_num_layers",
+            "model.cpu_offloading_activations", "model.cpu_offloading_weights", "model.moe_token_dispatcher_type",
+            "model.moe_flex_dispatcher_backend", "model.moe_router_score_function", "model.moe_router_pre_softmax",
+            "model.moe_router_num_groups", "model.moe_router_group_topk",
             "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
             "dist.use_megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
             "mixed_precision", "model.expert_tensor_parallel_size", "model.hierarchical_context_parallel_sizes",
@@ -65,6 +68,11 @@ def read(text: str, source: str) -> LaunchConfig:
     for key, name in _SHAPE.items():
         if key in found and not is_null(found[key]):
             cfg.model_keys[name] = as_int(found[key], key, source)
+    if cfg.model_keys and not is_null(found.get("model.moe_router_score_function", "null")):
+        cfg.model_keys["scoring_func"] = found["model.moe_router_score_function"]
+    for key, name in (("model.moe_router_num_groups", "n_group"), ("model.moe_router_group_topk", "topk_group")):
+        if cfg.model_keys and key in found and not is_null(found[key]):
+            cfg.model_keys[name] = as_int(found[key], key, source)
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)
@@ -103,6 +111,8 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.layout["zero"] = int(flag("ddp.use_distributed_optimizer") or flag("optimizer.use_distributed_optimizer"))
     granularity = found.get("model.recompute_granularity")
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
+    if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
+        cfg.set_knob("recompute", "offload", "model.cpu_offloading")
     if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:

@@ -7,7 +7,7 @@ Rule numbers refer to shared/reference/ecosystem.md section 1.3.
 
 from __future__ import annotations
 
-from planner.report.launchers._plan import PlanView, refuse, require_stage_split
+from planner.report.launchers._plan import ModelShape, PlanView, refuse, require_stage_split
 
 # Recompute as Megatron spells it: granularity, method, layers per recompute unit.
 # "full" with method uniform and one layer per unit checkpoints every layer input, which is what the cost model
@@ -16,6 +16,7 @@ RECOMPUTE = {
     "none": (None, None, None),
     "selective": ("selective", None, None),
     "full": ("full", "uniform", 1),
+    "offload": (None, None, None),  # no recomputation: activations go to host memory (offload_layers)
 }
 
 # Data-parallel sharding for ZeRO stages 2 and 3: Megatron has it only through Megatron-FSDP.
@@ -57,9 +58,49 @@ def deepep_dispatch(view: PlanView) -> bool:
     return view.model.is_moe and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
 
 
+def router_gate(m: ModelShape) -> tuple[str | None, bool]:
+    """(score function to state, softmax before top-k) for Megatron-Core's router: the model's sigmoid gate, and for a
+    softmax top-1 router the pre-top-k softmax Megatron-Core requires ("Please use --moe-router-pre-softmax when
+    topk is 1", transformer_config.py)."""
+    if m.scoring_func == "sigmoid":
+        return "sigmoid", False
+    return None, m.experts_per_token == 1
+
+
+def router_groups(m: ModelShape) -> tuple[int, int] | None:
+    """(groups, groups per token) of group-limited routing, which the expert all-to-all is priced with
+    (planner.cost.expert: node-limited dispatch); Megatron-Core --moe-router-num-groups / --moe-router-group-topk."""
+    return (m.n_group, m.topk_group) if m.n_group and m.topk_group else None
+
+
+def router_flags(m: ModelShape) -> list[tuple[str, ...]]:
+    """Megatron-LM flags of router_gate and router_groups."""
+    score, pre = router_gate(m)
+    flags = ([("--moe-router-score-function", score)] if score else []) + ([("--moe-router-pre-softmax",)] if pre
+                                                                           else [])
+    groups = router_groups(m)
+    if groups:
+        flags += [("--moe-router-num-groups", str(groups[0])), ("--moe-router-group-topk", str(groups[1]))]
+    return flags
+
+
+def offload_layers(view: PlanView) -> int:
+    """Layers whose activations the plan keeps in host memory (recompute=offload; plan document offload_layers)."""
+    assert view.layout.offload_layers is not None  # check() refuses an offload plan without it
+    return view.layout.offload_layers
+
+
 def check(view: PlanView, launcher: str) -> None:
     """Refuse plans Megatron-Core would reject at start-up (or run differently from the plan)."""
     lay, m = view.layout, view.model
+    if m.is_moe and m.scoring_func not in ("softmax", "sigmoid"):
+        refuse(view, launcher, "inputs.model.scoring_func",
+               f"Megatron-Core's router gates with softmax or sigmoid, not {m.scoring_func[:40]}",
+               "launch with a model that uses one of them, or use --format env")
+    if lay.recompute == "offload" and (lay.pp > 1 or not lay.offload_layers or lay.offload_layers >= m.num_layers):
+        refuse(view, launcher, "offload_layers",
+               "Megatron-Core offloads activations only without pipeline parallelism and for 1 to L - 1 layers "
+               "(transformer_config.py)", "re-plan with pp=1, or another recompute")
     if lay.schedule not in ("1f1b", "interleaved", "combined-1f1b"):
         refuse(view, launcher, "schedule",
                f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, interleaved 1F1B when there "

@@ -15,7 +15,7 @@ from planner.inputs.layout import SCHEDULES
 from planner.inputs.specs import FP8_RECIPES
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "offload")
 PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
 
 
@@ -45,6 +45,10 @@ class ModelShape:
     v_head_dim: int
     # Which layers are MoE (1) or dense (0) when the config interleaves them (Llama 4, MiMo); None: first-k rule.
     moe_layer_pattern: tuple[int, ...] | None = None
+    scoring_func: str = "softmax"  # the router's gate over the top-k logits: softmax or sigmoid
+    # group-limited routing (DeepSeek-V3 n_group / topk_group): each token's experts come from topk_group groups
+    n_group: int = 0
+    topk_group: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -78,6 +82,8 @@ class Layout:
     # "embedding_loss": the first/last-stage counts come from counting the embedding and the loss as one layer each
     # (Megatron-Core --account-for-embedding/loss-in-pipeline-split), the split an interleaved plan can then state
     stage_split: str | None = None
+    # recompute=offload: the layers whose activations go to host memory (--cpu-offloading-num-layers)
+    offload_layers: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -176,6 +182,9 @@ def _model(raw: Any) -> ModelShape:
         qk_rope_head_dim=get_int(raw, "qk_rope_head_dim", p, default=0),
         v_head_dim=get_int(raw, "v_head_dim", p, default=0),
         moe_layer_pattern=_moe_pattern(raw.get("mlp_layer_types")),
+        scoring_func=str(raw.get("scoring_func") or "softmax"),
+        n_group=get_int(raw, "n_group", p, default=0),
+        topk_group=get_int(raw, "topk_group", p, default=0),
     )
 
 
@@ -211,6 +220,8 @@ def _layout(raw: Any, path: str) -> Layout:
         schedule=get_choice(raw, "schedule", path, SCHEDULES),
         first_stage_layers=first,
         last_stage_layers=last,
+        offload_layers=get_int(raw, "offload_layers", path, minimum=1) if raw.get("offload_layers") is not None
+        else None,
         cp_comm=get_choice(raw, "cp_comm", path, ("ring", "a2a", "a2a+p2p")) if "cp_comm" in raw else "ring",
         cp_hierarchy=tuple(raw["cp_hierarchy"]) if isinstance(raw.get("cp_hierarchy"), list) else None,
         fsdp_shard_group=get_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,

@@ -45,6 +45,8 @@ def render(view: PlanView) -> str:
         ("SCHEDULE", lay.schedule),
         ("PRECISION", view.precision),
     ]
+    if lay.offload_layers is not None:
+        values.append(("OFFLOAD_LAYERS", lay.offload_layers))
     if lay.first_stage_layers is not None:
         values.append(("FIRST_STAGE_LAYERS", lay.first_stage_layers))
     if lay.last_stage_layers is not None:

@@ -126,6 +126,7 @@ def _moe(view: PlanView) -> list[Flag]:
         ("--num-experts", str(m.num_experts)),
         ("--moe-router-topk", str(m.experts_per_token)),
         ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size or m.ffn_hidden_size)),
+        *_mcore.router_flags(m),
     ]
     # All-to-all dispatch is what the planner's EP cost assumes (the default allgather moves far more data); across
     # nodes it prices DeepEP's node-deduplicated kernels, Megatron-Core's flex dispatcher (needs the deep_ep package).
@@ -158,6 +159,8 @@ def _recompute(view: PlanView) -> list[Flag]:
         flags.append(("--recompute-modules", *modules))
     if method:
         flags += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
+    if view.layout.recompute == "offload":  # arguments.py: a positive count switches cpu_offloading on
+        flags.append(("--cpu-offloading-num-layers", str(_mcore.offload_layers(view))))
     return flags
 
 

@@ -63,6 +63,14 @@ def _model(view: PlanView) -> list[Item]:
         items.append(("model.recompute_modules", "[" + ",".join(_mcore.recompute_modules(view)) + "]"))
     if view.model.is_moe:
         items.append(("model.expert_tensor_parallel_size", lay.expert_tp or lay.tp))
+        score, pre = _mcore.router_gate(view.model)
+        if score:
+            items.append(("model.moe_router_score_function", score))
+        if pre:
+            items.append(("model.moe_router_pre_softmax", True))
+        groups = _mcore.router_groups(view.model)
+        if groups:
+            items += [("model.moe_router_num_groups", groups[0]), ("model.moe_router_group_topk", groups[1])]
         if _mcore.deepep_dispatch(view):
             items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
         if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
@@ -80,11 +88,20 @@ def _model(view: PlanView) -> list[Item]:
         ("model.recompute_granularity", granularity),
         ("model.recompute_method", method),
         ("model.recompute_num_layers", num_layers),
+        *_offload_items(view),
         # Bridge asserts model.seq_length == dataset.seq_length, so both are set.
         ("model.seq_length", view.seq_len),
         ("dataset.seq_length", view.seq_len),
     ]
     return items
+
+
+def _offload_items(view: PlanView) -> list[Item]:
+    """Megatron-Core's layer-level activation offloading (TransformerConfig cpu_offloading*), activations only."""
+    if view.layout.recompute != "offload":
+        return []
+    return [("model.cpu_offloading", True), ("model.cpu_offloading_num_layers", _mcore.offload_layers(view)),
+            ("model.cpu_offloading_activations", True), ("model.cpu_offloading_weights", False)]
 
 
 def _train(view: PlanView) -> list[Item]:

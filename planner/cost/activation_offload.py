@@ -1,0 +1,113 @@
+"""Activations kept in host memory instead of recomputed (recompute=offload): how many layers leave the GPU, and
+what the copies cost.
+
+Megatron-Core's layer-level CPU offloading (`--cpu-offloading-num-layers k`, through Transformer Engine's
+get_cpu_offload_context) copies the saved activations of a stage's first k layers to pinned host memory on a side
+stream as the forward makes them, and reloads them in the backward. Transformer Engine's documentation
+(docs/features/other_optimizations/cpu_offloading, @d0067d0) states the schedule this module prices:
+  - at most L - k layers' activations are on the GPU at any time, so the stage keeps k layers fewer;
+  - compute waits when a copy falls behind: in the forward a layer may not start while L - k sets are resident, in
+    the backward a layer waits for its reload;
+  - k <= L - 2 keeps copies and compute overlapping (L - 1 leaves one set on the GPU and serialises them).
+Megatron-Core allows it only with pp = 1 and without recomputation (transformer_config.py), and the default schedule
+assumes each micro-batch's forward then its backward, so no paired schedule either (rule offload_needs_one_stage):
+the stage is the whole model and one micro-batch is in flight.
+
+The planner chooses k: the fewest layers that bring the layout under the memory budget (capacity x (1 - headroom)),
+at most L - 2 and at most what host memory holds ([HOST] in clusters/gpus.yaml); a layout that still does not fit is
+refused by the memory check like any other.
+
+Time per micro-batch, with a one layer's activations, tau = a / B its copy over the host link (B per direction,
+[PCIE]/[C2C], at HOST_COPY_EFFICIENCY) and t_f, t_b one layer's forward and backward: the copies run back to back
+on one stream, so the k-th copy ends k·tau after the first layer, while the layer that must wait for it starts
+(L - 2)·t later:
+  forward stall   max(0, k·tau - (L - 2)·t_f)
+  backward stall  max(0, k·tau - (L - 2)·t_b)
+  HBM             2·k·a / HBM bandwidth (each copy reads or writes the activations once beside the compute; Transformer
+                  Engine's documentation warns that offloading competes for HBM bandwidth)
+On x86 hosts the GPU reaches host memory over its one PCIe x16 link, which also carries its NIC's GPUDirect RDMA
+traffic (DGX H100 pairs each GPU with one ConnectX-7, User Guide §1.2.3, whose integrated PCIe switch sits between
+the GPU and the CPU in NVIDIA's DGX H100 block diagram, GTC 2022 technical follow-up), so while ZeRO-3
+gathers cross the network the copies get what the NIC leaves: B = host link - NIC rate x the share of the pass its
+collectives run (nic_busy). Grace parts reach host memory over NVLink-C2C, apart from the NIC's PCIe path. Other
+network traffic during the passes (expert all-to-all, ring attention across nodes) is not charged here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.fabric import Fabric
+from planner.cost.groups import peers_within
+from planner.cost.memory import FRAGMENTATION, GIB
+from planner.cost.profiles import FrameworkProfile
+from planner.cost.sharding import fsdp_collectives
+from planner.inputs.hardware import HOST_COPY_EFFICIENCY
+from planner.inputs.layout import Recompute, Zero
+from planner.inputs.problem import Problem
+
+# Layers left on the GPU at the most: below two, copies and compute cannot overlap (Transformer Engine docs, above).
+MIN_RESIDENT_LAYERS = 2
+
+
+def budget_bytes(problem: Problem) -> float:
+    """The device total a layout aims under: capacity x (1 - memory headroom), bytes (the fit check's bound for
+    a layout that is not tight)."""
+    return problem.cluster.gpu.memory_gib * (1.0 - problem.memory_headroom) * GIB
+
+
+def offloaded_layers(problem: Problem, rc: np.ndarray, layers: np.ndarray, per_layer_act: np.ndarray,
+                     allocated: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """k per row (0 where rc is not offload): the fewest layers whose activations, moved to the host, bring the
+    device total (allocated x (1 + fragmentation) + fixed) under budget_bytes; at least 1, at most
+    L - MIN_RESIDENT_LAYERS and what host memory holds."""
+    k = np.zeros(np.shape(rc))
+    rows = np.flatnonzero(np.ravel(rc) == Recompute.OFFLOAD)
+    if not len(rows):
+        return k
+    a = np.maximum(np.broadcast_to(per_layer_act, np.shape(rc)).ravel().take(rows), 1.0)
+    total = np.broadcast_to(allocated * (1 + FRAGMENTATION) + fixed, np.shape(rc)).ravel().take(rows)
+    need = np.ceil((total - budget_bytes(problem)) / (a * (1 + FRAGMENTATION)))
+    host = np.floor(problem.cluster.gpu.host_memory_gib * GIB / a)
+    most = np.minimum(np.broadcast_to(layers, np.shape(rc)).ravel().take(rows) - MIN_RESIDENT_LAYERS, host)
+    k.ravel()[rows] = np.maximum(np.minimum(np.maximum(need, 1.0), most), 0.0)
+    return k
+
+
+# The copies keep at least this share of the host link while the NIC is busy (nothing in a PCIe link's arbitration
+# starves one requester; a floor keeps the price finite where the NIC's line rate exceeds the link's).
+MIN_LINK_SHARE = 0.05
+
+
+def nic_busy(problem: Problem, fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,
+             shard_group: np.ndarray, tp: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
+             experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) share of a layer's pass during which ZeRO-3 collectives that leave the NVLink domain run
+    (their gathers beside t_f, gathers and reduce-scatters beside t_b, at most all of it), where the GPU's host link
+    also carries the NIC's traffic; 0 elsewhere."""
+    if not problem.cluster.gpu.nic_shares_host_link:
+        return np.zeros_like(t_f), np.zeros_like(t_b)
+    ag, rs = fsdp_collectives(fab, prof, per_layer_p, shard_group, tp, experts)
+    crosses = (zero == Zero.PARAMETERS) & (peers_within(problem.cluster.nvlink_domain, tp, shard_group) < shard_group)
+    busy_f = np.minimum(ag / np.maximum(t_f, 1e-12), 1.0)
+    busy_b = np.minimum((ag + rs) / np.maximum(t_b, 1e-12), 1.0)
+    return np.where(crosses, busy_f, 0.0), np.where(crosses, busy_b, 0.0)
+
+
+def offload_stall(problem: Problem, k: np.ndarray, per_layer_act: np.ndarray, layers: np.ndarray,
+                  t_f: np.ndarray, t_b: np.ndarray, hbm: float, busy_f: np.ndarray | float = 0.0,
+                  busy_b: np.ndarray | float = 0.0) -> np.ndarray:
+    """Seconds one micro-batch loses to the copies of k offloaded layers (module docstring): the forward and
+    backward stalls plus the HBM traffic of the copies; `busy_f`/`busy_b` (nic_busy) take the NIC's share of a
+    shared host link."""
+    gpu = problem.cluster.gpu
+    link = gpu.host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY
+    nic = problem.cluster.network_gbps * 1e9
+
+    def copy_time(busy: np.ndarray | float) -> np.ndarray:
+        return per_layer_act / np.maximum(link - nic * busy, MIN_LINK_SHARE * link)
+
+    overlap = np.maximum(layers - MIN_RESIDENT_LAYERS, 0.0)
+    stall = (np.maximum(k * copy_time(busy_f) - overlap * t_f, 0.0)
+             + np.maximum(k * copy_time(busy_b) - overlap * t_b, 0.0))
+    return np.where(k > 0, stall + 2.0 * k * per_layer_act / hbm, 0.0)
