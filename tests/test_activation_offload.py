@@ -88,7 +88,7 @@ def _layout(**kw: int) -> dict[str, np.ndarray]:
     return {k: np.array([v]) for k, v in base.items()}
 
 
-def test_offload_prices_the_same_layout_as_no_recompute_minus_what_left() -> None:
+def test_offload_prices_like_no_recompute_less_the_offloaded_layers() -> None:
     """Llama 3 70B, FSDP, 2 x 8k tokens per GPU on GB300 (NeMo's fp8 recipe: pp 1, no recompute, activations of
     some layers offloaded): the activations shrink by k layers, the kernels stay those of `none`, and the step
     grows only by the copies."""
