@@ -215,3 +215,19 @@ def test_zero3_across_nodes_keeps_the_nic_busy() -> None:
     # not ZeRO-3: nothing is gathered during the passes
     none = activation_offload.nic_busy(p, fab, prof, np.array([1, 1]), params, group, tp, t_f, t_b)
     assert not none[0].any() and not none[1].any()
+
+
+def test_explain_says_how_much_host_memory_the_offload_takes() -> None:
+    from planner.inputs.layout import parse_pairs
+    from planner.report.explain import explain
+
+    p = Problem(load_model("llama3-70b"), load_cluster("gb300x64"),
+                TrainingSpec(seq_len=8192, global_batch=256, precision="fp8", framework="nemo"))
+    out = explain(p, parse_pairs(["tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=offload"], "--layout"))
+    off = out["offload"]
+    assert off["layers"] == out["layout"]["offload_layers"] and off["host_capacity_gib"] == 240
+    none = explain(p, parse_pairs(["tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=none"], "--layout"))
+    freed = none["breakdown"]["memory_gib"]["activations"] - out["breakdown"]["memory_gib"]["activations"]
+    assert off["host_gib"] == pytest.approx(freed, abs=0.1)  # what leaves the GPU is what the host holds (4 digits)
+    assert off["copies_s"] == pytest.approx(out["breakdown"]["offload_s"], rel=1e-4)
+    assert "offload" not in none

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from planner.cost.step import memory_stages
+from planner.cost.step import layer_terms, memory_stages
 from planner.inputs.layout import CpComm, Recompute, Schedule, Zero, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
@@ -69,7 +69,7 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
     if metrics["memory_peak_gib"] > cap:
         broken.append(MEMORY_RULE)
     per_stage = memory_stages(problem, cols)
-    return {
+    out = {
         "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain,
                               problem.training.framework),
         "feasible": not broken,
@@ -88,6 +88,18 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
                      "allocations_gib": _rounded(per_stage["last"])},
         },
     }
+    if metrics.get("offloaded_layers", 0) > 0:
+        out["offload"] = offload_summary(problem, cols, metrics)
+    return out
+
+
+def offload_summary(problem: Problem, cols: dict[str, np.ndarray], metrics: dict[str, float]) -> dict[str, Any]:
+    """recompute=offload: the layers whose activations sit in host memory, the host memory they take against what
+    the node has per GPU, and what their copies cost per step."""
+    k = int(round(metrics["offloaded_layers"]))
+    per_layer = float(layer_terms(problem, cols)["act_bytes"][0])
+    return {"layers": k, "host_gib": round(k * per_layer / 2**30, 3),
+            "host_capacity_gib": problem.cluster.gpu.host_memory_gib, "copies_s": round(metrics["offload_s"], 6)}
 
 
 def _rounded(kinds: dict[str, np.ndarray]) -> dict[str, float]:
@@ -142,6 +154,10 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
                       + ", ".join(f"{k} {v:.2f}" for k, v in stage["allocations_gib"].items()))
     if out["memory_tight"]:
         console.print("[yellow]tight[/]: the device total leaves less than the memory headroom free")
+    if "offload" in out:
+        off = out["offload"]
+        console.print(f"offload: {off['layers']} layers' activations in host memory, {off['host_gib']:.1f} of "
+                      f"{off['host_capacity_gib']:g} GiB per GPU; their copies cost {off['copies_s']:.3f} s per step")
     console.print(out["timeline"], highlight=False, markup=False)
     for text in texts:
         console.print(text, highlight=False, markup=False)
