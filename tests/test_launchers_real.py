@@ -577,3 +577,15 @@ def test_megatron_router_gate_reaches_megatron_core(mcore, tmp_path):
                       "num_experts_per_tok: 1\n")
     flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1"))
     assert "--moe-router-pre-softmax" in flags and "--moe-router-score-function" not in flags
+
+
+def test_hf_routers_that_gate_by_sigmoid_without_saying_so():
+    """Llama 4 (Llama4TextMoe), GLM-4.5 MoE and Nemotron-H MoE (their routers are DeepseekV3TopkRouter) gate by
+    sigmoid without a scoring_func key; Qwen3's router is a softmax."""
+    from planner.inputs.catalog import model_from_mapping
+
+    data = ROOT / "tests" / "data" / "hf_configs"
+    gates = {name: model_from_mapping(json.loads((data / f"{name}.json").read_text()), name).scoring_func
+             for name in ("llama-4-scout", "nemotron-3-super-120b-a12b", "glm-5", "qwen3-30b-a3b")}
+    assert gates == {"llama-4-scout": "sigmoid", "nemotron-3-super-120b-a12b": "sigmoid", "glm-5": "sigmoid",
+                     "qwen3-30b-a3b": "softmax"}

@@ -157,13 +157,15 @@ def _widths(doc: dict) -> None:
 
 
 def _defaults(doc: dict) -> None:
-    """HF class defaults a config may leave out: Llama 4 and GLM-4.5 MoE routers gate by sigmoid without a
-    scoring_func key; every Gemma config class ties the LM head to the embedding
+    """HF class defaults a config may leave out: Llama 4, GLM-4.5 MoE and Nemotron-H MoE routers gate by sigmoid
+    without a scoring_func key; every Gemma config class ties the LM head to the embedding
     (GemmaConfig, Gemma2Config, Gemma3TextConfig tie_word_embeddings=True) and uses a tanh-GeLU GLU; Gemma 3
     alternates five sliding-window layers with one global (Gemma3TextConfig sliding_window_pattern=6, spelled
     _sliding_window_pattern when saved) over a 262,208-token vocabulary."""
     family = str(doc.get("model_type", ""))
-    if family.startswith(("llama4", "glm4_moe")):  # HF Llama4TextMoe / Glm4MoeTopkRouter gate the top-k by sigmoid
+    # HF Llama4TextMoe gates the top-k by sigmoid; Glm4MoeTopkRouter and NemotronHTopkRouter are DeepSeek-V3's
+    # router (DeepseekV3TopkRouter: sigmoid scores plus a correction bias)
+    if family.startswith(("llama4", "glm4_moe", "nemotron_h", "deepseek_v3")):
         doc.setdefault("scoring_func", "sigmoid")
     if family.startswith("gemma"):
         doc.setdefault("tie_word_embeddings", True)

@@ -70,7 +70,7 @@ def router_gate(m: ModelShape) -> tuple[str | None, bool]:
 def router_groups(m: ModelShape) -> tuple[int, int] | None:
     """(groups, groups per token) of group-limited routing, which the expert all-to-all is priced with
     (planner.cost.expert: node-limited dispatch); Megatron-Core --moe-router-num-groups / --moe-router-group-topk."""
-    return (m.n_group, m.topk_group) if m.n_group and m.topk_group else None
+    return (m.n_group, m.topk_group) if m.n_group > 1 and m.topk_group else None
 
 
 def router_flags(m: ModelShape) -> list[tuple[str, ...]]:
