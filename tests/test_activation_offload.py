@@ -207,13 +207,13 @@ def test_zero3_across_nodes_keeps_the_nic_busy() -> None:
     fab, prof = Fabric(p.cluster, {}, 2.8e12), profile_for("generic")
     params, group, tp = np.array([8.6e8, 8.6e8]), np.array([512.0, 8.0]), np.array([1.0, 1.0])
     t_f, t_b = np.array([25e-3, 25e-3]), np.array([50e-3, 50e-3])
-    busy_f, busy_b = activation_offload.nic_busy(p, fab, prof, np.array([3, 3]), params, group, tp, t_f, t_b)
     ag, rs = fsdp_collectives(fab, prof, params, group, tp)
+    busy_f, busy_b = activation_offload.nic_busy(p, np.array([3, 3]), group, tp, ag, rs, t_f, t_b)
     assert busy_f[0] == pytest.approx(ag[0] / 25e-3) and busy_b[0] == pytest.approx((ag[0] + rs[0]) / 50e-3)
     assert 0.1 < busy_f[0] < 1.0
     assert busy_f[1] == 0.0 and busy_b[1] == 0.0  # eight data ranks tile one NVLink domain
     # not ZeRO-3: nothing is gathered during the passes
-    none = activation_offload.nic_busy(p, fab, prof, np.array([1, 1]), params, group, tp, t_f, t_b)
+    none = activation_offload.nic_busy(p, np.array([1, 1]), group, tp, ag, rs, t_f, t_b)
     assert not none[0].any() and not none[1].any()
 
 

@@ -37,11 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.fabric import Fabric
 from planner.cost.groups import peers_within
 from planner.cost.memory import FRAGMENTATION, GIB
-from planner.cost.profiles import FrameworkProfile
-from planner.cost.sharding import fsdp_collectives
 from planner.inputs.hardware import HOST_COPY_EFFICIENCY
 from planner.inputs.layout import Recompute, Zero
 from planner.inputs.problem import Problem
@@ -79,15 +76,13 @@ def offloaded_layers(problem: Problem, rc: np.ndarray, layers: np.ndarray, per_l
 MIN_LINK_SHARE = 0.05
 
 
-def nic_busy(problem: Problem, fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,
-             shard_group: np.ndarray, tp: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
-             experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def nic_busy(problem: Problem, zero: np.ndarray, shard_group: np.ndarray, tp: np.ndarray, ag: np.ndarray,
+             rs: np.ndarray, t_f: np.ndarray, t_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) share of a layer's pass during which ZeRO-3 collectives that leave the NVLink domain run
-    (their gathers beside t_f, gathers and reduce-scatters beside t_b, at most all of it), where the GPU's host link
-    also carries the NIC's traffic; 0 elsewhere."""
+    (their gathers `ag` beside t_f, gathers and reduce-scatters `rs` beside t_b, at most all of it; seconds from
+    sharding.fsdp_collectives), where the GPU's host link also carries the NIC's traffic; 0 elsewhere."""
     if not problem.cluster.gpu.nic_shares_host_link:
         return np.zeros_like(t_f), np.zeros_like(t_b)
-    ag, rs = fsdp_collectives(fab, prof, per_layer_p, shard_group, tp, experts)
     crosses = (zero == Zero.PARAMETERS) & (peers_within(problem.cluster.nvlink_domain, tp, shard_group) < shard_group)
     busy_f = np.minimum(ag / np.maximum(t_f, 1e-12), 1.0)
     busy_b = np.minimum((ag + rs) / np.maximum(t_b, 1e-12), 1.0)

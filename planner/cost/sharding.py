@@ -157,6 +157,12 @@ def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_laye
     (data ranks tp apart) mostly stay on NVLink. Dense and expert collectives run one after the other.
     """
     ag, rs = fsdp_collectives(fab, prof, per_layer_p, shard_group, tp, experts)
+    return fsdp_exposed_from(fab, zero, ag, rs, layer_f, layer_b)
+
+
+def fsdp_exposed_from(fab: Fabric, zero: np.ndarray, ag: np.ndarray, rs: np.ndarray, layer_f: np.ndarray,
+                      layer_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fsdp_exposed of already priced collectives (fsdp_collectives' all-gather and reduce-scatter seconds)."""
     z3 = zero == Zero.PARAMETERS
     share = collective_sm_share(fab.cluster)
     return (np.where(z3, overlapped_exposed(ag, layer_f, share), 0.0),

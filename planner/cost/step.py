@@ -30,7 +30,8 @@ from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.cost.sharding import (
     expert_shard_group,
-    fsdp_exposed,
+    fsdp_collectives,
+    fsdp_exposed_from,
     sharding,
     split_state_bytes,
     stage_expert_params,
@@ -69,6 +70,7 @@ class _Layer:
     params: dict[str, np.ndarray]
     act_bytes: np.ndarray
     lc: pipeline.LayerComm
+    fsdp_collectives: tuple[np.ndarray, np.ndarray]  # one layer's ZeRO-3 all-gather and reduce-scatter seconds
 
 
 def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
@@ -89,10 +91,11 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
 
     act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
     experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), k["etp"] * ep)
-    z3_f, z3_b = fsdp_exposed(fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd, lt.bwd, experts)
+    ag, rs = fsdp_collectives(fab, prof, params["per_layer"], shard_group, tp, experts)
+    z3_f, z3_b = fsdp_exposed_from(fab, zero, ag, rs, lt.fwd, lt.bwd)
     lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
-                  act_bytes, lc)
+                  act_bytes, lc, (ag, rs))
 
 
 def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfile, fab: Fabric, tok: np.ndarray,
@@ -134,12 +137,10 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         problem.cluster.gpu.host_link_gbps)
     stages = _stages(problem, k, x.tok, micro, c, zero, shard_group, params)
     offloaded = stages[0].offloaded
-    per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, sp, k["rc"])
     offload_mb = np.zeros(np.shape(t_mb))
     if np.any(offloaded):
-        busy = activation_offload.nic_busy(problem, x.fab, prof, zero, params["per_layer"], shard_group, tp, lt.fwd,
-                                           lt.bwd, (params["layer_expert_part"], expert_shard_group(c, shard_group),
-                                                    etp * ep))
+        per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, sp, k["rc"])
+        busy = activation_offload.nic_busy(problem, zero, shard_group, tp, *x.fsdp_collectives, lt.fwd, lt.bwd)
         offload_mb = activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
                                                       x.rates.hbm, *busy)
     step = pipeline.step_time(micro, t_mb + offload_mb, bubble, dp_exposed, optim_time)
