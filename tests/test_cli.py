@@ -111,6 +111,9 @@ def test_validate_on_a_small_case_file(tmp_path):
     (["--model", "llama70b", "--cluster", "h100x8", "--fix", "tp=two"], "tp must be a positive integer"),
     (["--model", "llama70b", "--cluster", "h100x8", "--format", "xml"], "--format"),
     (["--model", "llama70b", "--cluster", "h100x8", "--precision", "fp16"], "--precision"),
+    # paper-era Megatron-LM trained in 16-bit; fp8 is today's Megatron-LM (megatron-core)
+    (["--model", "llama70b", "--cluster", "h100x8", "--precision", "fp8", "--framework", "megatron"],
+     "megatron-core"),
     (["--model", "llama70b", "--cluster", "h100x8", "--seq-len", "0"], "seq_len"),
     (["--model", "/nonexistent/config.json", "--cluster", "h100x8"], "file not found"),
     (["--cluster", "h100x8"], "--model"),

@@ -110,3 +110,22 @@ def test_a_case_whose_figures_contradict_its_batch_is_priced_but_not_scored():
     out = run_case(halved, "test")
     assert out["predicted"] is not None and out["error"] == {}
     assert f"{gbs // 2:,} sequences" in out["reason"] and "global_batch" in out["reason"]
+
+
+def test_a_megatron_case_that_states_fp8_or_cp_is_priced_as_todays_megatron():
+    """`megatron` is Megatron-LM as the 2021-22 papers ran it (bf16, no context parallelism). A case labelled
+    `megatron` that states fp8 or cp > 1 (Megatron-LM's own README tables today) ran Megatron-Core: it is priced
+    exactly as the same case labelled megatron-core, and the output says so."""
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    modern = dict(case, id="fp8", training={**case["training"], "precision": "fp8"})
+    labelled = dict(modern, training={**modern["training"], "framework": "megatron-core"})
+    out, ref = run_case(modern, "test"), run_case(labelled, "test")
+    assert out["predicted"] == ref["predicted"] and out["layout"] == ref["layout"]
+    assert "priced as megatron-core" in out["note"] and "fp8" in out["note"] and "note" not in ref
+    ring = dict(case, id="cp", layout={**case["layout"], "cp": 2, "dp": 16})
+    assert "cp=2" in run_case(ring, "test")["note"]
+    # the papers' own rows stay on the paper-era profile, ZeRO-3 ones included (DeepSpeed ran it beside Megatron)
+    assert "note" not in run_case(case, "test")
+    zero3 = next(c for c in load_cases(None) if c["training"].get("framework") == "megatron"
+                 and c["layout"].get("zero") == 3)
+    assert "priced as" not in run_case(zero3, "test").get("note", "")

@@ -18,6 +18,7 @@ from planner.cost.profiles import MEMORY_METRIC, profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.catalog import data_dir, load_cluster, model_catalog, model_from_mapping
 from planner.inputs.files import read_structured_file
+from planner.inputs.frameworks import SUCCESSOR, beyond_era, capabilities_for
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Schedule, encode
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
@@ -78,6 +79,25 @@ def catalog_architecture(block: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
+def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
+    """The profile a case is priced with, and why it is not the one the case names (None when it is). A profile
+    that models one era of a framework (paper-era `megatron`) cannot price a run that states what only the later
+    stack runs (fp8, context parallelism...): such a run used the later stack (frameworks.SUCCESSOR)."""
+    tr, lay = case.get("training") or {}, case.get("layout") or {}
+    named = str(tr.get("framework") or "other")
+
+    def stated(key: str, default: int) -> int:
+        value = lay.get(key)
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+    later = beyond_era(named, str(tr.get("precision") or "bf16"), stated("cp", 1), stated("ep", 1))
+    if not later:
+        return named, None
+    successor = SUCCESSOR[named]
+    era = capabilities_for(named).source.split(" (")[0]
+    return successor, f"priced as {successor}: it states {', '.join(later)}, which {era} did not run"
+
+
 def case_problem(case: dict[str, Any], source: str) -> Problem:
     where = f"{source}#{case.get('id', '?')}"
     for key in ("model", "cluster", "training", "layout", "measured"):
@@ -93,7 +113,7 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     try:
         # A null means "not stated": the defaults a reader of the paper would assume, never a dropped case.
         training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"],
-                                precision=tr.get("precision") or "bf16", framework=str(tr.get("framework") or "other"))
+                                precision=tr.get("precision") or "bf16", framework=case_framework(case)[0])
     except (ValidationError, KeyError) as exc:
         raise PlanInputError(f"bad training block ({exc.__class__.__name__})", field="training", source=where,
                              fix="seq_len, global_batch, micro_batch, precision, framework") from None
@@ -163,6 +183,8 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
             names = ", ".join(r.name for r in core.core) or "memory"
             return {**out, "layout": None, "predicted": None, "error": None,
                     "reason": f"the stated layout breaks: {names}"}
+    era = case_framework(case)[1]
+    note = "; ".join(n for n in (era, note) if n) or None
     plan = result.plans[0]
     mt = plan.metrics
     figure = profile_for(problem.training.framework).memory_reported

@@ -93,9 +93,10 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
-        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD,
+        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD, precisions=("bf16",),
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
-               "interleaving, DP and the distributed optimizer; no context or expert parallelism, no ZeRO-2/3"),
+               "interleaving, DP and the distributed optimizer in 16-bit mixed precision; no context or expert "
+               "parallelism, no ZeRO-2/3, no fp8 (Transformer Engine's fp8 arrived with Hopper and Megatron-Core)"),
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
@@ -160,6 +161,28 @@ def precision_refusal(framework: str, precision: str, is_moe: bool) -> str | Non
     if precision == "fp8" and is_moe and not caps.fp8_moe:
         return f"{framework} has no fp8 recipe for mixture-of-experts layers"
     return None
+
+
+# Stacks whose profile models one era of a framework, and the profile of the framework as it runs today.
+SUCCESSOR = {"megatron": "megatron-core"}
+
+
+def beyond_era(framework: str, precision: str, cp: int, ep: int) -> list[str]:
+    """What a run states that only the successor (SUCCESSOR) of `framework`'s profile runs: a precision or a
+    parallelism that arrived with the later stack (fp8, context and expert parallelism came with Megatron-Core), so a
+    published run labelled with the framework's name that states one ran the later stack. Not ZeRO-3: the 2021
+    papers ran it beside Megatron through DeepSpeed. Empty when the profile covers the run."""
+    if framework not in SUCCESSOR:
+        return []
+    caps, later = capabilities_for(framework), capabilities_for(SUCCESSOR[framework])
+    stated = []
+    if precision not in caps.precisions and precision in later.precisions:
+        stated.append(precision)
+    if cp > 1 and not caps.cp_comm and later.cp_comm:
+        stated.append(f"cp={cp}")
+    if ep > 1 and not caps.expert_parallel and later.expert_parallel:
+        stated.append(f"ep={ep}")
+    return stated
 
 
 def moments_refusal(framework: str, moments: str) -> str | None:
