@@ -146,3 +146,47 @@ def test_layout_and_from_are_exclusive(tmp_path):
     assert r.returncode == 2 and "--layout" in r.stderr
     missing = plan("explain", "--from", str(tmp_path / "nope.sh"))
     assert missing.returncode == 2 and "file not found" in missing.stderr
+
+
+@pytest.mark.parametrize("fmt,framework,offload", [("megatron", "megatron-core", 0.5), ("nemo", "nemo", 0.5),
+                                                     ("deepspeed", "deepspeed", 1.0)])
+def test_optimizer_offload_and_moments_read_back(fmt, framework, offload, tmp_path):
+    """A plan made with --optimizer-offload / --optimizer-moments bf16 is priced with them again by
+    `explain --from` on its own launch file (before, the file's flags were ignored and the plan re-priced with
+    every optimizer state on the GPU in fp32)."""
+    moments = "fp32" if fmt == "deepspeed" else "bf16"  # a ds_config has no switch for bf16 moments
+    model, cluster = "llama3-8b", "h100x64"
+    r = plan("-m", model, "-c", cluster, "--framework", framework, "--optimizer-offload", str(offload),
+             "--optimizer-moments", moments, "--format", fmt)
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / f"launch{SUFFIX[fmt]}"
+    path.write_text(r.stdout)
+    cfg = read_launch_file(str(path))
+    assert cfg.ignored == [] and cfg.optimizer_offload == offload
+    assert cfg.optimizer_moments == (None if moments == "fp32" else "bf16")
+    args = ("-m", model, "-c", cluster) if fmt == "deepspeed" else ()
+    out = plan("explain", "--from", str(path), *args, "--format", "json")
+    training = json.loads(out.stdout)["inputs"]["training"]
+    assert (training["optimizer_offload"], training["optimizer_moments"]) == (offload, moments), out.stderr
+    # an option given on the command line wins over the file
+    out = plan("explain", "--from", str(path), *args, "--optimizer-offload", "0", "--format", "json")
+    assert json.loads(out.stdout)["inputs"]["training"]["optimizer_offload"] == 0.0
+
+
+def test_explain_layout_takes_the_optimizer_options():
+    base = ("explain", "-m", "llama3-70b", "-c", "h100x64", "-l", "tp=8,pp=1,zero=1", "--format", "json")
+    fp32 = json.loads(plan(*base).stdout)
+    bf16 = json.loads(plan(*base, "--optimizer-moments", "bf16").stdout)
+    assert bf16["inputs"]["training"]["optimizer_moments"] == "bf16"
+    assert bf16["breakdown"]["memory_gib"]["optimizer"] < fp32["breakdown"]["memory_gib"]["optimizer"]
+    bad = plan(*base, "--optimizer-moments", "fp16")
+    assert bad.returncode == 2 and "--optimizer-moments" in bad.stderr
+
+
+def test_odd_moment_dtypes_are_named_not_silently_priced(tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT.replace("--lr 3e-4", "--lr 3e-4 --use-precision-aware-optimizer --exp-avg-dtype fp16 "
+                                     "--exp-avg-sq-dtype fp16 --optimizer-cpu-offload"))
+    cfg = read_launch_file(str(script))
+    assert cfg.optimizer_moments is None and cfg.optimizer_offload == 1.0  # Megatron-LM's fraction default
+    assert any("fp16" in item and "fp32 moments" in item for item in cfg.ignored)

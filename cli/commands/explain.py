@@ -49,6 +49,11 @@ def explain(
     fp8_recipe: Annotated[str, typer.Option(
         "--fp8-recipe", help="with --precision fp8: tensorwise | blockwise (1x128 / 128x128 block scales)")
     ] = "tensorwise",
+    optimizer_offload: Annotated[float | None, typer.Option(
+        "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory "
+        "(default: the file's, else 0)")] = None,
+    optimizer_moments: Annotated[str | None, typer.Option(
+        "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (default: the file's, else fp32)")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
@@ -68,7 +73,8 @@ def explain(
                              fix='e.g. --layout "tp=8,pp=4" or --from launch.sh')
     svg_path = writable_path(svg, "--svg", ".svg") if svg is not None else None
     if from_file is not None:
-        _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path)
+        _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path,
+                      optimizer_offload, optimizer_moments)
         return
     if model is None or cluster is None:
         raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
@@ -76,7 +82,8 @@ def explain(
     from planner.inputs.layout import parse_pairs
 
     problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
-                            framework or "generic", None, fp8_recipe=fp8_recipe)
+                            framework or "generic", None, fp8_recipe=fp8_recipe,
+                            optimizer_offload=optimizer_offload or 0.0, optimizer_moments=optimizer_moments or "fp32")
     given = parse_pairs([layout or ""], "--layout")
     out = run_explain(problem, given)
     if svg_path is not None:
@@ -104,7 +111,8 @@ def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
 
 def _explain_from(path: str, dialect: str | None, model: str | None, cluster: str | None, seq_len: int | None,
                   global_batch: int | None, precision: str | None, framework: str | None, fmt: str,
-                  svg_path: Path | None = None) -> None:
+                  svg_path: Path | None = None, optimizer_offload: float | None = None,
+                  optimizer_moments: str | None = None) -> None:
     """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best."""
     from planner.inputs.files import warn
     from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
@@ -121,7 +129,10 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
     recipe = (cfg.fp8_recipe or "tensorwise") if precision == "fp8" else "tensorwise"
     problem = problem_for(resolved_model, resolved_cluster, seq_len or cfg.seq_len or 8192,
                           global_batch or cfg.global_batch or 512, precision,
-                          framework_for(framework, cfg.dialect), None, fp8_recipe=recipe)
+                          framework_for(framework, cfg.dialect), None, fp8_recipe=recipe,
+                          optimizer_offload=(cfg.optimizer_offload or 0.0) if optimizer_offload is None
+                          else optimizer_offload,
+                          optimizer_moments=optimizer_moments or cfg.optimizer_moments or "fp32")
     out = explain_from(problem, given, cfg)
     if svg_path is not None:
         write_svg(problem, given, svg_path)

@@ -30,6 +30,8 @@ class LaunchConfig:
     global_batch: int | None = None
     precision: str | None = None
     fp8_recipe: str | None = None  # "blockwise" where the file asks for 128 x 128 block scales
+    optimizer_offload: float | None = None  # share of optimizer states the file keeps in CPU memory
+    optimizer_moments: str | None = None  # "bf16" where the file keeps both Adam moments in bf16
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
     ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning
@@ -83,3 +85,29 @@ def as_bool(raw: object, where: str, source: str) -> bool:
 
 def is_null(raw: object) -> bool:
     return raw is None or str(raw).strip().lower() in ("null", "none", "~", "")
+
+
+def as_share(raw: object, where: str, source: str) -> float:
+    """A share in [0, 1] (an offload fraction); anything else is a bad file."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise PlanInputError(f"expected a number from 0 to 1, got '{str(raw)[:40]}'", field=where, source=source,
+                             fix="e.g. 0.5") from None
+    if not 0.0 <= value <= 1.0:
+        raise PlanInputError(f"expected a number from 0 to 1, got {value:g}", field=where, source=source,
+                             fix="e.g. 0.5")
+    return value
+
+
+def moments_dtype(first: str | None, second: str | None, where: str, cfg: LaunchConfig) -> None:
+    """Adam's moment dtypes as the planner prices them: both bf16 -> "bf16"; anything else but fp32 (fp16, fp8, or
+    the two differing) is named as not understood and priced as fp32 moments."""
+    names = [str(x).strip("'\"").replace("torch.", "").replace("float32", "fp32").replace("bfloat16", "bf16")
+             for x in (first, second) if x is not None and not is_null(str(x))]
+    if not names:
+        return
+    if all(n == "bf16" for n in names) and len(names) == 2:
+        cfg.optimizer_moments = "bf16"
+    elif any(n != "fp32" for n in names):
+        cfg.ignored.append(f"{where}={'/'.join(names)} (priced as fp32 moments)")

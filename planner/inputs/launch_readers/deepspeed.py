@@ -34,6 +34,12 @@ def read(text: str, source: str) -> LaunchConfig:
     zero = doc.get("zero_optimization", {})
     stage = zero.get("stage", 0) if isinstance(zero, dict) else zero
     cfg.set_knob("zero", as_int(stage, "zero_optimization.stage", source, minimum=0), "zero_optimization.stage")
+    offload = zero.get("offload_optimizer") if isinstance(zero, dict) else None
+    if isinstance(offload, dict) and str(offload.get("device", "none")).lower() in ("cpu", "nvme"):
+        # ZeRO-Offload moves the whole optimizer (Ren et al. 2021); NVMe is priced as CPU memory, its upper bound
+        cfg.optimizer_offload = 1.0
+        if str(offload.get("device")).lower() == "nvme":
+            cfg.ignored.append("zero_optimization.offload_optimizer.device=nvme (priced as cpu)")
     micro = doc.get("train_micro_batch_size_per_gpu")
     accumulation = as_int(doc.get("gradient_accumulation_steps", 1), "gradient_accumulation_steps", source)
     if micro is not None:

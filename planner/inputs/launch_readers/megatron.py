@@ -12,7 +12,7 @@ import re
 import shlex
 
 from planner.errors import PlanInputError
-from planner.inputs.launch_readers._common import LaunchConfig, as_int, read_header
+from planner.inputs.launch_readers._common import LaunchConfig, as_int, as_share, moments_dtype, read_header
 
 # Flag -> layout knob (values as --fix takes them).
 _KNOBS = {
@@ -45,6 +45,8 @@ _HANDLED = {
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+    "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer", "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
@@ -125,7 +127,7 @@ def read(text: str, source: str) -> LaunchConfig:
     if "--expert-tensor-parallel-size" in found:
         cfg.set_expert_tp(value("--expert-tensor-parallel-size"), "--expert-tensor-parallel-size")
     cfg.ignored = sorted(f for f in found if f not in _KNOBS and f not in _SHAPE and f not in _HANDLED
-                         and f not in _IRRELEVANT)
+                         and f not in _IRRELEVANT) + cfg.ignored
     return cfg
 
 
@@ -193,6 +195,7 @@ def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) 
     if "--cpu-offloading-num-layers" in found and as_int(value("--cpu-offloading-num-layers"),
                                                          "--cpu-offloading-num-layers", src, minimum=0) > 0:
         cfg.set_knob("recompute", "offload", "--cpu-offloading-num-layers")
+    _optimizer(cfg, found, value)
     tp = cfg.layout.get("tp", 1)
     cfg.layout["sp"] = int("--sequence-parallel" in found and tp > 1)
     if "--overlap-moe-expert-parallel-comm" in found:  # Megatron-Core's combined 1F1B (EP all-to-all overlap)
@@ -203,3 +206,15 @@ def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) 
             raise PlanInputError(f"'{kind[:40]}' is not a context-parallel exchange the planner prices",
                                  field="--cp-comm-type", source=src, fix="use p2p, a2a or a2a+p2p")
         cfg.set_knob("cp_comm", _CP_COMM[kind], "--cp-comm-type")
+
+
+def _optimizer(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    """Optimizer states in CPU memory and bf16 Adam moments, as the megatron launcher writes them (arguments.py:
+    --optimizer-cpu-offload with --optimizer-offload-fraction, default 1.0; --exp-avg-dtype / --exp-avg-sq-dtype,
+    default fp32)."""
+    if "--optimizer-cpu-offload" in found:
+        fraction = "--optimizer-offload-fraction"
+        cfg.optimizer_offload = as_share(value(fraction), fraction, cfg.source) if fraction in found else 1.0
+    moments = [value(f) if f in found else "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
+    if moments != ["fp32", "fp32"]:
+        moments_dtype(moments[0], moments[1], "--exp-avg-dtype/--exp-avg-sq-dtype", cfg)

@@ -7,7 +7,15 @@ from __future__ import annotations
 import shlex
 
 from planner.errors import PlanInputError
-from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, is_null, read_header
+from planner.inputs.launch_readers._common import (
+    LaunchConfig,
+    as_bool,
+    as_int,
+    as_share,
+    is_null,
+    moments_dtype,
+    read_header,
+)
 
 _KNOBS = {"model.tensor_model_parallel_size": "tp", "model.pipeline_model_parallel_size": "pp",
           "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
@@ -113,6 +121,13 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
     if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
+    # Megatron-Core OptimizerConfig: optimizer_cpu_offload with optimizer_offload_fraction (default 0.0, nothing
+    # moves), exp_avg_dtype / exp_avg_sq_dtype (default fp32)
+    if flag("optimizer.optimizer_cpu_offload"):
+        key = "optimizer.optimizer_offload_fraction"
+        cfg.optimizer_offload = as_share(found[key], key, src) if key in found and not is_null(found[key]) else 0.0
+    moments_dtype(found.get("optimizer.exp_avg_dtype", "fp32"), found.get("optimizer.exp_avg_sq_dtype", "fp32"),
+                  "optimizer.exp_avg_dtype/exp_avg_sq_dtype", cfg)
     if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:
