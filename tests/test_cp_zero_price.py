@@ -5,7 +5,7 @@ import pytest
 from conftest import cols
 
 from planner.cost import context, data
-from planner.cost.compute import attention_length_factor
+from planner.cost.compute import attention_length_factor, ring_length_factor
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import profile_for
 from planner.inputs.catalog import load_cluster, load_model
@@ -20,6 +20,18 @@ def test_attention_on_short_chunks_runs_slower_per_flop_as_fa3_measured():
     assert attention_length_factor(512) / attention_length_factor(16384) == pytest.approx(0.75, abs=0.02)
     assert attention_length_factor(8192) == pytest.approx(1.0)
     assert attention_length_factor(1024) < attention_length_factor(8192)
+
+
+def test_ring_steps_run_on_half_blocks_of_the_load_balanced_split():
+    """4,096 tokens on an 8-way ring: each rank holds 512 tokens as two 256-token chunks (Transformer Engine's
+    load-balanced causal split); the diagonal step is causal over 512 tokens, the 7 others pair queries with
+    256-token halves, each step 1/8 of the work: rate = 8 / (1/f(512) + 7/f(256))."""
+    f512, f256 = attention_length_factor(512), attention_length_factor(256)
+    assert ring_length_factor(4096, 8) == pytest.approx(8 / (1 / f512 + 7 / f256))
+    assert ring_length_factor(4096, 8) < f512  # slower than pricing every step at s / cp tokens
+    assert ring_length_factor(8192, 1) == pytest.approx(attention_length_factor(8192))  # no ring: one kernel
+    # long contexts barely notice: 128k over 8 ranks leaves 8k-token halves
+    assert ring_length_factor(131072, 8) == pytest.approx(attention_length_factor(16384), rel=0.01)
 
 
 def test_ring_step_hand_worked():

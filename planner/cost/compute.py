@@ -143,22 +143,34 @@ ATTENTION_REFERENCE_LENGTH = 8192.0
 
 def attention_length_factor(length: np.ndarray | float) -> np.ndarray:
     """Attention rate at kernels of `length` query/key tokens relative to the catalog's ~8k-token rate:
-    (L / (L + L0)) / (L_ref / (L_ref + L0)). Ring context parallelism runs each step on s / ring-length tokens."""
+    (L / (L + L0)) / (L_ref / (L_ref + L0)). Ring context parallelism runs shorter kernels (ring_length_factor)."""
     length = np.asarray(length, dtype=float)
     ref = ATTENTION_REFERENCE_LENGTH / (ATTENTION_REFERENCE_LENGTH + ATTENTION_HALF_LENGTH)
     return length / (length + ATTENTION_HALF_LENGTH) / ref
 
 
+def ring_length_factor(seq: float, ring: np.ndarray | float) -> np.ndarray:
+    """Attention rate of a ring of `ring` steps relative to the catalog's ~8k-token rate. With the load-balanced
+    causal split (each rank holds chunks i and 2·cp - 1 - i, Transformer Engine context_parallel.py) the diagonal
+    step is causal over the rank's s/r tokens and every other step pairs s/r queries with half a block of keys, or
+    half the queries with a whole block: kernels whose inner loop runs over s/(2r) tokens. The r steps do equal
+    work, so the ring's rate is their harmonic mean: r / (1/f(s/r) + (r - 1)/f(s/(2r))), f = attention_length_factor."""
+    ring = np.asarray(ring, dtype=float)
+    diagonal = attention_length_factor(seq / ring)
+    halves = attention_length_factor(seq / (2.0 * ring))
+    return ring / (1.0 / diagonal + (ring - 1.0) / halves)
+
+
 def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
-                   attn_len: np.ndarray | float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) time of one layer's attention core; `attn_len` is the tokens one fused-attention kernel
-    sees (the sequence, or its ring chunk under context parallelism)."""
+                   ring: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) time of one layer's attention core; `ring` is the ring context-parallel size (its steps
+    run shorter kernels, ring_length_factor)."""
     m, gpu, s = problem.model, problem.cluster.gpu, float(problem.training.seq_len)
     prof = profile_for(problem.training.framework)
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
-        length = attention_length_factor(s if attn_len is None else attn_len)
+        length = ring_length_factor(s, ring)
         attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency * length)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
     else:
@@ -238,7 +250,7 @@ def weight_stream_times(problem: Problem, r: Rates, weights: np.ndarray) -> tupl
 
 
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
-                ep: np.ndarray, attn_len: np.ndarray | float | None = None,
+                ep: np.ndarray, ring: np.ndarray | float = 1.0,
                 etp: np.ndarray | None = None) -> LayerTimes:
     """t_f = max(gemm, weight read) + attn + elem + launch; t_b = max(gemm, weight read) (dgrad) + W + attn_b +
     2·elem_bytes/HBM + 2·launch; W = max(gemm, gradient accumulate) (`weight_stream_times`)."""
@@ -246,7 +258,7 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     read_s, accumulate_s = weight_stream_times(problem, r, local_layer_weights(problem, tp, ep, etp))
     gemm_io = np.maximum(gemm_f, read_s)
     wgrad = np.maximum(gemm_f, accumulate_s)
-    attn_f, attn_b = attention_time(problem, r, tok, tp, attn_len)
+    attn_f, attn_b = attention_time(problem, r, tok, tp, ring)
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
     launch_f = launch_time(problem, ep)

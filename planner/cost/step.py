@@ -84,7 +84,7 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     fab = Fabric(problem.cluster, problem.compress, rates.hbm)
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r, etp=k["etp"])
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, etp=k["etp"])
     recompute_b = compute.recompute_time(problem, rc, lt, tok, tp)
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
@@ -193,7 +193,7 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, attn_len=float(tr.seq_len) / r)
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r)
     layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
     none = np.zeros_like(tp)
     lc: pipeline.LayerComm | None = None
