@@ -83,7 +83,7 @@ def test_replan_is_byte_identical(tmp_path: Path):
     """The rebuilt problem is exactly the recorded one: re-planning writes the same bytes `plan` wrote."""
     for i, args in enumerate([SMALL, (*SMALL, "--fix", "recompute=selective", "--fix", "tp=2"),
                               ("--model", "mixtral-8x7b", "--cluster", "h100x32", "--global-batch", "64",
-                               "--framework", "megatron", "--precision", "fp8", "--allow-tp-across-nodes")]):
+                               "--framework", "megatron-core", "--precision", "fp8", "--allow-tp-across-nodes")]):
         path = record(tmp_path, f"b{i}.json", *args)
         text = path.read_text()
         assert document.dumps(replan(json.loads(text)), "json") == text
