@@ -129,3 +129,19 @@ def test_a_megatron_case_that_states_fp8_or_cp_is_priced_as_todays_megatron():
     zero3 = next(c for c in load_cases(None) if c["training"].get("framework") == "megatron"
                  and c["layout"].get("zero") == 3)
     assert "priced as" not in run_case(zero3, "test").get("note", "")
+
+
+def test_framework_names_are_read_in_any_spelling_and_unknown_ones_said():
+    """'NeMo', 'NVIDIA/Megatron-LM', 'megatron_core' name the nemo, megatron and megatron-core rows (before, any
+    spelling but the row's own was priced silently with the generic profile); a stack with no row is priced as
+    `other`, and the note says so."""
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+
+    def priced(framework: str) -> dict:
+        return run_case(dict(case, training={**case["training"], "framework": framework}), "test")
+
+    assert priced("NVIDIA/Megatron-LM")["predicted"] == priced("megatron")["predicted"]
+    assert priced("NeMo")["predicted"] == priced("nemo")["predicted"] != priced("megatron")["predicted"]
+    assert priced("megatron_core")["predicted"] == priced("megatron-core")["predicted"]
+    unknown = priced("maxtext")
+    assert unknown["predicted"] == priced("other")["predicted"] and "'maxtext'" in unknown["note"]

@@ -18,7 +18,7 @@ from planner.cost.profiles import MEMORY_METRIC, profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.catalog import data_dir, load_cluster, model_catalog, model_from_mapping
 from planner.inputs.files import read_structured_file
-from planner.inputs.frameworks import SUCCESSOR, beyond_era, capabilities_for
+from planner.inputs.frameworks import SUCCESSOR, beyond_era, canonical_framework, capabilities_for
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Schedule, encode
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
@@ -84,13 +84,16 @@ def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
     that models one era of a framework (paper-era `megatron`) cannot price a run that states what only the later
     stack runs (fp8, context parallelism...): such a run used the later stack (frameworks.SUCCESSOR)."""
     tr, lay = case.get("training") or {}, case.get("layout") or {}
-    named = str(tr.get("framework") or "other")
+    stated = str(tr.get("framework") or "other")
+    named = canonical_framework(stated)
+    if named is None:  # a stack with no row of its own: priced as an unnamed one, and said so
+        return "other", f"priced as other: no profile for the framework '{stated}'"
 
-    def stated(key: str, default: int) -> int:
+    def size(key: str) -> int:
         value = lay.get(key)
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else default
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else 1
 
-    later = beyond_era(named, str(tr.get("precision") or "bf16"), stated("cp", 1), stated("ep", 1))
+    later = beyond_era(named, str(tr.get("precision") or "bf16"), size("cp"), size("ep"))
     if not later:
         return named, None
     successor = SUCCESSOR[named]

@@ -148,6 +148,26 @@ LAUNCHES = {"megatron": ("megatron-core", "megatron", "nemo"), "nemo": ("nemo", 
             "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
 
 
+# Other spellings of the stacks above, as papers, tables and launch scripts name them.
+_ALIASES = {
+    "megatron-lm": "megatron", "megatronlm": "megatron", "megatron-core": "megatron-core", "mcore": "megatron-core",
+    "megatroncore": "megatron-core", "nemo": "nemo", "nemo2": "nemo", "megatron-bridge": "nemo",
+    "megatronbridge": "nemo", "nemo-framework": "nemo", "megatron-deepspeed": "megatron-deepspeed",
+    "megatrondeepspeed": "megatron-deepspeed", "torchtitan": "torchtitan", "llm-foundry": "llm-foundry",
+    "llmfoundry": "llm-foundry", "composer": "llm-foundry", "nemo-automodel": "automodel", "automodel": "automodel",
+    "deepspeed": "deepspeed", "gpt-neox": "gpt-neox", "gptneox": "gpt-neox", "metaseq": "metaseq",
+}
+
+
+def canonical_framework(name: str) -> str | None:
+    """The framework row `name` means, ignoring case, '_' vs '-' and an owner prefix ('NVIDIA/Megatron-LM',
+    'pytorch/torchtitan'); None for a stack the planner has no row for."""
+    key = name.strip().lower().replace("_", "-").split("/")[-1].replace(" ", "-")
+    if key in FRAMEWORKS:
+        return key
+    return _ALIASES.get(key, _ALIASES.get(key.replace("-", "")))
+
+
 def capabilities_for(framework: str) -> Capabilities:
     """The capability row for `framework`; unknown names get the permissive generic row."""
     return FRAMEWORKS.get(framework, FRAMEWORKS["generic"])
