@@ -145,3 +145,25 @@ def test_framework_names_are_read_in_any_spelling_and_unknown_ones_said():
     assert priced("megatron_core")["predicted"] == priced("megatron-core")["predicted"]
     unknown = priced("maxtext")
     assert unknown["predicted"] == priced("other")["predicted"] and "'maxtext'" in unknown["note"]
+
+
+@pytest.mark.parametrize("word,priced", [("fp16", "bf16"), ("BF16", "bf16"), ("amp_bf16", "bf16"),
+                                         ("bf16-mixed", "bf16"), ("FP8", "fp8"), ("mxfp8", "fp8"),
+                                         ("bf16_with_fp8_current_scaling_mixed", "fp8"), ("nvfp4", "fp4")])
+def test_precision_spellings_are_read_not_dropped(word, priced):
+    """Papers and tables spell precisions their own way (llm-foundry amp_bf16, Lightning bf16-mixed, Bridge presets);
+    before, every spelling but bf16/fp8/fp4 dropped the case with 'bad training block'. fp16 prices as bf16 and
+    says so."""
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    out = run_case(dict(case, training={**case["training"], "precision": word}), "test")
+    ref = run_case(dict(case, training={**case["training"], "precision": priced}), "test")
+    assert out["predicted"] is not None and out["predicted"] == ref["predicted"]
+    assert ("fp16" in out.get("note", "")) == (word == "fp16")
+
+
+def test_an_unreadable_training_block_names_its_field():
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    for bad, field in (({"precision": "fp32"}, "training.precision"), ({"seq_len": None}, "training.seq_len"),
+                       ({"global_batch": -1}, "training.global_batch")):
+        out = run_case(dict(case, training={**case["training"], **bad}), "test")
+        assert out["predicted"] is None and field in out["reason"], out["reason"]

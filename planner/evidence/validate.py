@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from planner.cost.profiles import MEMORY_METRIC, profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.catalog import data_dir, load_cluster, model_catalog, model_from_mapping
-from planner.inputs.files import read_structured_file
+from planner.inputs.files import pydantic_error, read_structured_file
 from planner.inputs.frameworks import SUCCESSOR, beyond_era, canonical_framework, capabilities_for
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Schedule, encode
 from planner.inputs.problem import Problem
@@ -79,6 +79,32 @@ def catalog_architecture(block: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
+# Precision spellings of papers, tables and launch configs (llm-foundry's amp_bf16, Lightning's bf16-mixed, NeMo's
+# mixed-precision presets), and what the planner prices each as.
+_PRECISION_PREFIXES = ("bf16", "bfloat16", "fp16", "float16", "half", "fp8", "float8", "e4m3", "mxfp8", "fp4", "nvfp4",
+                       "mxfp4")
+_PRICED_AS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16", "half": "bf16", "fp8": "fp8",
+              "float8": "fp8", "e4m3": "fp8", "mxfp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4"}
+
+
+def case_precision(case: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The precision a case is priced at (None when it names none the planner prices), and a note where that is not
+    its own word: fp16 runs at bf16's tensor-core rate with the same bytes per value (its loss scaling is not
+    priced); not stated means bf16."""
+    raw = (case.get("training") or {}).get("precision")
+    if raw is None:
+        return "bf16", None
+    word = str(raw).strip().lower().replace("_", "-").removeprefix("amp-").removesuffix("-mixed")
+    word = word.removeprefix("bf16-with-")  # Megatron-Bridge presets: bf16_with_fp8_current_scaling_mixed, ...
+    head = next((p for p in sorted(_PRECISION_PREFIXES, key=len, reverse=True) if word.startswith(p)), None)
+    if head is None:
+        return None, None
+    priced = _PRICED_AS[head]
+    if head in ("fp16", "float16", "half"):
+        return priced, "fp16 priced as bf16 (the same tensor-core rate and bytes; loss scaling not priced)"
+    return priced, None
+
+
 def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
     """The profile a case is priced with, and why it is not the one the case names (None when it is). A profile
     that models one era of a framework (paper-era `megatron`) cannot price a run that states what only the later
@@ -93,7 +119,7 @@ def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
         value = lay.get(key)
         return int(value) if isinstance(value, int) and not isinstance(value, bool) else 1
 
-    later = beyond_era(named, str(tr.get("precision") or "bf16"), size("cp"), size("ep"))
+    later = beyond_era(named, case_precision(case)[0] or "bf16", size("cp"), size("ep"))
     if not later:
         return named, None
     successor = SUCCESSOR[named]
@@ -113,13 +139,23 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     model = model_from_mapping(catalog_architecture(case["model"]), where)
     cluster = load_cluster(str(case["cluster"]))
     tr = case["training"]
+    for key in ("seq_len", "global_batch"):
+        if tr.get(key) is None:
+            raise PlanInputError("missing", field=f"training.{key}", source=where,
+                                 fix="see README, 'Validation case format'")
+    precision = case_precision(case)[0]
+    if precision is None:
+        raise PlanInputError(f"'{str(tr.get('precision'))[:40]}' is not a training precision plan prices",
+                             field="training.precision", source=where, fix="use bf16, fp16, fp8 or fp4")
     try:
         # A null means "not stated": the defaults a reader of the paper would assume, never a dropped case.
-        training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"],
-                                precision=tr.get("precision") or "bf16", framework=case_framework(case)[0])
-    except (ValidationError, KeyError) as exc:
-        raise PlanInputError(f"bad training block ({exc.__class__.__name__})", field="training", source=where,
-                             fix="seq_len, global_batch, micro_batch, precision, framework") from None
+        # block-scaled fp8 by its names (Megatron-Bridge's subchannel preset, Megatron-Core's --fp8-recipe blockwise)
+        blockwise = precision == "fp8" and any(w in str(tr.get("precision")).lower() for w in ("subchannel", "block"))
+        training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"], precision=precision,
+                                framework=case_framework(case)[0],
+                                fp8_recipe="blockwise" if blockwise else "tensorwise")
+    except ValidationError as exc:
+        raise pydantic_error(exc, where, prefix="training.") from None
     fixed: dict[str, int] = {}
     for src_key, knob in _LAYOUT_KEYS.items():
         value = case["layout"].get(src_key)
@@ -186,8 +222,8 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
             names = ", ".join(r.name for r in core.core) or "memory"
             return {**out, "layout": None, "predicted": None, "error": None,
                     "reason": f"the stated layout breaks: {names}"}
-    era = case_framework(case)[1]
-    note = "; ".join(n for n in (era, note) if n) or None
+    read = (case_framework(case)[1], case_precision(case)[1])
+    note = "; ".join(n for n in (*read, note) if n) or None
     plan = result.plans[0]
     mt = plan.metrics
     figure = profile_for(problem.training.framework).memory_reported
