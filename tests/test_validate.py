@@ -167,3 +167,15 @@ def test_an_unreadable_training_block_names_its_field():
                        ({"global_batch": -1}, "training.global_batch")):
         out = run_case(dict(case, training={**case["training"], **bad}), "test")
         assert out["predicted"] is None and field in out["reason"], out["reason"]
+
+
+@pytest.mark.parametrize("key,word,ours", [("recompute", True, "full"), ("recompute", False, "none"),
+                                           ("recompute", "uniform", "full"), ("zero", "fsdp", 3),
+                                           ("zero", "ZeRO-1", 1), ("zero", "shard_grad_op", 2)])
+def test_layout_values_in_other_stacks_words_are_read(key, word, ours):
+    """activation_checkpointing: true (torchtitan, llm-foundry), Megatron's recompute methods, FSDP strategy names
+    and 'ZeRO-N' read as the planner's own values; before, each dropped the case."""
+    case = next(c for c in load_cases(None) if c["id"] == "N21-004")
+    out = run_case(dict(case, layout={**case["layout"], key: word}), "test")
+    ref = run_case(dict(case, layout={**case["layout"], key: ours}), "test")
+    assert out["predicted"] is not None and (out["predicted"], out["layout"]) == (ref["predicted"], ref["layout"])

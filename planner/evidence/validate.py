@@ -127,6 +127,24 @@ def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
     return successor, f"priced as {successor}: it states {', '.join(later)}, which {era} did not run"
 
 
+# Layout values as other stacks' configs spell them: activation checkpointing as a switch (torchtitan, llm-foundry:
+# on = every layer's full recompute), Megatron's recompute methods (uniform / block are full recompute), sharding by
+# FSDP's strategy names and ZeRO by "zero-N".
+_RECOMPUTE_WORDS = {"true": "full", "false": "none", "uniform": "full", "block": "full", "off": "none", "on": "full"}
+_ZERO_WORDS = {"fsdp": "3", "full-shard": "3", "shard-grad-op": "2", "hybrid-shard": "hsdp", "no-shard": "0",
+               "ddp": "0", "dist-opt": "1", "distributed-optimizer": "1"}
+
+
+def _layout_word(knob: str, value: object) -> object:
+    """A case's layout value in the planner's own words (the value itself when it already is one)."""
+    if value is None or knob not in ("recompute", "zero"):
+        return value
+    word = str(value).strip().lower().replace("_", "-").replace(" ", "-")
+    if knob == "recompute":
+        return _RECOMPUTE_WORDS.get(word, value)
+    return _ZERO_WORDS.get(word, word.removeprefix("zero").removeprefix("-").removeprefix("stage").strip("-"))
+
+
 def case_problem(case: dict[str, Any], source: str) -> Problem:
     where = f"{source}#{case.get('id', '?')}"
     for key in ("model", "cluster", "training", "layout", "measured"):
@@ -158,7 +176,7 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
         raise pydantic_error(exc, where, prefix="training.") from None
     fixed: dict[str, int] = {}
     for src_key, knob in _LAYOUT_KEYS.items():
-        value = case["layout"].get(src_key)
+        value = _layout_word(knob, case["layout"].get(src_key))
         if value is not None:
             name, enc = encode(knob, str(value), f"layout.{src_key}")
             fixed[name] = enc
