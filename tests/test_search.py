@@ -1,5 +1,7 @@
 """The CP-SAT model and the numpy search read the same rules and agree; infeasible problems explain themselves."""
 
+from dataclasses import replace
+
 import pytest
 
 from planner.errors import NoFeasiblePlan
@@ -34,6 +36,18 @@ def test_memory_bound_problem_suggests_changes():
     d = explain_infeasible(p)
     assert d["binding"] == ["memory_fits"]
     assert any("GPUs" in s for s in d["suggestions"])
+
+
+def test_memory_hints_name_leaner_optimizer_states_the_framework_has():
+    """Llama 3 8B on one H100 needs ~150 GiB with fp32 Adam on the GPU: keeping the optimizer in CPU memory fits, and
+    the hint says so where the framework has the switch (not torchtitan's FSDP2, whose CPU offload moves more)."""
+    p = Problem(load_model("llama3-8b"), load_cluster("h100x1"), TrainingSpec(seq_len=8192, global_batch=512))
+    hints = explain_infeasible(p)["suggestions"]
+    assert "--optimizer-offload 1" in hints
+    followed = replace(p, training=p.training.model_copy(update={"optimizer_offload": 1.0}))
+    assert search(followed, top=1).plans  # following the hint gives a plan
+    titan = replace(p, training=p.training.model_copy(update={"framework": "torchtitan"}))
+    assert not any("optimizer" in h for h in explain_infeasible(titan)["suggestions"])
 
 
 def test_search_is_deterministic():

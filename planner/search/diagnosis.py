@@ -98,6 +98,19 @@ def _other_stacks(problem: Problem, caps: Capabilities) -> list[tuple[str, None]
     return [(f"{' or '.join(fits)} ({caps.name} runs no {', '.join(lacks)})", None)]
 
 
+def _optimizer_states(problem: Problem, caps: Capabilities) -> list[tuple[str, Problem]]:
+    """Leaner optimizer states the framework can keep: bf16 Adam moments (Megatron-Core's precision-aware optimizer;
+    no slower), then the whole optimizer in CPU memory (its step and copies go over the host link)."""
+    tr, out = problem.training, []
+    if tr.optimizer_moments == "fp32" and caps.bf16_moments:
+        out.append(("--optimizer-moments bf16", replace(problem, training=tr.model_copy(
+            update={"optimizer_moments": "bf16"}))))
+    if tr.optimizer_offload < 1.0 and caps.optimizer_offload in ("fraction", "all"):
+        out.append(("--optimizer-offload 1", replace(problem, training=tr.model_copy(
+            update={"optimizer_offload": 1.0}))))
+    return out
+
+
 def explain_infeasible(problem: Problem) -> dict:
     enum = enumerate_layouts(problem, lazy_last=True)
     parts = [groups for parent, _, groups in enum.grouped_parts(200_000, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS)
@@ -132,6 +145,7 @@ def explain_infeasible(problem: Problem) -> dict:
                                                                        problem.model.is_moe):
         tried.append(("--precision fp8", replace(problem, training=problem.training.model_copy(
             update={"precision": "fp8"}))))
+    tried += _optimizer_states(problem, caps)
     for factor in (2, 4, 8):
         cl = problem.cluster.model_copy(update={"num_gpus": problem.num_gpus * factor,
                                                 "name": f"{problem.cluster.gpu.key}x{problem.num_gpus * factor}"})
