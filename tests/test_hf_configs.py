@@ -550,3 +550,12 @@ def test_mimo_dense_mtp_block():
     h = m.hidden_size
     block = mixers.attention_params(m) + 3 * h * m.intermediate_size + 2 * h + 2 * h
     assert sum(flops.mtp_params(m)) == 2 * h * h + block
+
+
+def test_composite_config_tie_reaches_the_text_decoder():
+    """Qwen3-VL / Qwen3.5 write tie_word_embeddings on the outer config only; it must reach the decoder's LM head."""
+    doc = doc_of("qwen3.5-27b.json")
+    assert "tie_word_embeddings" not in doc["text_config"]
+    untied, tied = (model_from_mapping({**doc, "tie_word_embeddings": t}, "q.json") for t in (False, True))
+    assert not untied.tie_word_embeddings and tied.tie_word_embeddings
+    assert flops.total_params(untied) - flops.total_params(tied) == flops.embedding_params(tied)

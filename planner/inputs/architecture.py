@@ -91,7 +91,9 @@ def _unwrap(doc: dict, notes: list[str]) -> dict:
             if isinstance(doc.get(tower), dict):
                 notes.append(f"{tower}: the {tower.split('_')[0]} encoder is not modelled; priced the text decoder "
                              "(text_config) only")
-        outer = {k: v for k, v in doc.items() if k in ("name", "published_params", "source", "aliases")}
+        # the composite config's tie_word_embeddings ties the LM head when the decoder's own config does not say
+        outer = {k: v for k, v in doc.items() if k in ("name", "published_params", "source", "aliases")
+                 or (k == "tie_word_embeddings" and k not in text)}
         doc = {**text, **outer}
     return doc
 
