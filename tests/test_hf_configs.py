@@ -559,3 +559,28 @@ def test_composite_config_tie_reaches_the_text_decoder():
     untied, tied = (model_from_mapping({**doc, "tie_word_embeddings": t}, "q.json") for t in (False, True))
     assert not untied.tie_word_embeddings and tied.tie_word_embeddings
     assert flops.total_params(untied) - flops.total_params(tied) == flops.embedding_params(tied)
+
+
+def test_apertus_xielu_mlp_is_two_matrices():
+    """Apertus (HF ApertusMLP: up_proj, xIELU, down_proj) was refused for its activation. Apertus tech report
+    (arXiv 2509.14233): 8B and 70B; shapes of Apertus-8B and -70B (no real config.json found in the code index)."""
+    base = {"architectures": ["ApertusForCausalLM"], "model_type": "apertus", "hidden_act": "xielu", "qk_norm": True,
+            "num_key_value_heads": 8, "tie_word_embeddings": False, "vocab_size": 131072}
+    small = model_from_mapping({**base, "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 32,
+                                "num_attention_heads": 32}, "apertus-8b.json")
+    large = model_from_mapping({**base, "hidden_size": 8192, "intermediate_size": 43008, "num_hidden_layers": 80,
+                                "num_attention_heads": 64}, "apertus-70b.json")
+    assert small.mlp_matrices == 2
+    assert rel(flops.total_params(small), 8e9) <= TOL and rel(flops.total_params(large), 70e9) <= TOL
+
+
+def test_smollm3_nope_layers_are_quiet(capsys):
+    """SmolLM3-3B shapes (HF model page: 3.08B parameters, tied embeddings; every 4th layer without RoPE, which
+    changes no weight or GEMM)."""
+    doc = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 2048,
+           "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+           "vocab_size": 128256, "tie_word_embeddings": True, "no_rope_layer_interval": 4,
+           "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(36)], "use_sliding_window": False}
+    m = model_from_mapping(doc, "smollm3.json")
+    assert "unknown key" not in capsys.readouterr().err and set(m.mixer_kinds) == {"full_attention"}
+    assert rel(flops.total_params(m), 3.08e9) <= TOL

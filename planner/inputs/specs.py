@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 # swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
 GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
-PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast"}
+# xielu: Apertus's xIELU, an elementwise activation between up_proj and down_proj (no gate: HF/vLLM ApertusMLP).
+PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast", "xielu"}
 Precision = Literal["bf16", "fp8", "fp4"]
 Fp8Recipe = Literal["tensorwise", "blockwise"]
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
