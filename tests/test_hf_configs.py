@@ -584,3 +584,12 @@ def test_smollm3_nope_layers_are_quiet(capsys):
     m = model_from_mapping(doc, "smollm3.json")
     assert "unknown key" not in capsys.readouterr().err and set(m.mixer_kinds) == {"full_attention"}
     assert rel(flops.total_params(m), 3.08e9) <= TOL
+
+
+def test_family_spellings_of_router_and_harmless_keys(capsys):
+    """Ling 2.0 spells the router gate score_function (sigmoid): it reaches scoring_func, which the Megatron
+    launchers state. QKV clamping and output/LM-head biases size nothing: no unknown-key warning."""
+    doc = {**doc_of("mixtral-8x7b.json"), "score_function": "sigmoid", "clip_qkv": 8, "lm_head_bias": True,
+           "attention_out_bias": False}
+    m = model_from_mapping(doc, "x.json")
+    assert m.scoring_func == "sigmoid" and "unknown key" not in capsys.readouterr().err

@@ -25,6 +25,7 @@ _ALIASES = {
     "shared_expert_intermediate_size": ("moe_shared_expert_intermediate_size", "shared_intermediate_size"),
     "sliding_window": ("sliding_window_size",),
     "attn_output_gate": ("attention_output_gate",),  # MiniMax-M3
+    "scoring_func": ("score_function",),  # Ling 2.0 / bailing_moe_v2 (sigmoid router; the launchers state it)
 }
 # Keys this module reads and removes: they are described by the per-layer lists afterwards.
 CONSUMED = {
