@@ -82,7 +82,7 @@ COUNTED = {
     "lfm2.5-vl-1.6b.json": (1_170_340_608, "", None, "", "LFM2-1.2B card: 1,170,340,608 (the text decoder)"),
 }
 # Read, planned and checked for structure and warnings, but no published count was read here for them.
-UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json", "glm-5.2.json", "mimo-7b-base.json"}
+UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json", "glm-5.2.json", "mimo-7b-base.json", "exaone-4.5-33b.json"}
 # Refused with one line naming the key: what they are made of is not in the cost model.
 REFUSED = {"deepseek-v4-flash.json": "compress_ratios", "kimi-k3.json": "linear_attn_config"}
 
@@ -593,3 +593,15 @@ def test_family_spellings_of_router_and_harmless_keys(capsys):
            "attention_out_bias": False}
     m = model_from_mapping(doc, "x.json")
     assert m.scoring_func == "sigmoid" and "unknown key" not in capsys.readouterr().err
+
+
+def test_exaone45_is_exaone4_with_a_larger_vocabulary_and_mtp(capsys):
+    """EXAONE 4.5's text decoder has EXAONE 4.0 32B's layers (3 sliding : 1 global) with a 153,600-token vocabulary
+    (untied: embedding and head both grow) and one MTP layer (_num_mtp_layers, num_nextn_predict_layers)."""
+    new, old = (load_model(str(DATA / f)) for f in ("exaone-4.5-33b.json", "exaone-4.0-32b.json"))
+    assert "unknown key" not in capsys.readouterr().err
+    assert new.mixer_kinds == old.mixer_kinds and new.sliding_window == old.sliding_window == 4096
+    assert not new.tie_word_embeddings and (new.num_nextn_predict_layers, old.num_nextn_predict_layers) == (1, 0)
+    assert flops.total_params(new) - flops.total_params(old) == 2 * (153600 - old.vocab_size) * old.hidden_size
+    text = {k: v for k, v in doc_of("exaone-4.5-33b.json")["text_config"].items() if k != "num_nextn_predict_layers"}
+    assert model_from_mapping(text, "e.json").num_nextn_predict_layers == 1  # _num_mtp_layers alone gives the depth

@@ -56,6 +56,7 @@ _HF_IGNORED = {
     "no_rope_layer_interval",  # SmolLM3 NoPE layers: skipping the rotation changes no weight and no GEMM
     # QKV clamping (OLMoE, DBRX) and the biases of Phi-3.5-MoE's LM head and Seed-OSS's attention output: no GEMM
     "clip_qkv", "lm_head_bias", "attention_out_bias",
+    "mtp_loss_scaling_factor",  # EXAONE 4.5: the MTP loss weight
     "moe_router_dtype", "moe_router_logit_softcapping",  # router precision and softcap (GLM-5.2, Laguna)
     # transformers' PretrainedConfig defaults, written out by configs saved with every attribute (Kimi-K2.5)
     "add_cross_attention", "cross_attention_hidden_size", "output_attentions", "output_hidden_states", "pruned_heads",
