@@ -71,11 +71,24 @@ COUNTED = {
     # dense Gemma 4 writes null for its MoE keys (num_experts, top_k_experts, expert_intermediate_size)
     "gemma-4-31b.json": (31e9, "", None, "", "Gemma 4 31B name / card (dense text decoder)"),
     "laguna-xs.2.json": (33e9, "", 3e9, "", "Laguna XS.2 card: 33B total with 3B activated per token"),
+    # branch hfconfigs3; multimodal files price the text decoder only (the vision tower is warned about)
+    "qwen3-32b.json": (32.8e9, "", None, "", "HF card Qwen/Qwen3-32B: 32.8B (31.2B non-embedding)"),
+    "qwen3-vl-235b-a22b.json": (235e9, "", 22e9, "", "Qwen3-VL-235B-A22B name: 235B total, A22B"),
+    "qwen3.5-27b.json": (27e9, "", None, "", "Qwen3.5-27B name (dense hybrid text decoder)"),
+    "kimi-k2.5.json": (1.04e12, "", 32e9, "embedding", "Kimi K2.5 card: K2's architecture, 1.04T / 32B"),
+    "llama-3.1-405b.json": (405e9, "", None, "", "Llama 3 Herd of Models arXiv 2407.21783: 405B"),
+    "minimax-m2.7.json": (230e9, "", None, "", "MiniMax-M2 series cards: 230B total"),
+    "qwen3.8-2.4t-a95b.json": (2.4e12, "", 95e9, "", "Qwen3.8-2.4T-A95B name: 2.4T total, A95B"),
+    "lfm2.5-vl-1.6b.json": (1_170_340_608, "", None, "", "LFM2-1.2B card: 1,170,340,608 (the text decoder)"),
 }
 # Read, planned and checked for structure and warnings, but no published count was read here for them.
-UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json"}
+UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json", "glm-5.2.json", "mimo-7b-base.json", "exaone-4.5-33b.json"}
 # Refused with one line naming the key: what they are made of is not in the cost model.
 REFUSED = {"deepseek-v4-flash.json": "compress_ratios", "kimi-k3.json": "linear_attn_config"}
+
+
+# 2.4T parameters do not fit 256 H100s in any layout (171.6 GiB per GPU at the leanest); 1024 do.
+NEEDS_1024_GPUS = {"qwen3.8-2.4t-a95b.json"}
 
 
 def rel(a: float, b: float) -> float:
@@ -210,7 +223,8 @@ def test_malformed_dialect_keys_are_one_line_errors():
 
 @pytest.mark.parametrize("name", [f for f in FILES if f not in REFUSED])
 def test_plan_runs_on_every_real_config(name):
-    r = run_plan_in_process("--model", str(DATA / name), "--cluster", "h100x256", "--format", "json", "--top", "1")
+    cluster = "h100x1024" if name in NEEDS_1024_GPUS else "h100x256"
+    r = run_plan_in_process("--model", str(DATA / name), "--cluster", cluster, "--format", "json", "--top", "1")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)  # stdout is JSON only; warnings went to stderr
     assert doc["plans"] and doc["plans"][0]["metrics"]["tokens_per_s_per_gpu"] > 0
@@ -463,3 +477,131 @@ def test_jamba_mamba1_layers_count_as_published(capsys):
     assert set(dense.mlp_kinds) == {"dense"} and not dense.is_moe
     with pytest.raises(PlanInputError, match="attn_layer_period"):
         model_from_mapping({**JAMBA, "attn_layer_period": 0}, "jamba.json")
+
+
+def test_qwen3_dense_non_embedding_count():
+    """Qwen3-32B's card gives 31.2B without the (untied) embedding and LM head."""
+    m = load_model(str(DATA / "qwen3-32b.json"))
+    assert not m.is_moe and m.d_head == 128 != m.hidden_size // m.num_attention_heads
+    assert rel(flops.total_params(m) - _without(m, "embedding+head"), 31.2e9) <= TOL
+
+
+def test_lfm2_short_conv_layers_and_adjusted_mlp_width(capsys):
+    """LFM2: ten 'conv' layers are gated short convolutions (4 h^2 + a 3-tap depthwise conv each), block_ff_dim 12288
+    is a 2/3-adjusted SwiGLU of 8192, embeddings tied by default. Read as attention layers with the written width it
+    was 1.64B against the card's 1.17B."""
+    m = load_model(str(DATA / "lfm2.5-vl-1.6b.json"))
+    assert "vision_config" in capsys.readouterr().err
+    assert m.mixer_kinds.count("conv") == 10 and m.mixer_kinds.count("full_attention") == 6
+    assert (m.intermediate_size, m.tie_word_embeddings, m.conv_kernel) == (8192, True, 3)
+    assert rel(flops.total_params(m), 1_170_340_608) <= 1e-5
+    assert mixers.mixer_params(m, "conv") == 4 * 2048 * 2048 + 3 * 2048
+    short, long = (mixers.attention_core_flops(m, s, "conv") for s in (4096, 131072))
+    assert short == long > 0  # a fixed-width convolution: linear in the sequence
+    # a conv layer keeps 12 h bytes per token (B, C, x, B*x, the conv output, the gated out_proj input), more than
+    # this GQA attention layer's Q, K, V, output and LSE; with fp8 GEMM inputs one h less
+    assert memory.layer_kind_bytes_per_token(m) - memory.layer_kind_bytes_per_token(m, fp8=True) > 0
+    assert memory.layer_kind_bytes_per_token(m) > 0
+    text = doc_of("lfm2.5-vl-1.6b.json")["text_config"]
+    plain = model_from_mapping({**text, "block_auto_adjust_ff_dim": False}, "l.json")
+    assert plain.intermediate_size == 12288
+    scaled = model_from_mapping({**text, "block_ffn_dim_multiplier": 1.1}, "l.json")
+    assert scaled.intermediate_size == 9216  # int(1.1 x 8192) = 9011, rounded up to a multiple of 256
+    by_index = {k: v for k, v in text.items() if k != "layer_types"}
+    m2 = model_from_mapping({**by_index, "full_attn_idxs": [2, 5, 8, 10, 12, 14]}, "l.json")
+    assert m2.mixer_kinds == m.mixer_kinds
+
+
+def test_glm52_shared_indexer_layers_have_no_indexer():
+    """GLM-5.2 indexer_types: 57 'shared' layers reuse the top-k of the last 'full' layer, so they carry no indexer
+    weights and skip its O(s) key scoring; their sparse attention is unchanged. Everything else is GLM-5's shape."""
+    m = load_model(str(DATA / "glm-5.2.json"))
+    doc = doc_of("glm-5.2.json")
+    shared = doc["indexer_types"].count("shared")
+    assert shared == 57 and m.indexer_types.count("shared") == shared
+    every = model_from_mapping({k: v for k, v in doc.items() if k != "indexer_types"}, "g.json")
+    assert flops.total_params(m) == flops.total_params(every) - shared * mixers.indexer_params(m)
+    assert flops.total_params(every) == flops.total_params(load_model(str(DATA / "glm-5.json")))
+    s = 131072
+    saved = flops.attention_core_sum(every, s) - flops.attention_core_sum(m, s)
+    assert saved == pytest.approx(shared * mixers.indexer_core_flops(m, s))
+    assert saved > 0.3 * flops.attention_core_sum(m, s)  # at 128k the indexer is most of a layer's core
+    per_layer = flops.layer_params(m)
+    assert per_layer[3][0] == per_layer[6][0] - mixers.indexer_params(m)  # layer 3 shares, layer 6 scores
+    with pytest.raises(PlanInputError, match="indexer_types"):
+        model_from_mapping({**doc, "indexer_types": ["full", "partial"] * 39}, "g.json")
+
+
+def test_minimax_attention_type_list_is_read(capsys):
+    """MiniMax attn_type_list: all ones (M2.7) is softmax attention everywhere and no longer an unknown key; a 0 is a
+    MiniMax-01 lightning-attention layer, refused by name rather than priced as softmax attention."""
+    load_model(str(DATA / "minimax-m2.7.json"))
+    assert "attn_type_list" not in capsys.readouterr().err
+    doc = doc_of("minimax-m2.7.json")
+    kinds = [0] * 7 + [1] + [1] * (len(doc["attn_type_list"]) - 8)
+    with pytest.raises(PlanInputError, match="attn_type_list: not modelled: 7 lightning"):
+        model_from_mapping({**doc, "attn_type_list": kinds}, "m.json")
+
+
+def test_mimo_dense_mtp_block():
+    """MiMo-7B: one MTP layer, a dense transformer block behind a 2h -> h projection (HF MiMoMTPLayers)."""
+    m = load_model(str(DATA / "mimo-7b-base.json"))
+    assert (m.num_nextn_predict_layers, m.is_moe, m.layer_types) == (1, False, None)
+    h = m.hidden_size
+    block = mixers.attention_params(m) + 3 * h * m.intermediate_size + 2 * h + 2 * h
+    assert sum(flops.mtp_params(m)) == 2 * h * h + block
+
+
+def test_composite_config_tie_reaches_the_text_decoder():
+    """Qwen3-VL / Qwen3.5 write tie_word_embeddings on the outer config only; it must reach the decoder's LM head."""
+    doc = doc_of("qwen3.5-27b.json")
+    assert "tie_word_embeddings" not in doc["text_config"]
+    untied, tied = (model_from_mapping({**doc, "tie_word_embeddings": t}, "q.json") for t in (False, True))
+    assert not untied.tie_word_embeddings and tied.tie_word_embeddings
+    assert flops.total_params(untied) - flops.total_params(tied) == flops.embedding_params(tied)
+
+
+def test_apertus_xielu_mlp_is_two_matrices():
+    """Apertus (HF ApertusMLP: up_proj, xIELU, down_proj) was refused for its activation. Apertus tech report
+    (arXiv 2509.14233): 8B and 70B; shapes of Apertus-8B and -70B (no real config.json found in the code index)."""
+    base = {"architectures": ["ApertusForCausalLM"], "model_type": "apertus", "hidden_act": "xielu", "qk_norm": True,
+            "num_key_value_heads": 8, "tie_word_embeddings": False, "vocab_size": 131072}
+    small = model_from_mapping({**base, "hidden_size": 4096, "intermediate_size": 21504, "num_hidden_layers": 32,
+                                "num_attention_heads": 32}, "apertus-8b.json")
+    large = model_from_mapping({**base, "hidden_size": 8192, "intermediate_size": 43008, "num_hidden_layers": 80,
+                                "num_attention_heads": 64}, "apertus-70b.json")
+    assert small.mlp_matrices == 2
+    assert rel(flops.total_params(small), 8e9) <= TOL and rel(flops.total_params(large), 70e9) <= TOL
+
+
+def test_smollm3_nope_layers_are_quiet(capsys):
+    """SmolLM3-3B shapes (HF model page: 3.08B parameters, tied embeddings; every 4th layer without RoPE, which
+    changes no weight or GEMM)."""
+    doc = {"architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 2048,
+           "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+           "vocab_size": 128256, "tie_word_embeddings": True, "no_rope_layer_interval": 4,
+           "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(36)], "use_sliding_window": False}
+    m = model_from_mapping(doc, "smollm3.json")
+    assert "unknown key" not in capsys.readouterr().err and set(m.mixer_kinds) == {"full_attention"}
+    assert rel(flops.total_params(m), 3.08e9) <= TOL
+
+
+def test_family_spellings_of_router_and_harmless_keys(capsys):
+    """Ling 2.0 spells the router gate score_function (sigmoid): it reaches scoring_func, which the Megatron
+    launchers state. QKV clamping and output/LM-head biases size nothing: no unknown-key warning."""
+    doc = {**doc_of("mixtral-8x7b.json"), "score_function": "sigmoid", "clip_qkv": 8, "lm_head_bias": True,
+           "attention_out_bias": False}
+    m = model_from_mapping(doc, "x.json")
+    assert m.scoring_func == "sigmoid" and "unknown key" not in capsys.readouterr().err
+
+
+def test_exaone45_is_exaone4_with_a_larger_vocabulary_and_mtp(capsys):
+    """EXAONE 4.5's text decoder has EXAONE 4.0 32B's layers (3 sliding : 1 global) with a 153,600-token vocabulary
+    (untied: embedding and head both grow) and one MTP layer (_num_mtp_layers, num_nextn_predict_layers)."""
+    new, old = (load_model(str(DATA / f)) for f in ("exaone-4.5-33b.json", "exaone-4.0-32b.json"))
+    assert "unknown key" not in capsys.readouterr().err
+    assert new.mixer_kinds == old.mixer_kinds and new.sliding_window == old.sliding_window == 4096
+    assert not new.tie_word_embeddings and (new.num_nextn_predict_layers, old.num_nextn_predict_layers) == (1, 0)
+    assert flops.total_params(new) - flops.total_params(old) == 2 * (153600 - old.vocab_size) * old.hidden_size
+    text = {k: v for k, v in doc_of("exaone-4.5-33b.json")["text_config"].items() if k != "num_nextn_predict_layers"}
+    assert model_from_mapping(text, "e.json").num_nextn_predict_layers == 1  # _num_mtp_layers alone gives the depth

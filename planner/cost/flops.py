@@ -76,9 +76,9 @@ class LayerSums:
 def layer_sums(m: ModelSpec) -> LayerSums:
     dense = moe = dense_p = moe_p = 0
     dense_f = moe_f = 0.0
-    for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)):
-        shared = mixers.mixer_params(m, mix) + _mlp_part(m, i) + _layer_norms(m, i)
-        gemm = mixers.mixer_gemm_flops(m, mix) + 2.0 * _mlp_part(m, i)
+    for i, mlp in enumerate(m.mlp_kinds):
+        shared = mixers.layer_mixer_params(m, i) + _mlp_part(m, i) + _layer_norms(m, i)
+        gemm = mixers.layer_mixer_gemm_flops(m, i) + 2.0 * _mlp_part(m, i)
         if mlp == "moe":
             moe, moe_p, moe_f = moe + 1, moe_p + shared, moe_f + gemm
         else:
@@ -89,7 +89,7 @@ def layer_sums(m: ModelSpec) -> LayerSums:
 @lru_cache(maxsize=256)
 def attention_core_sum(m: ModelSpec, seq_len: int) -> float:
     """Forward mixer-core FLOPs per token summed over all layers (each layer's own kind)."""
-    return sum(mixers.attention_core_flops(m, seq_len, kind) for kind in m.mixer_kinds)
+    return sum(mixers.layer_core_flops(m, seq_len, i) for i in range(m.num_hidden_layers))
 
 
 def dense_layer_params(m: ModelSpec) -> int:
@@ -111,17 +111,17 @@ def moe_layer_shared_params(m: ModelSpec) -> int:
 def layer_params(m: ModelSpec) -> tuple[tuple[int, int], ...]:
     """(non-expert, routed-expert) parameters of each layer, in order."""
     experts = expert_params(m)
-    return tuple((mixers.mixer_params(m, mix) + _mlp_part(m, i) + _layer_norms(m, i), experts if mlp == "moe" else 0)
-                 for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)))
+    return tuple((mixers.layer_mixer_params(m, i) + _mlp_part(m, i) + _layer_norms(m, i),
+                  experts if mlp == "moe" else 0) for i, mlp in enumerate(m.mlp_kinds))
 
 
 def layer_forward_flops(m: ModelSpec, seq_len: int) -> tuple[float, ...]:
     """Forward FLOPs per token of each layer, in order: its mixer's projections and core, its MLP (top-k routed
     experts, shared experts and router for a MoE layer). The pipeline partition weighs layers by these."""
     routed = routed_flops(m)
-    return tuple(mixers.mixer_gemm_flops(m, mix) + mixers.attention_core_flops(m, seq_len, mix)
+    return tuple(mixers.layer_mixer_gemm_flops(m, i) + mixers.layer_core_flops(m, seq_len, i)
                  + 2.0 * _mlp_part(m, i) + (routed if mlp == "moe" else 0.0)
-                 for i, (mix, mlp) in enumerate(zip(m.mixer_kinds, m.mlp_kinds, strict=True)))
+                 for i, mlp in enumerate(m.mlp_kinds))
 
 
 def embedding_params(m: ModelSpec) -> int:

@@ -346,8 +346,9 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
     and the gated-norm output (HF Qwen3NextGatedDeltaNet; fla recomputes the chunk states in backward). Mamba-2
     keeps the in_proj output (z, x, B, C, dt), the conv output, the scan output and the gated-norm output
     (mamba_ssm mamba_chunk_scan_combined saves its inputs, not the states). Mamba-1 keeps x and z, the conv output,
-    x_proj's output (Δ rank, B, C), Δ and the scan output (selective_scan_fn saves its inputs). 2 bytes each; GEMM
-    inputs 1 in fp8.
+    x_proj's output (Δ rank, B, C), Δ and the scan output (selective_scan_fn saves its inputs). LFM2's short conv keeps
+    in_proj's B, C and x, B*x, the conv output and the gated out_proj input (HF Lfm2ShortConv slow_forward). 2 bytes
+    each; GEMM inputs 1 in fp8.
     """
     gemm_in = 1 if fp8 else 2
     one = np.array([1])
@@ -372,6 +373,8 @@ def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:
             inner = m.mamba_expand * m.hidden_size
             total += 2 * 2 * inner + 2 * inner + 2 * (m.mamba_dt_rank + 2 * m.ssm_state_size) + 2 * 2 * inner
             total += gemm_in * inner - attn
+        elif mix == "conv":
+            total += 2 * 3 * m.hidden_size + 2 * 2 * m.hidden_size + gemm_in * m.hidden_size - attn
         if mlp in ("none", "linear"):
             total -= per_width * m.intermediate_size
         elif mlp == "dense":

@@ -1,5 +1,6 @@
 """Token mixers of one layer, by kind: parameters and forward FLOPs per token of full, sliding-window, chunked and
-sparse (DeepSeek-V3.2 indexer) attention, Gated DeltaNet linear attention, the Mamba-2 SSD mixer and Mamba-1 (Jamba).
+sparse (DeepSeek-V3.2 indexer) attention, Gated DeltaNet linear attention, the Mamba-2 SSD mixer, Mamba-1 (Jamba) and
+LFM2's gated short convolution.
 
 The projections are GEMMs (2 FLOPs per weight per token); the "core" is what runs in the attention/scan kernel.
 Attention cores follow Megatron-LM's convention (causal mask halves the s^2 work); a layer that sees at most w keys
@@ -100,7 +101,16 @@ def mamba1_params(m: ModelSpec) -> int:
     return h * 2 * inner + inner * (r + 2 * n) + r * inner + inner * h + _small_params(m, "mamba1")
 
 
+def short_conv_params(m: ModelSpec) -> int:
+    """LFM2 gated short convolution (HF Lfm2ShortConv): in_proj to B, C and x (3 x hidden), a depthwise causal conv of
+    conv_kernel taps (conv_L_cache) over B*x, out_proj; C gates the conv output. Biases off (conv_bias false)."""
+    h = m.hidden_size
+    return 3 * h * h + h * h + _small_params(m, "conv")
+
+
 def mixer_params(m: ModelSpec, kind: str) -> int:
+    if kind == "conv":
+        return short_conv_params(m)
     if kind == "linear_attention":
         return linear_attention_params(m)
     if kind == "mamba":
@@ -127,6 +137,8 @@ def _small_params(m: ModelSpec, kind: str) -> int:
     if kind == "mamba1":
         inner, n = m.mamba_expand * m.hidden_size, m.ssm_state_size
         return inner * (m.conv_kernel + 1) + inner + inner * n + inner + m.mamba_dt_rank + 2 * n
+    if kind == "conv":
+        return m.hidden_size * m.conv_kernel
     return 0
 
 
@@ -156,6 +168,8 @@ def attention_core_flops(m: ModelSpec, seq_len: int, kind: str = "full_attention
         return mamba_core_flops(m)
     if kind == "mamba1":
         return mamba1_core_flops(m)
+    if kind == "conv":  # B*x, the conv taps, C*y per channel: linear in the sequence length
+        return 2.0 * m.hidden_size * (m.conv_kernel + 2)
     if kind in ("linear", "none"):
         return 0.0
     if m.is_mla:
@@ -172,9 +186,36 @@ def attention_core_flops(m: ModelSpec, seq_len: int, kind: str = "full_attention
         keys = min(m.attention_chunk_size or seq_len, seq_len) / 2.0
     indexer = 0.0
     if m.index_topk:
-        indexer = 2.0 * (seq_len / 2.0) * m.index_n_heads * m.index_head_dim
+        indexer = indexer_core_flops(m, seq_len)
         keys = keys_seen(m.index_topk, seq_len)
     return 2.0 * keys * a * (d_qk + d_v) + indexer
+
+
+def indexer_core_flops(m: ModelSpec, seq_len: int) -> float:
+    """The lightning indexer scores every causal key with index_n_heads x index_head_dim (DeepSeek-V3.2-Exp §2.1)."""
+    return 2.0 * (seq_len / 2.0) * m.index_n_heads * m.index_head_dim if m.index_topk else 0.0
+
+
+def _shares_indexer(m: ModelSpec, i: int) -> bool:
+    """GLM-5.2 indexer_types 'shared': the layer reuses the last 'full' layer's top-k, so it has no indexer weights
+    and does not score keys again; its sparse attention over the top-k keys is unchanged."""
+    return bool(m.index_topk and m.indexer_types and m.indexer_types[i] == "shared")
+
+
+def layer_mixer_params(m: ModelSpec, i: int) -> int:
+    """Layer i's mixer parameters (its kind's, less the indexer where the layer shares one)."""
+    own = mixer_params(m, m.mixer_kinds[i])
+    return own - indexer_params(m) if _shares_indexer(m, i) else own
+
+
+def layer_mixer_gemm_flops(m: ModelSpec, i: int) -> float:
+    own = mixer_gemm_flops(m, m.mixer_kinds[i])
+    return own - 2.0 * indexer_params(m) if _shares_indexer(m, i) else own
+
+
+def layer_core_flops(m: ModelSpec, seq_len: int, i: int) -> float:
+    own = attention_core_flops(m, seq_len, m.mixer_kinds[i])
+    return own - indexer_core_flops(m, seq_len) if _shares_indexer(m, i) else own
 
 
 def linear_attention_core_flops(m: ModelSpec) -> float:

@@ -25,6 +25,7 @@ _ALIASES = {
     "shared_expert_intermediate_size": ("moe_shared_expert_intermediate_size", "shared_intermediate_size"),
     "sliding_window": ("sliding_window_size",),
     "attn_output_gate": ("attention_output_gate",),  # MiniMax-M3
+    "scoring_func": ("score_function",),  # Ling 2.0 / bailing_moe_v2 (sigmoid router; the launchers state it)
 }
 # Keys this module reads and removes: they are described by the per-layer lists afterwards.
 CONSUMED = {
@@ -32,6 +33,7 @@ CONSUMED = {
     "decoder_sparse_step", "mlp_only_layers", "moe_layer_freq", "full_attention_interval", "hybrid_layer_pattern",
     "no_rope_layers", "use_sliding_window", "max_window_layers", "sliding_window_pattern", "enable_moe_block",
     "mtp_num_hidden_layers", "num_mtp_modules", "mtp_transformer_layers", "use_mtp", "text_config",
+    "_num_mtp_layers", "mtp_share_layers",
 }
 _PATTERN = {"M": ("mamba", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
 _HF_LAYER_TYPES = set(get_args(MixerKind))  # HF's kinds plus ours (a plan's own model block reads back)
@@ -76,7 +78,7 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
             _moe_placement(doc, n, source)
             _attention_kinds(doc, n, source, notes)
     _shared_experts(doc, notes)
-    _mtp(doc)
+    _mtp(doc, notes)
     _unmodelled(doc, notes)
     for key in CONSUMED | dialects.CONSUMED:
         doc.pop(key, None)
@@ -91,7 +93,9 @@ def _unwrap(doc: dict, notes: list[str]) -> dict:
             if isinstance(doc.get(tower), dict):
                 notes.append(f"{tower}: the {tower.split('_')[0]} encoder is not modelled; priced the text decoder "
                              "(text_config) only")
-        outer = {k: v for k, v in doc.items() if k in ("name", "published_params", "source", "aliases")}
+        # the composite config's tie_word_embeddings ties the LM head when the decoder's own config does not say
+        outer = {k: v for k, v in doc.items() if k in ("name", "published_params", "source", "aliases")
+                 or (k == "tie_word_embeddings" and k not in text)}
         doc = {**text, **outer}
     return doc
 
@@ -252,11 +256,13 @@ def _shared_experts(doc: dict, notes: list[str]) -> None:
                          f"({expert}); activation memory counts {doc['n_shared_experts']} expert-wide shared MLPs")
 
 
-def _mtp(doc: dict) -> None:
+def _mtp(doc: dict, notes: list[str]) -> None:
     """Multi-token prediction depth: DeepSeek/GLM num_nextn_predict_layers, Qwen3.5 mtp_num_hidden_layers,
-    MiniMax-M2 num_mtp_modules x mtp_transformer_layers (when use_mtp)."""
+    MiniMax-M2 num_mtp_modules x mtp_transformer_layers (when use_mtp), EXAONE 4.5 _num_mtp_layers."""
+    if doc.get("mtp_share_layers") and (doc.get("num_nextn_predict_layers") or 0) > 1:
+        notes.append("mtp_share_layers (True): not read; each MTP layer priced with its own weights")
     if doc.get("num_nextn_predict_layers") is None:
-        depth = doc.get("mtp_num_hidden_layers")
+        depth = doc.get("mtp_num_hidden_layers", doc.get("_num_mtp_layers"))
         if doc.get("use_mtp") and isinstance(doc.get("num_mtp_modules"), int):
             depth = doc["num_mtp_modules"] * (doc.get("mtp_transformer_layers") or 1)
         if isinstance(depth, int) and not isinstance(depth, bool):

@@ -53,6 +53,11 @@ _HF_IGNORED = {
     "layernorm_epsilon", "add_classification_head", "dense_list",  # Hunyuan's (unused) classification head
     "mtp_hybrid_override_pattern",  # Nemotron 3 Super's MTP block: attention + MoE, as priced (flops.mtp_params)
     "layer_rope_theta",  # Muse Glimmer: a RoPE base per layer
+    "no_rope_layer_interval",  # SmolLM3 NoPE layers: skipping the rotation changes no weight and no GEMM
+    # QKV clamping (OLMoE, DBRX) and the biases of Phi-3.5-MoE's LM head and Seed-OSS's attention output: no GEMM
+    "clip_qkv", "lm_head_bias", "attention_out_bias",
+    "mtp_loss_scaling_factor",  # EXAONE 4.5: the MTP loss weight
+    "moe_router_dtype", "moe_router_logit_softcapping",  # router precision and softcap (GLM-5.2, Laguna)
     # transformers' PretrainedConfig defaults, written out by configs saved with every attribute (Kimi-K2.5)
     "add_cross_attention", "cross_attention_hidden_size", "output_attentions", "output_hidden_states", "pruned_heads",
 }

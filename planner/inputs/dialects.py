@@ -39,12 +39,18 @@ _GRANITE_MAMBA = {"mamba_n_heads": ("mamba_num_heads", 128), "mamba_d_state": ("
                   "mamba_chunk_size": ("chunk_size", 256)}
 # Jamba (HF JambaConfig): the class defaults, which are Jamba-v0.1's shapes.
 _JAMBA = {"attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2, "expert_layer_offset": 1}
+# LFM2 (HF Lfm2Config) keys read by _lfm2 or, as in HF, not read at all (block_dim and conv_dim equal hidden_size).
+_LFM2_CONSUMED = ("block_ff_dim", "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of",
+                  "conv_L_cache", "tie_embedding", "full_attn_idxs", "block_dim", "conv_dim", "conv_dim_out",
+                  "block_use_swiglu", "block_mlp_init_scale", "block_out_init_scale", "block_use_xavier_init",
+                  "conv_use_xavier_init", "block_norm_eps", "conv_bias", "num_heads", "use_pos_enc")
 CONSUMED = {"attn_config", "ffn_config", "mamba_d_head", *_GRANITE_MAMBA, *_JAMBA,
             "mamba_inner_layernorms", "mamba_conv_bias",
             "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "layers_block_type",
             "mtp_layers_block_type", "num_attention_heads_per_layer", "use_mixed_mlp_moe",
             "num_shared_expert", "moe_topk", "dense_intermediate_size", "share_expert_dim", "_sliding_window_pattern",
-            "use_cla", "cla_share_factor", "moe_layer_num_skipped"}
+            "use_cla", "cla_share_factor", "moe_layer_num_skipped", "attn_type_list", *_LFM2_CONSUMED,
+            "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern", "index_share_for_mtp_iteration"}
 
 
 def _fail(key: str, msg: str, fix: str, source: str) -> PlanInputError:
@@ -67,6 +73,9 @@ def translate(doc: dict[str, Any], source: str, notes: list[str]) -> None:
     _ernie(doc, n, source)
     _granite_hybrid(doc)
     _jamba(doc, n, source)
+    _lfm2(doc, n)
+    _minimax_attention(doc, source)
+    _indexer_types(doc, n, source, notes)
     _hunyuan(doc, notes)
     _block_list(doc, n, source)
     _heads_per_layer(doc, n, source)
@@ -290,3 +299,55 @@ def _jamba(doc: dict, n: int | None, source: str) -> None:
     doc.setdefault("ssm_state_size", doc.get("mamba_d_state", 16))
     doc.setdefault("conv_kernel", doc.get("mamba_d_conv", 4))
     doc.setdefault("mamba_expand", 2)
+
+
+def _lfm2(doc: dict, n: int | None) -> None:
+    """LFM2 (HF Lfm2Config / Lfm2MLP): block_ff_dim overrides intermediate_size and, with block_auto_adjust_ff_dim
+    (default true), the SwiGLU width is int(2/3 x it), times block_ffn_dim_multiplier rounded up to block_multiple_of;
+    'conv' layers are gated short convolutions of conv_L_cache taps (default 3); embeddings are tied unless the config
+    says not (Lfm2Config tie_word_embeddings=True, alias tie_embedding)."""
+    if not str(doc.get("model_type", "")).startswith("lfm2"):
+        return
+    doc.setdefault("tie_word_embeddings", doc.get("tie_embedding", True))
+    doc.setdefault("conv_kernel", doc.get("conv_L_cache", 3))
+    width = doc.get("block_ff_dim", doc.get("intermediate_size"))
+    mult, every = doc.get("block_ffn_dim_multiplier", 1.0), doc.get("block_multiple_of", 256)
+    if isinstance(width, int) and not isinstance(width, bool) and doc.get("block_auto_adjust_ff_dim", True):
+        width = int(2 * width / 3)
+        if isinstance(mult, int | float) and not isinstance(mult, bool) and isinstance(every, int) and every > 0:
+            width = every * -(-int(mult * width) // every)
+    if width is not None:
+        doc["intermediate_size"] = width
+    attn = doc.get("full_attn_idxs")
+    if doc.get("layer_types") is None and n is not None:
+        at = set(attn) if isinstance(attn, list) else set(range(n))
+        doc["layer_types"] = ["full_attention" if i in at else "conv" for i in range(n)]
+
+
+def _minimax_attention(doc: dict, source: str) -> None:
+    """MiniMax (HF MiniMaxConfig): attn_type_list gives 1 for a softmax-attention layer and 0 for a lightning
+    (linear) attention layer. All ones (MiniMax-M2) is plain attention; lightning attention is not in the cost model."""
+    kinds = doc.get("attn_type_list")
+    if kinds is None:
+        return
+    if not isinstance(kinds, list) or any(k not in (0, 1) for k in kinds):
+        raise _fail("attn_type_list", "must list 0 (lightning attention) or 1 (softmax attention) per layer",
+                    "give one 0/1 entry per layer", source)
+    if 0 in kinds:
+        raise _fail("attn_type_list", f"not modelled: {kinds.count(0)} lightning-attention layers (MiniMax-01); "
+                    "priced as softmax attention their projections and FLOPs would be wrong",
+                    "not supported yet; describe an approximation in the planner's own model YAML keys", source)
+
+
+def _indexer_types(doc: dict, n: int | None, source: str, notes: list[str]) -> None:
+    """GLM-5.2 (HF GlmMoeDsaConfig indexer_types): 'full' layers run the lightning indexer, 'shared' ones reuse the
+    previous full layer's top-k keys. Without the list, a period (index_topk_freq) is not read: said, not guessed."""
+    kinds = doc.get("indexer_types")
+    if kinds is None:
+        if (doc.get("index_topk_freq") or 1) > 1:
+            notes.append(f"index_topk_freq ({doc['index_topk_freq']}) without indexer_types: every layer priced "
+                         "with its own indexer")
+        return
+    if not isinstance(kinds, list) or set(kinds) - {"full", "shared"} or (n is not None and len(kinds) != n):
+        raise _fail("indexer_types", "must list 'full' or 'shared' for every layer", "give one entry per layer",
+                    source)

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 # swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
 GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
-PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast"}
+# xielu: Apertus's xIELU, an elementwise activation between up_proj and down_proj (no gate: HF/vLLM ApertusMLP).
+PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast", "xielu"}
 Precision = Literal["bf16", "fp8", "fp4"]
 Fp8Recipe = Literal["tensorwise", "blockwise"]
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
@@ -24,11 +25,11 @@ Size = Annotated[int, Field(gt=0, le=MAX_SIZE)]
 Count = Annotated[int, Field(ge=0, le=MAX_SIZE)]  # 0 = feature off
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
 Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]
-# What mixes tokens in one layer, and what follows it. Values of Hugging Face `layer_types` where HF has one;
-# "mamba" (Mamba-2 SSD), "mamba1" (Mamba-1 selective scan, Jamba), "linear" (a block_configs replace_with_linear) and
-# "none" (no-op / MLP-only blocks) are ours.
+# What mixes tokens in one layer, and what follows it. Values of Hugging Face `layer_types` where HF has one ("conv":
+# LFM2's gated short convolution); "mamba" (Mamba-2 SSD), "mamba1" (Mamba-1 selective scan, Jamba), "linear" (a
+# block_configs replace_with_linear) and "none" (no-op / MLP-only blocks) are ours.
 MixerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "mamba1",
-                    "linear", "none"]
+                    "conv", "linear", "none"]
 MlpKind = Literal["dense", "moe", "linear", "none"]
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
@@ -93,6 +94,8 @@ class ModelSpec(_Spec):
     index_n_heads: Count = 0
     index_head_dim: Count = 0
     index_topk: Count = 0
+    # GLM-5.2 IndexCache: a "shared" layer has no indexer of its own and reuses the top-k of the last "full" one.
+    indexer_types: tuple[Literal["full", "shared"], ...] | None = None
     # Per-layer structure, derived by planner.inputs.architecture from the HF keys (interleave_moe_layer_step,
     # hybrid_override_pattern, block_configs, full_attention_interval, ...); None = every layer alike.
     layer_types: tuple[MixerKind, ...] | None = None
@@ -161,7 +164,7 @@ class ModelSpec(_Spec):
     def _check_layers(self) -> None:
         """Per-layer lists match num_hidden_layers, and every layer kind has the keys its formulas need."""
         n = self.num_hidden_layers
-        for key in ("layer_types", "mlp_layer_types", "layer_intermediate_sizes"):
+        for key in ("layer_types", "mlp_layer_types", "layer_intermediate_sizes", "indexer_types"):
             value = getattr(self, key)
             if value is not None and len(value) != n:
                 raise ValueError(f"{key} lists {len(value)} layers but num_hidden_layers is {n}")
@@ -253,7 +256,7 @@ class ModelSpec(_Spec):
 
 
 # Keys a report omits while at their defaults: everything from moe_latent_size and the sparse-attention keys on.
-_OPTIONAL_FIELDS = ("moe_latent_size", "index_n_heads", "index_head_dim", "index_topk", "layer_types",
+_OPTIONAL_FIELDS = ("moe_latent_size", "index_n_heads", "index_head_dim", "index_topk", "indexer_types", "layer_types",
                     "mlp_layer_types", "layer_intermediate_sizes", "sliding_window", "attention_chunk_size",
                     "attn_output_gate", "shared_expert_intermediate_size", "swa_num_attention_heads",
                     "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim", "num_global_key_value_heads",
