@@ -190,3 +190,39 @@ def test_odd_moment_dtypes_are_named_not_silently_priced(tmp_path):
     cfg = read_launch_file(str(script))
     assert cfg.optimizer_moments is None and cfg.optimizer_offload == 1.0  # Megatron-LM's fraction default
     assert any("fp16" in item and "fp32 moments" in item for item in cfg.ignored)
+
+
+def test_sliding_windows_are_written_and_read_back(tmp_path):
+    """gpt-oss alternates 128-token sliding-window and full attention: the megatron flags say so (--window-size
+    127,0 as Megatron-Bridge maps HF sliding_window; --window-attn-skip-freq, 1 = windowed) and read back as the
+    model's own layer_types; before, the flags described an all-full-attention model."""
+    r = plan("-m", "gpt-oss-120b", "-c", "h100x64", "--framework", "megatron-core", "--format", "megatron")
+    assert r.returncode == 0, r.stderr
+    assert "--window-size 127,0\n" in r.stdout and "--window-attn-skip-freq '([1,0]*18)'\n" in r.stdout
+    path = tmp_path / "goss.sh"
+    path.write_text(r.stdout)
+    cfg = read_launch_file(str(path))
+    model = resolve_model(cfg, None)
+    assert cfg.ignored == [] and cfg.model_keys["sliding_window"] == model.sliding_window == 128
+    assert tuple(cfg.model_keys["layer_types"]) == model.mixer_kinds
+    # a script without a plan header builds the model from its flags, windows included
+    bare = tmp_path / "bare.sh"
+    bare.write_text("\n".join(line for line in r.stdout.splitlines() if not line.startswith("#"))
+                    + "\n--vocab-size 201088\n")
+    built = resolve_model(read_launch_file(str(bare)), None)
+    assert built.mixer_kinds == model.mixer_kinds and built.sliding_window == 128
+
+
+@pytest.mark.parametrize("config,kind", [("nemotron-h-56b", "mamba"), ("qwen3-next-80b-a3b", "linear_attention")])
+def test_megatron_flags_refuse_layers_they_cannot_describe(config, kind):
+    r = plan("-m", str(ROOT / "tests/data/hf_configs" / f"{config}.json"), "-c", "h100x64", "--framework",
+             "megatron-core", "--format", "megatron")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "inputs.model.layer_types" in r.stderr and kind in r.stderr and "--format nemo" in r.stderr
+
+
+def test_chunked_attention_launches_while_one_chunk_holds_the_sequence():
+    args = ("-m", "llama4-maverick", "-c", "h100x128", "--framework", "megatron-core", "--format", "megatron")
+    assert plan(*args, "--seq-len", "8192").returncode == 0  # Llama 4's 8,192-token chunks: plain causal attention
+    longer = plan(*args, "--seq-len", "16384", "--global-batch", "256")
+    assert longer.returncode == 2 and "attention_chunk_size" in longer.stderr

@@ -133,7 +133,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
         "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
-        "--moe-router-num-groups", "--moe-router-group-topk",
+        "--moe-router-num-groups", "--moe-router-group-topk", "--window-size", "--window-attn-skip-freq",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -173,6 +173,10 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
     )
     if "--swiglu" in flags:
         kw.update(gated_linear_unit=True, activation_func=F.silu)
+    if "--window-size" in flags:  # arguments.py tuple_type: "left,right"
+        kw["window_size"] = tuple(int(x) for x in _str(flags, "--window-size").strip("()").split(","))
+    if "--window-attn-skip-freq" in flags:  # arguments.py moe_freq_type: an int or a list expression
+        kw["window_attn_skip_freq"] = eval(_str(flags, "--window-attn-skip-freq"), {"__builtins__": {}})  # noqa: S307
     if "--cp-comm-type" in flags:
         kw["cp_comm_type"] = _str(flags, "--cp-comm-type")
     if "--hierarchical-context-parallel-sizes" in flags:

@@ -46,7 +46,7 @@ _HANDLED = {
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer", "--exp-avg-dtype",
-    "--exp-avg-sq-dtype",
+    "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq",
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
@@ -169,6 +169,8 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
     for flag, key in (("--moe-router-num-groups", "n_group"), ("--moe-router-group-topk", "topk_group")):
         if flag in found and keys:
             keys[key] = as_int(value(flag), flag, cfg.source)
+    if "--window-size" in found and keys:
+        _windows(cfg, found, value)
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
         else None
     if freq:
@@ -218,3 +220,31 @@ def _optimizer(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  
     moments = [value(f) if f in found else "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
     if moments != ["fp32", "fp32"]:
         moments_dtype(moments[0], moments[1], "--exp-avg-dtype/--exp-avg-sq-dtype", cfg)
+
+
+def _windows(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    """Sliding-window attention as HF keys: --window-size "left,right" (window = left + 1 keys, as the megatron
+    launcher writes it) on the layers --window-attn-skip-freq marks 1 (arguments.py: an int N puts one full layer
+    after N - 1 windowed ones; a list expression of 0/1 per layer); without it every layer is windowed."""
+    src, n = cfg.source, cfg.model_keys.get("num_hidden_layers", 0)
+    try:
+        left = int(value("--window-size").strip("()").split(",")[0])
+    except ValueError:
+        raise PlanInputError("expected 'left,right' token counts", field="--window-size", source=src,
+                             fix="e.g. --window-size 127,0") from None
+    cfg.model_keys["sliding_window"] = left + 1
+    freq = value("--window-attn-skip-freq") if "--window-attn-skip-freq" in found else None
+    if freq is None:
+        bits = [1] * n
+    elif freq.strip().isdigit():
+        period = max(int(freq), 1)
+        bits = [int((i + 1) % period != 0) for i in range(n)]
+    elif re.fullmatch(r"[\d,\[\]()+*\s]+", freq):  # the characters Megatron's _eval_pattern admits
+        bits = list(eval(freq, {"__builtins__": {}}))  # noqa: S307 - digits, brackets, + and * only
+    else:
+        raise PlanInputError(f"'{freq[:40]}' is neither a number nor a 0/1 list expression",
+                             field="--window-attn-skip-freq", source=src, fix="e.g. '([1,0]*18)'")
+    if len(bits) != n:
+        raise PlanInputError(f"gives {len(bits)} layers, the model has {n}", field="--window-attn-skip-freq",
+                             source=src, fix="one 0/1 per layer")
+    cfg.model_keys["layer_types"] = ["sliding_attention" if b else "full_attention" for b in bits]

@@ -49,6 +49,10 @@ class ModelShape:
     # group-limited routing (DeepSeek-V3 n_group / topk_group): each token's experts come from topk_group groups
     n_group: int = 0
     topk_group: int = 0
+    # Each layer's token mixer (HF layer_types: full_attention, sliding_attention, mamba...); None: all full attention.
+    layer_kinds: tuple[str, ...] | None = None
+    sliding_window: int | None = None  # keys a sliding_attention layer sees (HF sliding_window)
+    attention_chunk_size: int | None = None  # chunked_attention layers' chunk (Llama 4)
 
     @property
     def is_moe(self) -> bool:
@@ -185,7 +189,17 @@ def _model(raw: Any) -> ModelShape:
         scoring_func=str(raw.get("scoring_func") or "softmax"),
         n_group=get_int(raw, "n_group", p, default=0),
         topk_group=get_int(raw, "topk_group", p, default=0),
+        layer_kinds=_kinds(raw.get("layer_types")),
+        sliding_window=get_int(raw, "sliding_window", p, minimum=1) if raw.get("sliding_window") else None,
+        attention_chunk_size=(get_int(raw, "attention_chunk_size", p, minimum=1)
+                              if raw.get("attention_chunk_size") else None),
     )
+
+
+def _kinds(kinds: Any) -> tuple[str, ...] | None:
+    if not isinstance(kinds, list | tuple) or not all(isinstance(k, str) for k in kinds):
+        return None
+    return tuple(kinds)
 
 
 def _moe_pattern(kinds: Any) -> tuple[int, ...] | None:

@@ -29,6 +29,7 @@ def render(view: PlanView) -> str:
     if view.model.hidden_act not in ACTIVATION_FLAGS:
         refuse(view, NAME, "inputs.model.hidden_act", f"no Megatron-LM flag for activation {view.model.hidden_act!r}",
                "set the MLP activation flags by hand and use --format env for the layout")
+    _check_layer_kinds(view)
     flags = _parallel(view) + _batch(view) + _model(view) + _recompute(view) + _data_parallel(view) + _precision(view)
     lines = [header(view, TARGET), _env_note(view),
              "# flags cover layout, batch and model shape; add data, tokenizer, optimizer and norm/rope flags"]
@@ -115,9 +116,54 @@ def _model(view: PlanView) -> list[Flag]:
         flags.append(("--disable-bias-linear",))
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
+    flags += _windows(view)
     if m.is_moe:
         flags += _moe(view)
     return flags
+
+
+# Token mixers pretrain_gpt.py's flags describe: attention layers (full, sliding-window, and chunked while one chunk
+# holds the whole sequence). Mamba, linear attention, short convolutions and no-op mixers are other layer classes
+# (Megatron-LM trains hybrids with pretrain_mamba.py and --hybrid-override-pattern).
+_ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _check_layer_kinds(view: PlanView) -> None:
+    m = view.model
+    kinds = set(m.layer_kinds or ())
+    other = sorted(kinds - set(_ATTENTION_KINDS))
+    if other:
+        refuse(view, NAME, "inputs.model.layer_types", f"{', '.join(other)} layers have no pretrain_gpt.py flags "
+               "(these flags would train an all-attention model)", "use --format nemo with the model's "
+               "Megatron-Bridge recipe, or --format env for the layout and your own model flags")
+    if "chunked_attention" in kinds and (m.attention_chunk_size or 0) < view.seq_len:
+        refuse(view, NAME, "inputs.model.attention_chunk_size", f"chunked attention over {m.attention_chunk_size} "
+               f"tokens of {view.seq_len} has no Megatron-LM flag", f"plan with --seq-len {m.attention_chunk_size} "
+               "or less (one chunk is plain causal attention), or use --format nemo")
+
+
+def _windows(view: PlanView) -> list[Flag]:
+    """Sliding-window layers: --window-size (left, right) keys around the query, left = window - 1 as
+    Megatron-Bridge maps HF sliding_window (models/gpt_oss/gpt_oss_bridge.py), and --window-attn-skip-freq as a
+    list expression, 1 = sliding, 0 = full (arguments.py moe_freq_type / _eval_pattern). Nothing where the window
+    covers the sequence."""
+    m = view.model
+    kinds = m.layer_kinds or ()
+    if "sliding_attention" not in kinds or not m.sliding_window or m.sliding_window >= view.seq_len:
+        return []
+    flags: list[Flag] = [("--window-size", f"{m.sliding_window - 1},0")]
+    if set(kinds) != {"sliding_attention"}:
+        flags.append(("--window-attn-skip-freq", _pattern([int(k == "sliding_attention") for k in kinds])))
+    return flags
+
+
+def _pattern(bits: list[int]) -> str:
+    """A 0/1 per-layer list as Megatron's list expression, its shortest repeating unit times its repeats."""
+    n = len(bits)
+    for size in range(1, n + 1):
+        if n % size == 0 and bits[:size] * (n // size) == bits:
+            return f"([{','.join(map(str, bits[:size]))}]*{n // size})"
+    return f"[{','.join(map(str, bits))}]"
 
 
 def _moe(view: PlanView) -> list[Flag]:
