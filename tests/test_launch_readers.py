@@ -226,3 +226,19 @@ def test_chunked_attention_launches_while_one_chunk_holds_the_sequence():
     assert plan(*args, "--seq-len", "8192").returncode == 0  # Llama 4's 8,192-token chunks: plain causal attention
     longer = plan(*args, "--seq-len", "16384", "--global-batch", "256")
     assert longer.returncode == 2 and "attention_chunk_size" in longer.stderr
+
+
+@pytest.mark.parametrize("fmt,framework,needle", [("megatron", "megatron-core", "--mtp-num-layers 1\n"),
+                                                   ("nemo", "nemo", "model.mtp_num_layers=1\n")])
+def test_multi_token_prediction_is_launched_as_priced(fmt, framework, needle, tmp_path):
+    """DeepSeek-V3 is priced with its MTP block on the last stage; the launch says so and reads back (before, the
+    flags built a model without it, lighter on the last stage than the split the plan was costed with)."""
+    r = plan("-m", "deepseek-v3", "-c", "h100x1024", "--precision", "fp8", "--seq-len", "4096", "--global-batch",
+             "8192", "--framework", framework, "--format", fmt)
+    assert r.returncode == 0, r.stderr
+    assert needle in r.stdout
+    path = tmp_path / f"dsv3{SUFFIX[fmt]}"
+    path.write_text(r.stdout)
+    cfg = read_launch_file(str(path))
+    assert cfg.ignored == []
+    assert resolve_model(cfg, None).num_nextn_predict_layers == 1

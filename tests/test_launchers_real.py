@@ -134,6 +134,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
         "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
         "--moe-router-num-groups", "--moe-router-group-topk", "--window-size", "--window-attn-skip-freq",
+        "--mtp-num-layers",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -173,6 +174,8 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
     )
     if "--swiglu" in flags:
         kw.update(gated_linear_unit=True, activation_func=F.silu)
+    if "--mtp-num-layers" in flags:
+        kw["mtp_num_layers"] = _int(flags, "--mtp-num-layers")
     if "--window-size" in flags:  # arguments.py tuple_type: "left,right"
         kw["window_size"] = tuple(int(x) for x in _str(flags, "--window-size").strip("()").split(","))
     if "--window-attn-skip-freq" in flags:  # arguments.py moe_freq_type: an int or a list expression

@@ -78,6 +78,10 @@ CASES = {
     "dualpipe_shape_even_ranks": (prob("llama2-7b", "h100x48", gbs=96), dict(pp=3, dp=16, schedule=7),
                                   dict(pp=2, dp=24, schedule=7)),
     "seq1f1b_segments_divide": (prob(seq=8196), dict(pp=2, dp=32, schedule=5), dict(pp=2, dp=32, schedule=0)),
+    # DeepSeek-V3 carries one MTP layer: EP overlap runs it only with a pipeline (the real-validator test found it)
+    "ep_overlap_mtp_needs_pipeline": (prob("deepseek-v3", "h100x1024", seq=4096, gbs=1024),
+                                      dict(dp=1024, ep=64, schedule=6),
+                                      dict(pp=2, vpp=2, dp=512, ep=64, schedule=6)),
     "offload_needs_one_stage": (prob(), dict(pp=2, dp=32, recompute=3), dict(pp=1, dp=64, recompute=3)),
     "offload_needs_one_stage_combined": (prob("mixtral-8x7b"), dict(dp=64, ep=8, schedule=6, recompute=3),
                                          dict(dp=64, ep=8, schedule=0, recompute=3)),

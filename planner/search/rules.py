@@ -150,6 +150,13 @@ RULES: tuple[Rule, ...] = (
          "combined-1f1b (Megatron's --overlap-moe-expert-parallel-comm) needs expert parallelism and no full "
          "recomputation", "use ep > 1 and recompute=none|selective, or another schedule",
          "Megatron-Core transformer_config.py EP-overlap asserts (frontier_facts.md §A3)"),
+    Rule("ep_overlap_mtp_needs_pipeline", ("schedule", "pp"),
+         lambda c, p: (c["schedule"] != Schedule.COMBINED_1F1B) | (p.model.num_nextn_predict_layers == 0)
+         | ((p.model.num_nextn_predict_layers == 1) & (c["pp"] > 1)),
+         "combined-1f1b with a multi-token-prediction block runs only one MTP layer, and only with pipeline "
+         "parallelism", "use pp > 1 (and one MTP layer), or another schedule",
+         "Megatron-Core transformer_config.py overlap_moe_expert_parallel_comm asserts: mtp_num_layers None or 1; "
+         "with MTP, pipeline_model_parallel_size > 1"),
     Rule("offload_needs_one_stage", ("recompute", "pp", "schedule"),
          lambda c, p: (c["recompute"] != Recompute.OFFLOAD)
          | ((c["pp"] == 1) & (c["schedule"] != Schedule.COMBINED_1F1B) & (p.model.num_hidden_layers >= 3)),

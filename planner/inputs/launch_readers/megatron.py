@@ -46,7 +46,7 @@ _HANDLED = {
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer", "--exp-avg-dtype",
-    "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq",
+    "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq", "--mtp-num-layers",
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
@@ -169,6 +169,8 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
     for flag, key in (("--moe-router-num-groups", "n_group"), ("--moe-router-group-topk", "topk_group")):
         if flag in found and keys:
             keys[key] = as_int(value(flag), flag, cfg.source)
+    if "--mtp-num-layers" in found and keys:
+        keys["num_nextn_predict_layers"] = as_int(value("--mtp-num-layers"), "--mtp-num-layers", cfg.source, minimum=0)
     if "--window-size" in found and keys:
         _windows(cfg, found, value)
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \

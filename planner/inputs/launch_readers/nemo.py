@@ -35,7 +35,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size",
             "model.recompute_modules", "model.cpu_offloading", "model.cpu_offloading_num_layers",
             "model.cpu_offloading_activations", "model.cpu_offloading_weights", "model.moe_token_dispatcher_type",
             "model.moe_flex_dispatcher_backend", "model.moe_router_score_function", "model.moe_router_pre_softmax",
-            "model.moe_router_num_groups", "model.moe_router_group_topk",
+            "model.moe_router_num_groups", "model.moe_router_group_topk", "model.mtp_num_layers",
             "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
             "dist.use_megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
             "mixed_precision", "model.expert_tensor_parallel_size", "model.hierarchical_context_parallel_sizes",
@@ -81,6 +81,10 @@ def read(text: str, source: str) -> LaunchConfig:
     for key, name in (("model.moe_router_num_groups", "n_group"), ("model.moe_router_group_topk", "topk_group")):
         if cfg.model_keys and key in found and not is_null(found[key]):
             cfg.model_keys[name] = as_int(found[key], key, source)
+    mtp = found.get("model.mtp_num_layers")
+    if cfg.model_keys and mtp is not None:
+        cfg.model_keys["num_nextn_predict_layers"] = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers",
+                                                                                   source, minimum=0)
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)

@@ -53,6 +53,7 @@ class ModelShape:
     layer_kinds: tuple[str, ...] | None = None
     sliding_window: int | None = None  # keys a sliding_attention layer sees (HF sliding_window)
     attention_chunk_size: int | None = None  # chunked_attention layers' chunk (Llama 4)
+    mtp_layers: int | None = None  # multi-token-prediction depth (num_nextn_predict_layers); None: not an MTP model
 
     @property
     def is_moe(self) -> bool:
@@ -193,6 +194,8 @@ def _model(raw: Any) -> ModelShape:
         sliding_window=get_int(raw, "sliding_window", p, minimum=1) if raw.get("sliding_window") else None,
         attention_chunk_size=(get_int(raw, "attention_chunk_size", p, minimum=1)
                               if raw.get("attention_chunk_size") else None),
+        mtp_layers=(get_int(raw, "num_nextn_predict_layers", p, minimum=0)
+                    if raw.get("num_nextn_predict_layers") is not None else None),
     )
 
 

@@ -117,6 +117,8 @@ def _model(view: PlanView) -> list[Flag]:
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
     flags += _windows(view)
+    if m.mtp_layers:  # the planner prices the MTP block on the last stage (arguments.py --mtp-num-layers)
+        flags.append(("--mtp-num-layers", str(m.mtp_layers)))
     if m.is_moe:
         flags += _moe(view)
     return flags

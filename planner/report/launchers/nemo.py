@@ -76,6 +76,8 @@ def _model(view: PlanView) -> list[Item]:
         if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
             items += [("comm_overlap.overlap_moe_expert_parallel_comm", True),
                       ("comm_overlap.delay_wgrad_compute", True)]
+    if view.model.mtp_layers is not None:  # the depth priced, whatever the recipe's default (TransformerConfig)
+        items.append(("model.mtp_num_layers", view.model.mtp_layers or None))
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
