@@ -1,5 +1,7 @@
 """One test per layout rule: a layout that breaks it is refused by that rule, a close one that keeps it passes."""
 
+from pathlib import Path
+
 import pytest
 from conftest import cols
 
@@ -12,9 +14,11 @@ from planner.report.explain import explain
 from planner.search.rules import RULES, RULES_BY_NAME
 from planner.search.search import search
 
+HF = Path(__file__).resolve().parent / "data" / "hf_configs"
+
 
 def prob(model="llama3-70b", cluster="h100x64", seq=8192, gbs=64, framework="generic", fixed=None, precision="bf16"):
-    return Problem(load_model(model), load_cluster(cluster), TrainingSpec(seq_len=seq, global_batch=gbs,
+    return Problem(load_model(str(model)), load_cluster(cluster), TrainingSpec(seq_len=seq, global_batch=gbs,
                                                                           framework=framework, precision=precision),
                    fixed=fixed or {})
 
@@ -83,6 +87,12 @@ CASES = {
                                       dict(dp=1024, ep=64, schedule=6),
                                       dict(pp=2, vpp=2, dp=512, ep=64, schedule=6)),
     "offload_needs_one_stage": (prob(), dict(pp=2, dp=32, recompute=3), dict(pp=1, dp=64, recompute=3)),
+    # Qwen3-Next's Gated DeltaNet layers have 16 key heads: tp 32 cannot split them
+    "mixer_heads_divisible_by_tp": (prob(HF / "qwen3-next-80b-a3b.json", "h100x64", framework="megatron-core"),
+                                    dict(tp=32, dp=2), dict(tp=4, dp=16)),
+    # Megatron-Core runs no context parallelism for DeepSeek sparse attention (V3.2) or Gated DeltaNet
+    "framework_cp_mixers": (prob(HF / "deepseek-v3.2.json", "h100x1024", seq=4096, gbs=1024, framework="nemo"),
+                            dict(dp=512, cp=2, ep=64), dict(dp=1024, ep=64)),
     "offload_needs_one_stage_combined": (prob("mixtral-8x7b"), dict(dp=64, ep=8, schedule=6, recompute=3),
                                          dict(dp=64, ep=8, schedule=0, recompute=3)),
 }
@@ -157,3 +167,14 @@ def test_published_runs_are_not_judged_by_capabilities():
     problem = prob(framework="megatron", fixed=parse_pairs(["zero=3"], "--fix"))
     assert not RULES_BY_NAME["framework_zero"].check(cols(dp=64, zero=3), problem)[0]
     assert RULES_BY_NAME["framework_zero"].check(cols(dp=64, zero=3), replace(problem, trust_pins=True))[0]
+
+
+def test_cp_limits_on_mixers_are_the_frameworks_not_physics():
+    """Megatron-Core refuses context parallelism for Gated DeltaNet; the generic planner, whose kernels are any
+    stack's, keeps it (ring attention needs no such limit in principle)."""
+    rule = RULES_BY_NAME["framework_cp_mixers"]
+    layout = cols(dp=32, cp=2)
+    qwen_next = HF / "qwen3-next-80b-a3b.json"
+    assert rule.check(layout, prob(qwen_next, "h100x64"))[0]
+    assert not rule.check(layout, prob(qwen_next, "h100x64", framework="megatron-core"))[0]
+    assert rule.check(layout, prob("llama3-70b", "h100x64", framework="megatron-core"))[0]

@@ -83,9 +83,17 @@ class Capabilities:
     # --fp8-recipe blockwise (arguments.py), Megatron-Bridge's bf16_with_fp8_subchannel_scaling_mixed preset
     # (training/mixed_precision.py). torchtitan's float8 recipes are tensorwise and rowwise, not 128x128 blocks.
     blockwise_fp8: bool = False
+    # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
+    # indexer, index_topk), "linear_attention" (Gated DeltaNet).
+    cp_excludes: tuple[str, ...] = ()
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
+
+# Megatron-Core transformer_config.py asserts context_parallel_size == 1 for experimental_attention_variant "dsa"
+# ("context parallelism is not supported by DSAttention") and "gated_delta_net" ("does not support context parallel
+# for now").
+_MCORE_CP_EXCLUDES = ("sparse_attention", "linear_attention")
 
 FRAMEWORKS: dict[str, Capabilities] = {
     "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True,
@@ -101,12 +109,14 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
+        cp_excludes=_MCORE_CP_EXCLUDES,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
+        cp_excludes=_MCORE_CP_EXCLUDES,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),

@@ -10,6 +10,7 @@ numbered M1..M32 there) and §2.2 (torchtitan).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ from planner.inputs.layout import (
     stage_split_launchable,
 )
 from planner.inputs.problem import Problem
+from planner.inputs.specs import ModelSpec
 
 Cols = Mapping[str, np.ndarray]
 
@@ -43,6 +45,19 @@ class Rule:
 
     def check(self, cols: Cols, problem: Problem) -> np.ndarray:
         return np.asarray(self.allowed(cols, problem), dtype=bool)
+
+
+def _mixer_heads(m: ModelSpec) -> int:
+    """gcd of the head counts non-attention mixers shard over tp (0 when the model has none: any tp divides)."""
+    kinds = set(m.mixer_kinds)
+    heads = [m.linear_num_key_heads, m.linear_num_value_heads] if "linear_attention" in kinds else []
+    heads += [m.mamba_num_heads] if "mamba" in kinds and m.mamba_num_heads else []
+    return math.gcd(*heads) if heads else 0
+
+
+def _mixer_features(m: ModelSpec) -> tuple[str, ...]:
+    return (("sparse_attention",) if m.index_topk else ()) + (
+        ("linear_attention",) if "linear_attention" in m.mixer_kinds else ())
 
 
 def _divides(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
@@ -115,6 +130,16 @@ RULES: tuple[Rule, ...] = (
          lambda c, p: p.model.is_mla | _divides(c["tp"], p.model.kv_heads),
          "key/value heads (query groups) must divide evenly across tensor-parallel ranks",
          "use tp <= num_key_value_heads and dividing it", "Megatron M5 (core_v0.15: num_query_groups % tp == 0)"),
+    Rule("mixer_heads_divisible_by_tp", ("tp",),
+         lambda c, p: _divides(c["tp"], _mixer_heads(p.model)),
+         "linear-attention key/value heads and Mamba heads must divide evenly across tensor-parallel ranks",
+         "use a tp that divides them", "Megatron-Core transformer_config.py (linear_num_key_heads and "
+         "linear_num_value_heads % tp == 0); MambaMixer (nheads % tp == 0)"),
+    Rule("framework_cp_mixers", ("cp",),
+         lambda c, p: (c["cp"] == 1) | (not set(_mixer_features(p.model)) & set(_caps(p).cp_excludes)),
+         "the chosen training framework runs no context parallelism for this model's token mixer (DeepSeek "
+         "sparse attention, Gated DeltaNet)", "use cp=1 (tensor or pipeline parallelism instead)",
+         "Megatron-Core transformer_config.py: DSAttention and gated_delta_net assert context_parallel_size == 1"),
     Rule("tp_within_nvlink_domain", ("tp",),
          lambda c, p: p.allow_tp_across_nodes | _divides(c["tp"], p.cluster.nvlink_domain),
          "tensor parallelism must stay inside one NVLink domain", "lower tp, or pass --allow-tp-across-nodes",
