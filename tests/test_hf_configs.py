@@ -174,6 +174,18 @@ def test_sliding_window_attention_uses_min_of_window_and_sequence():
     assert tf.attention == pytest.approx((full + mixers.attention_core_flops(m, 4096, "sliding_attention")) / 2)
 
 
+def test_gpt_oss_reads_its_own_mlp_biases_and_sinks():
+    """HF modeling_gpt_oss: clamped quick-GELU SwiGLU (swiglu_limit), biased experts and attention, a sink logit per
+    head; the catalog copy and the real config.json agree, and a Llama config declares none of it."""
+    real, ours = load_model(str(DATA / "gpt-oss-120b.json")), load_model("gpt-oss-120b")
+    for m in (real, ours):
+        assert (m.hidden_act, m.attention_bias, m.mlp_bias, m.attention_sinks, m.swiglu_limit) == \
+            ("swigluoai", True, True, True, 7.0)
+        assert m.gated_mlp  # still gate, up and down projections: priced as any SwiGLU
+    llama = load_model(str(DATA / "llama-3.1-405b.json"))
+    assert not (llama.attention_bias or llama.mlp_bias or llama.attention_sinks or llama.swiglu_limit)
+
+
 @pytest.mark.parametrize("name, kind", [("qwen3-next-80b-a3b.json", "linear_attention"),
                                         ("nemotron-h-56b.json", "mamba")])
 def test_linear_time_mixers_do_not_grow_with_sequence(name, kind):

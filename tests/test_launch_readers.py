@@ -242,3 +242,26 @@ def test_multi_token_prediction_is_launched_as_priced(fmt, framework, needle, tm
     cfg = read_launch_file(str(path))
     assert cfg.ignored == []
     assert resolve_model(cfg, None).num_nextn_predict_layers == 1
+
+
+def test_gpt_oss_launches_as_gpt_oss(tmp_path):
+    """gpt-oss is not a Llama: its experts compute (up + 1) x quick-GELU(gate) on clamped inputs and carry biases,
+    its attention has biases and a learnable sink per head (HF modeling_gpt_oss). The Megatron flags are the ones
+    Megatron-Bridge's gpt-oss provider sets (quick-geglu, clamp 7, offset 1, learnable softmax, biases kept), and
+    they read back as the same model; before, they built a bias-free SwiGLU model without sinks."""
+    r = plan("-m", "gpt-oss-120b", "-c", "h100x64", "--framework", "megatron-core", "--format", "megatron")
+    assert r.returncode == 0, r.stderr
+    for line in ("--quick-geglu", "--activation-func-clamp-value 7", "--glu-linear-offset 1.0",
+                 "--softmax-type learnable"):
+        assert line + "\n" in r.stdout
+    assert "--swiglu\n" not in r.stdout and "--disable-bias-linear" not in r.stdout
+    path = tmp_path / "goss.sh"
+    path.write_text(r.stdout)
+    keys = read_launch_file(str(path)).model_keys
+    model = resolve_model(read_launch_file(str(path)), None)
+    assert (keys["hidden_act"], keys["attention_bias"], keys["mlp_bias"], keys["attention_sinks"],
+            keys["swiglu_limit"]) == (model.hidden_act, model.attention_bias, model.mlp_bias, model.attention_sinks,
+                                      model.swiglu_limit) == ("swigluoai", True, True, True, 7.0)
+    # a Llama keeps its bias-free SwiGLU
+    llama = plan("-m", "llama3-8b", "-c", "h100x8", "--framework", "megatron-core", "--format", "megatron")
+    assert "--swiglu\n" in llama.stdout and "--disable-bias-linear\n" in llama.stdout

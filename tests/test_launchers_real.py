@@ -134,7 +134,8 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
         "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
         "--moe-router-num-groups", "--moe-router-group-topk", "--window-size", "--window-attn-skip-freq",
-        "--mtp-num-layers",
+        "--mtp-num-layers", "--quick-geglu", "--activation-func-clamp-value", "--glu-linear-offset",
+        "--softmax-type", "--add-qkv-bias",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -174,6 +175,18 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
     )
     if "--swiglu" in flags:
         kw.update(gated_linear_unit=True, activation_func=F.silu)
+    if "--quick-geglu" in flags:  # arguments.py: gated quick-GELU (gpt-oss), with its clamp and linear offset
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kw.update(gated_linear_unit=True, activation_func=quick_gelu)
+    if "--activation-func-clamp-value" in flags:
+        kw["activation_func_clamp_value"] = float(_str(flags, "--activation-func-clamp-value"))
+    if "--glu-linear-offset" in flags:
+        kw["glu_linear_offset"] = float(_str(flags, "--glu-linear-offset"))
+    if "--softmax-type" in flags:
+        kw["softmax_type"] = _str(flags, "--softmax-type")
+    if "--add-qkv-bias" in flags:
+        kw["add_qkv_bias"] = True
     if "--mtp-num-layers" in flags:
         kw["mtp_num_layers"] = _int(flags, "--mtp-num-layers")
     if "--window-size" in flags:  # arguments.py tuple_type: "left,right"

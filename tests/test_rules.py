@@ -87,6 +87,9 @@ CASES = {
                                       dict(dp=1024, ep=64, schedule=6),
                                       dict(pp=2, vpp=2, dp=512, ep=64, schedule=6)),
     "offload_needs_one_stage": (prob(), dict(pp=2, dp=32, recompute=3), dict(pp=1, dp=64, recompute=3)),
+    # gpt-oss's experts carry biases: Megatron-Core runs them whole only
+    "framework_moe_bias_whole_experts": (prob("gpt-oss-120b", framework="megatron-core"),
+                                         dict(tp=2, dp=32, ep=8, etp=0), dict(tp=2, dp=32, ep=8, etp=1)),
     # Qwen3-Next's Gated DeltaNet layers have 16 key heads: tp 32 cannot split them
     "mixer_heads_divisible_by_tp": (prob(HF / "qwen3-next-80b-a3b.json", "h100x64", framework="megatron-core"),
                                     dict(tp=32, dp=2), dict(tp=4, dp=16)),

@@ -68,6 +68,14 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
             del doc[key]
     if str(doc.get("model_type", "")).startswith("gemma") and doc.get("hidden_act") in ("gelu_pytorch_tanh", "gelu"):
         doc["hidden_act"] = "geglu"  # Gemma's MLP is gated: gate_proj and up_proj (HF GemmaMLP)
+    if doc.get("model_type") == "gpt_oss":
+        # HF modeling_gpt_oss: GptOssExperts computes (up + 1) * gate * sigmoid(1.702 * gate) on inputs clamped to
+        # swiglu_limit and always carries gate_up_proj_bias / down_proj_bias; GptOssAttention adds a learnable
+        # sink logit per head ("sinks") to every softmax.
+        if doc.get("hidden_act") in (None, "silu"):
+            doc["hidden_act"] = "swigluoai"
+        doc.setdefault("mlp_bias", True)
+        doc.setdefault("attention_sinks", True)
     n = doc.get("num_hidden_layers")
     if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 100_000:
         if "hybrid_override_pattern" in doc:

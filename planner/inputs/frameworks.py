@@ -86,6 +86,8 @@ class Capabilities:
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
+    # Experts with biases only whole (expert TP 1): Megatron-Core asserts "Bias in Moe is only supported when ETP==1".
+    moe_bias_whole_experts: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -109,14 +111,14 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
-        cp_excludes=_MCORE_CP_EXCLUDES,
+        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
-        cp_excludes=_MCORE_CP_EXCLUDES,
+        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),

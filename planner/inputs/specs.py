@@ -132,6 +132,13 @@ class ModelSpec(_Spec):
     mamba_dt_rank: Count = 0
     # Multi-token prediction modules trained alongside the model (DeepSeek-V3 §2.2); not in total_params.
     num_nextn_predict_layers: Count = 0
+    # Architecture details that cost nothing to speak of but that a launch must reproduce: biases on the attention
+    # projections (HF attention_bias) and on the MLP / expert projections (HF mlp_bias; gpt-oss's experts always),
+    # a learnable per-head sink logit in the softmax (gpt-oss), and gpt-oss's clamp of its SwiGLU inputs.
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    attention_sinks: bool = False
+    swiglu_limit: float | None = Field(default=None, gt=0)
     published_params: float | None = Field(default=None, gt=0)
     source: str | None = None
 
@@ -264,7 +271,7 @@ _OPTIONAL_FIELDS = ("moe_latent_size", "index_n_heads", "index_head_dim", "index
                     "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_num_heads",
                     "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size", "mamba_expand",
                     "mamba_dt_rank",
-                    "num_nextn_predict_layers")
+                    "num_nextn_predict_layers", "attention_bias", "mlp_bias", "attention_sinks", "swiglu_limit")
 
 
 class GPUSpec(_Spec):

@@ -46,7 +46,8 @@ _HANDLED = {
     # the embedding/loss-as-layer split follows from pp and vpp (planner.inputs.layout.embedding_loss_split)
     "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer", "--exp-avg-dtype",
-    "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq", "--mtp-num-layers",
+    "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq", "--mtp-num-layers", "--quick-geglu",
+    "--activation-func-clamp-value", "--glu-linear-offset", "--softmax-type", "--add-qkv-bias",
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
@@ -156,7 +157,15 @@ def _batch_and_world(cfg: LaunchConfig, found: dict[str, list[str]], value) -> N
 def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
     keys = cfg.model_keys
     if keys:
-        keys["hidden_act"] = "silu" if "--swiglu" in found else "relu2" if "--squared-relu" in found else "gelu"
+        keys["hidden_act"] = ("silu" if "--swiglu" in found else "relu2" if "--squared-relu" in found
+                              else "swigluoai" if "--quick-geglu" in found else "gelu")
+        # Megatron-LM's default adds biases to every linear; --add-qkv-bias puts them back on q/k/v only
+        keys["attention_bias"] = "--disable-bias-linear" not in found or "--add-qkv-bias" in found
+        keys["mlp_bias"] = "--disable-bias-linear" not in found
+        if "--softmax-type" in found:
+            keys["attention_sinks"] = value("--softmax-type") == "learnable"
+        if "--activation-func-clamp-value" in found:
+            keys["swiglu_limit"] = float(value("--activation-func-clamp-value"))
         keys["tie_word_embeddings"] = "--untie-embeddings-and-output-weights" not in found
         if "--group-query-attention" not in found:
             keys.pop("num_key_value_heads", None)  # Megatron ignores --num-query-groups without it

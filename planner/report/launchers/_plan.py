@@ -54,6 +54,10 @@ class ModelShape:
     sliding_window: int | None = None  # keys a sliding_attention layer sees (HF sliding_window)
     attention_chunk_size: int | None = None  # chunked_attention layers' chunk (Llama 4)
     mtp_layers: int | None = None  # multi-token-prediction depth (num_nextn_predict_layers); None: not an MTP model
+    attention_bias: bool = False  # biases on q/k/v/o (HF attention_bias)
+    mlp_bias: bool = False  # biases on the MLP / expert projections
+    attention_sinks: bool = False  # a learnable sink logit per head (gpt-oss)
+    swiglu_limit: float | None = None  # gpt-oss's clamp of the SwiGLU inputs
 
     @property
     def is_moe(self) -> bool:
@@ -196,6 +200,10 @@ def _model(raw: Any) -> ModelShape:
                               if raw.get("attention_chunk_size") else None),
         mtp_layers=(get_int(raw, "num_nextn_predict_layers", p, minimum=0)
                     if raw.get("num_nextn_predict_layers") is not None else None),
+        attention_bias=bool(raw.get("attention_bias", False)),
+        mlp_bias=bool(raw.get("mlp_bias", False)),
+        attention_sinks=bool(raw.get("attention_sinks", False)),
+        swiglu_limit=float(raw["swiglu_limit"]) if raw.get("swiglu_limit") else None,
     )
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import shlex
 
 from planner.report.launchers import _mcore
-from planner.report.launchers._plan import PlanView, header, refuse
+from planner.report.launchers._plan import ModelShape, PlanView, header, refuse
 
 TARGET = "Megatron-LM core_v0.15 / main 2026-08 (pretrain_gpt.py)"
 NAME = "Megatron-LM"
 
-# HF activation name -> Megatron flag; gelu is Megatron's default and needs none.
-ACTIVATION_FLAGS: dict[str, tuple[str, ...]] = {"silu": ("--swiglu",), "gelu": (), "relu2": ("--squared-relu",)}
+# HF activation name -> Megatron flag; gelu is Megatron's default and needs none. gpt-oss's clamped SwiGLU is
+# quick-GELU gated with an offset on the linear half (Megatron-Bridge gpt_oss_bridge.py: quick_gelu,
+# activation_func_clamp_value = swiglu_limit, glu_linear_offset = 1.0).
+ACTIVATION_FLAGS: dict[str, tuple[str, ...]] = {"silu": ("--swiglu",), "gelu": (), "relu2": ("--squared-relu",),
+                                               "swigluoai": ("--quick-geglu",)}
 
 Flag = tuple[str, ...]
 
@@ -110,10 +113,11 @@ def _model(view: PlanView) -> list[Flag]:
         if m.num_kv_heads != m.num_heads:
             flags += [("--group-query-attention",), ("--num-query-groups", str(m.num_kv_heads))]
     flags += [(flag,) for flag in ACTIVATION_FLAGS[m.hidden_act]]
-    if m.hidden_act in ("silu", "swiglu"):
-        # SwiGLU-family models (Llama, Mixtral, Qwen, DeepSeek) have no biases in their linear layers; Megatron-LM
-        # adds them unless told (and asserts "Bias in Moe is only supported when ETP==1" for MoE with expert TP > 1).
-        flags.append(("--disable-bias-linear",))
+    if m.hidden_act == "swigluoai":
+        flags += [("--activation-func-clamp-value", f"{m.swiglu_limit or 7.0:g}"), ("--glu-linear-offset", "1.0")]
+    flags += _biases(m)
+    if m.attention_sinks:  # arguments.py --softmax-type: a learnable offset (sink) per head
+        flags.append(("--softmax-type", "learnable"))
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
     flags += _windows(view)
@@ -122,6 +126,19 @@ def _model(view: PlanView) -> list[Flag]:
     if m.is_moe:
         flags += _moe(view)
     return flags
+
+
+def _biases(m: ModelShape) -> list[Flag]:
+    """Megatron-LM adds biases to every linear layer unless --disable-bias-linear. A model that declares biases on
+    both its attention and MLP projections (gpt-oss) keeps the default; attention biases alone become
+    --add-qkv-bias (an o_proj bias, a few thousand weights, is not expressible). SwiGLU-family models that declare
+    none (Llama, Mixtral, Qwen, DeepSeek) have no biases, and MoE with expert TP > 1 asserts without the flag
+    ("Bias in Moe is only supported when ETP==1"); GELU models keep Megatron's biases, as GPT-3 had."""
+    if m.attention_bias and m.mlp_bias:
+        return []
+    if m.attention_bias:
+        return [("--disable-bias-linear",), ("--add-qkv-bias",)]
+    return [("--disable-bias-linear",)] if m.hidden_act in ("silu", "swiglu", "swigluoai") else []
 
 
 # Token mixers pretrain_gpt.py's flags describe: attention layers (full, sliding-window, and chunked while one chunk
