@@ -7,10 +7,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from cli import plan_run, quick
 from cli.exit_codes import ExitCode
 from cli.options import stderr
-from cli.plan_run import run_plan
-from cli.quick import plan_args
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
 
 # typer >= 0.20 vendors click and raises its own exception classes; older typer raises click's, and click is then
@@ -40,9 +39,9 @@ def _print_infeasible(exc: NoFeasiblePlan) -> None:
 def run() -> None:
     """Console-script entry point: map errors to exit codes, never show a traceback."""
     try:
-        args = plan_args(sys.argv[1:])
+        args = quick.plan_args(sys.argv[1:])
         if args is not None:
-            rc = run_plan(**args)
+            rc = plan_run.run_plan(**args)
         else:
             from cli.app import app
 

@@ -37,6 +37,8 @@ OPTIONS: dict[str, tuple[str, str, float | None, float | None]] = {
 def plan_args(argv: list[str]) -> dict[str, object] | None:
     """run_plan's keyword arguments for `argv` (the command line after the program), or None where typer must read
     it."""
+    if not argv:
+        return None
     args: dict[str, object] = {}
     i = 0
     while i < len(argv):
