@@ -104,7 +104,7 @@ class Enumeration:
         per = max(rows // width, 1)
         for first in range(0, len(kept) // width, per):
             local = np.flatnonzero(kept[first * width:(first + per) * width])
-            own, pos = local // width, local % width  # parent within the slice, index in vals
+            own, pos = np.divmod(local, width)  # parent within the slice, index in vals (one pass)
             block = self.cols.block(first, first + per) if isinstance(self.cols, LazyRows) else \
                 {k: v[first:first + per] for k, v in self.cols.items()}
             sets = [tuple(dict.fromkeys((*free, knob))) for free in frees]
