@@ -67,7 +67,8 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
             near |= offload.take(at_z)
         unsure = rows.take(np.flatnonzero(near))
     if len(unsure):
-        peak = grouped_memory_peak_gib(problem, by_state.subset(unsure), by_act.subset(unsure), cap=capacity_gib)
+        # (the groups these rows use: a part's other groups were priced above, and pricing them again cost as much)
+        peak = grouped_memory_peak_gib(problem, by_state.only(unsure), by_act.only(unsure), cap=capacity_gib)
         fits[unsure] = peak <= capacity_gib
         tight[unsure] = fits[unsure] & (peak > room_gib)
     return fits, tight
