@@ -20,7 +20,7 @@ def _skip_plugin_loader() -> None:
     importlib.metadata (email, zipfile, ...: ~14 ms per run) for an entry-point scan it skips when plugins are off:
     its get_plugins() returns () for PYDANTIC_DISABLE_PLUGINS 1, true or __all__. The same answer without the
     import; under any other setting (or once pydantic has loaded its own) nothing changes.
-    tests/test_quick_cli.py checks that pydantic still builds the planner's validators and asks for nothing else."""
+    tests/test_startup.py checks that a plain plan then imports no package metadata and answers the same."""
     if os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in ("1", "true", "__all__") or \
             "pydantic.plugin._loader" in sys.modules:
         return
