@@ -1,9 +1,10 @@
-"""The `plan` command line (cli.main). Three process settings for its short numpy-heavy runs, none changing a
+"""The `plan` command line (cli.main). Four process settings for its short numpy-heavy runs, none changing a
 result: set here, before any command imports numpy or pydantic."""
 
 import ctypes
 import os
 import sys
+import types
 
 # numpy's OpenBLAS starts a thread per core when imported (~0.05 s of CPU per run, more on a busy machine); the
 # planner's arithmetic is elementwise numpy and never calls BLAS, so one thread gives the same bits. A caller's own
@@ -12,6 +13,20 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # pydantic looks for plugins in every installed distribution's entry points when it builds its first validator
 # (~7 ms per run); the planner uses none. A caller's own setting wins here too.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
+
+
+def _skip_plugin_loader() -> None:
+    """pydantic imports its plugin loader when it builds its first validator, and the loader imports
+    importlib.metadata (email, zipfile, ...: ~14 ms per run) for an entry-point scan it skips when plugins are off:
+    its get_plugins() returns () for PYDANTIC_DISABLE_PLUGINS 1, true or __all__. The same answer without the
+    import; under any other setting (or once pydantic has loaded its own) nothing changes.
+    tests/test_startup.py checks that a plain plan then imports no package metadata and answers the same."""
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in ("1", "true", "__all__") or \
+            "pydantic.plugin._loader" in sys.modules:
+        return
+    loader = types.ModuleType("pydantic.plugin._loader", "get_plugins() is () while plugins are off (cli/__init__.py)")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # () on every call
+    sys.modules["pydantic.plugin._loader"] = loader
 
 
 def _reuse_freed_memory() -> None:
@@ -30,4 +45,5 @@ def _reuse_freed_memory() -> None:
     mallopt(-1, 1 << 30)
 
 
+_skip_plugin_loader()
 _reuse_freed_memory()

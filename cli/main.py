@@ -1,13 +1,13 @@
-"""The `plan` command line (typer): the app, its commands (cli/commands/), and exceptions mapped to exit codes
-(cli/exit_codes.py: OK, NOTHING_FEASIBLE_OR_CHANGED, BAD_INPUT, INTERNAL)."""
+"""The `plan` command line: a plain `plan --model M --cluster C ...` read without typer (cli/quick.py, ~0.05-0.07 s
+less start-up), anything else by the typer app (cli/app.py, its commands in cli/commands/), and exceptions mapped to
+exit codes (cli/exit_codes.py: OK, NOTHING_FEASIBLE_OR_CHANGED, BAD_INPUT, INTERNAL)."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import typer
-
-from cli.commands import calibrate, check, clusters, diff, dsp, explain, models, plan, report, sweep, validate
+from cli import plan_run, quick
 from cli.exit_codes import ExitCode
 from cli.options import stderr
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
@@ -15,44 +15,15 @@ from planner.errors import NoFeasiblePlan, PlanInputError, single_line
 # typer >= 0.20 vendors click and raises its own exception classes; older typer raises click's, and click is then
 # installed. run() matches both by shape so that a usage error is one line and exit 2, never an "internal error".
 
-EXAMPLES = """
-Examples:
 
-  plan --model llama70b --cluster h100x512
+def __getattr__(name: str) -> Any:
+    """`app` (cli/app.py, with cli.commands wired in), imported on first use: a plain `plan` command line runs
+    without typer (cli/quick.py)."""
+    if name == "app":
+        from cli.app import app
 
-  plan --model ./config.json --cluster a100x1024 --seq-len 4096 --global-batch 1024 --top 10
-
-  plan --model mixtral-8x22b --cluster h100x256 --fix ep=8 --fix tp=2 --format json
-
-  plan explain --model llama70b --cluster h100x512 --layout "tp=8,pp=4,vpp=5,mbs=1,zero=1,recompute=selective"
-
-  plan explain --from launch.sh --cluster h100x512
-
-  plan report --model llama70b --cluster h100x512 -o report.html
-
-  plan sweep --model llama70b --gpus h100,b200 --counts 256,512,1024 --train-tokens 15T
-
-  plan validate --format json
-"""
-
-app = typer.Typer(
-    help="Parallelism auto-planner for LLM training: ranked layouts with predicted step time, MFU and memory.",
-    epilog=EXAMPLES, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
-    no_args_is_help=False, context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-# The order here is the order of `plan --help`.
-app.callback(invoke_without_command=True)(plan.main)
-app.command("explain")(explain.explain)
-app.command("report")(report.report)
-app.command("models")(models.models)
-app.command("clusters")(clusters.clusters)
-app.command("validate")(validate.validate)
-app.command("dsp")(dsp.dsp)
-check.register(app)
-diff.register(app)
-sweep.register(app)
-calibrate.register(app)
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _print_infeasible(exc: NoFeasiblePlan) -> None:
@@ -68,7 +39,13 @@ def _print_infeasible(exc: NoFeasiblePlan) -> None:
 def run() -> None:
     """Console-script entry point: map errors to exit codes, never show a traceback."""
     try:
-        rc = app(standalone_mode=False)
+        args = quick.plan_args(sys.argv[1:])
+        if args is not None:
+            rc = plan_run.run_plan(**args)
+        else:
+            from cli.app import app
+
+            rc = app(standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else ExitCode.OK)
     except PlanInputError as exc:
         print(f"error: {exc.one_line()}", file=sys.stderr)

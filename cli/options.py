@@ -1,12 +1,11 @@
-"""Options shared by several commands (typer annotations), the consoles, and the problem they describe."""
+"""What several commands share: the consoles, format and framework checks, and the problem the options describe.
+Typer-free (the options' annotations are in cli/option_types.py), so that cli/quick.py runs a plan without typer."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated
-
-import typer
+from typing import TYPE_CHECKING
 
 from planner.errors import PlanInputError
 
@@ -17,20 +16,6 @@ if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no py
     from planner.inputs.specs import ClusterSpec, ModelSpec
 
 FORMATS_PLAN = ("table", "json", "yaml", "megatron", "torchtitan", "deepspeed", "nemo", "env")
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog name/alias (see 'plan models'), or a path to "
-                                       "a model YAML or Hugging Face config.json")]
-ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="{gpu}x{count} (h100x512, gb200x256) or a "
-                                         "cluster YAML")]
-SeqOpt = Annotated[int, typer.Option("--seq-len", help="tokens per sequence")]
-GbsOpt = Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")]
-PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
-FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour and schedules to "
-                                    "model: generic, megatron-core, megatron (paper era), nemo, torchtitan, "
-                                    "deepspeed, llm-foundry, ...")]
-PlanFwOpt = Annotated[str | None, typer.Option(
-    "--framework", help="training stack to plan for: its capabilities limit the search and its behaviour prices it "
-    "(generic, megatron-core, megatron (paper era), nemo, torchtitan, deepspeed, llm-foundry, ...); default: the "
-    "launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else generic", show_default=False)]
 
 
 def stdout() -> Console:

@@ -26,7 +26,7 @@ from planner.report.plan_doc import problem_from_document
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ("--model", "llama3-8b", "--cluster", "h100x16", "--top", "3")
-WIRED = "cli.commands" in (ROOT / "cli" / "main.py").read_text()  # the lead wires register(app) into cli/main.py
+WIRED = "cli.commands" in (ROOT / "cli" / "app.py").read_text()  # the lead wires register(app) into cli/app.py
 
 if not any(c.name in ("check", "diff") for c in app.registered_commands):
     register(app)

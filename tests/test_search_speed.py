@@ -50,6 +50,23 @@ def test_grouped_memory_is_the_row_by_row_memory(case):
     assert np.array_equal(memory_peak_gib(p, cols), evaluate(p, cols)["memory_peak_gib"], equal_nan=True)
 
 
+@pytest.mark.parametrize("case", PROBLEMS[:2])
+def test_groups_cut_to_some_rows_price_them_as_all_groups(case):
+    """Shared.only (the fit test prices the rows near a line with their groups alone) gives the bits of pricing
+    them with every group of the table."""
+    p = _problem(*case)
+    cols = {k: v[:60_000] for k, v in enumerate_layouts(p).cols.items()}
+    by_state, by_act = shared_rows(cols, STATE_FREE_KNOBS, ACTIVATION_FREE_KNOBS)
+    rows = np.sort(np.random.default_rng(7).choice(len(cols["tp"]), 3000, replace=False))
+    cut_state, cut_act = by_state.only(rows), by_act.only(rows)
+    assert len(cut_state.table["tp"]) < len(by_state.table["tp"]) and len(cut_act.table["tp"]) < len(by_act.table["tp"])
+    for cap in (None, p.cluster.gpu.memory_gib):
+        whole = grouped_memory_peak_gib(p, by_state.subset(rows), by_act.subset(rows), cap=cap)
+        assert np.array_equal(grouped_memory_peak_gib(p, cut_state, cut_act, cap=cap), whole, equal_nan=True)
+        assert np.array_equal(whole, memory_peak_gib(p, {k: v[rows] for k, v in cols.items()}), equal_nan=True) \
+            or cap is not None  # (with a cap, rows whose states alone are over it are NaN)
+
+
 @pytest.mark.parametrize("case", PROBLEMS)
 def test_grouped_fit_check_answers_as_the_row_by_row_peak(case):
     """fit_check sums each stage in another order than the peak; rows within rounding of a line must still get the

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from cli.options import ClusterOpt, stdout
+from cli.option_types import ClusterOpt
+from cli.options import stdout
 from planner.errors import PlanInputError
 
 

@@ -10,8 +10,8 @@ import typer
 
 from cli.commands.report import writable_path, write_text
 from cli.exit_codes import ExitCode
+from cli.option_types import PlanFwOpt
 from cli.options import (
-    PlanFwOpt,
     build_problem,
     check_format,
     framework_for,

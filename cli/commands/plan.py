@@ -1,24 +1,14 @@
-"""`plan` with no subcommand: search and report the best layouts (table, JSON/YAML, or launcher text)."""
+"""`plan` with no subcommand: its options (typer; cli/quick.py reads the common ones without typer, and a test
+keeps the two in step); cli/plan_run.py does the work."""
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from cli.options import (
-    FORMATS_PLAN,
-    GbsOpt,
-    PlanFwOpt,
-    PrecOpt,
-    SeqOpt,
-    build_problem,
-    check_format,
-    framework_for,
-    table_console,
-)
-from planner.errors import NoFeasiblePlan, PlanInputError
+from cli.option_types import GbsOpt, PlanFwOpt, PrecOpt, SeqOpt
+from cli.plan_run import run_plan
 
 
 def main(
@@ -61,36 +51,5 @@ def main(
     """Plan the best parallel layouts for MODEL on CLUSTER (run with no subcommand)."""
     if ctx.invoked_subcommand is not None:
         return
-    if model is None or cluster is None:
-        missing = "--model" if model is None else "--cluster"
-        raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
-    check_format(fmt, FORMATS_PLAN)
-    framework = framework_for(framework, fmt)
-    from planner.report import document
-    from planner.search.search import search
-
-    problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
-                            compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload,
-                            optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe)
-    try:
-        result = search(problem, top=max(top, rank), time_limit_s=time_limit)
-    except NoFeasiblePlan as exc:
-        from planner.search.diagnosis import explain_infeasible
-
-        exc.diagnosis.update(explain_infeasible(problem))
-        raise
-    options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
-               "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
-               "compress": dict(sorted(problem.compress.items())), "memory_headroom": memory_headroom}
-    doc = document.build(result, options)
-    doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
-    if fmt == "table":
-        from planner.report.table import render
-
-        render(result, table_console())
-    elif fmt in ("json", "yaml"):
-        sys.stdout.write(document.dumps(doc, fmt))
-    else:
-        from planner.report.launchers import render as render_launcher
-
-        sys.stdout.write(render_launcher(doc, fmt, rank))
+    run_plan(model, cluster, seq_len, global_batch, precision, framework, fix, top, fmt, rank, allow_tp_across_nodes,
+             time_limit, compress, memory_headroom, optimizer_offload, optimizer_moments, fp8_recipe, timings)

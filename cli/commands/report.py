@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from cli.options import ClusterOpt, GbsOpt, ModelOpt, PrecOpt, SeqOpt, build_problem, stderr
+from cli.option_types import ClusterOpt, GbsOpt, ModelOpt, PrecOpt, SeqOpt
+from cli.options import build_problem, stderr
 from planner.errors import NoFeasiblePlan, PlanInputError
 
 OutOpt = Annotated[str, typer.Option("--output", "-o", help="HTML file to write (self-contained: inline SVG, no "

@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from cli.options import ModelOpt, PrecOpt, SeqOpt, build_problem, check_format, stderr, table_console
+from cli.option_types import ModelOpt, PrecOpt, SeqOpt
+from cli.options import build_problem, check_format, stderr, table_console
 
 PROGRESS_AFTER_S = 2.0  # a sweep quicker than this prints no progress at all
 # Default tokens per optimizer step: Llama 3 405B's batch after 2.87T tokens of its pre-training (Dubey et al. 2024,

@@ -59,7 +59,7 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
             total = stage if total is None else np.maximum(total, stage, out=total)
         fits[rows] = fit = total <= cap_line
         tight[rows] = fit & (total > room_line)
-        near = (np.abs(total - cap_line) <= SLACK * cap_line) | (np.abs(total - room_line) <= SLACK * room_line)
+        near = _between(total, cap_line) | _between(total, room_line)
         # activation offloading moves as many layers to the host as the peak needs (step._stages): not a sum, so
         # those rows get the peak itself
         offload = by_act.table["recompute"] == Recompute.OFFLOAD
@@ -67,10 +67,17 @@ def grouped_fits(problem: Problem, by_state: Shared, by_act: Shared, capacity_gi
             near |= offload.take(at_z)
         unsure = rows.take(np.flatnonzero(near))
     if len(unsure):
-        peak = grouped_memory_peak_gib(problem, by_state.subset(unsure), by_act.subset(unsure), cap=capacity_gib)
+        # (the groups these rows use: a part's other groups were priced above, and pricing them again cost as much)
+        peak = grouped_memory_peak_gib(problem, by_state.only(unsure), by_act.only(unsure), cap=capacity_gib)
         fits[unsure] = peak <= capacity_gib
         tight[unsure] = fits[unsure] & (peak > room_gib)
     return fits, tight
+
+
+def _between(total: np.ndarray, line: float) -> np.ndarray:
+    """Rows within SLACK (relative) of `line`: two comparisons (a third of abs(total - line) <= SLACK x line's
+    passes over the rows; either way a row outside is ~1e9 rounding units from the line)."""
+    return (total >= line * (1.0 - SLACK)) & (total <= line * (1.0 + SLACK))
 
 
 def grouped_stage_parts(problem: Problem, by_state: Shared, by_act: Shared,

@@ -233,6 +233,16 @@ class Shared:
         """The groups of the rows at positions `rows`."""
         return Shared(self.table, self.index.take(rows))
 
+    def only(self, rows: np.ndarray) -> Shared:
+        """The groups of the rows at positions `rows`, the table cut to those groups: a term priced per group is
+        elementwise, so each row gets the bits `subset` gives it, for the groups it needs instead of all of them."""
+        ids = self.index.take(rows)
+        used = np.zeros(len(self.table["tp"]), dtype=bool)
+        used[ids] = True
+        kept = np.flatnonzero(used)
+        return Shared({k: v.take(kept) for k, v in self.table.items()},
+                      (np.cumsum(used, dtype=np.int64) - 1).take(ids))
+
 
 # What the grouped terms read: model states, their buffers, stage layer counts and communicators read neither the
 # micro-batch size nor recompute; activations, logits, hand-off buffers, the micro-batches in flight and
