@@ -11,6 +11,8 @@ formula, whose non-causal s^2 attention term makes it about 60 % in ours at 8k t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -30,9 +32,9 @@ from planner.search.search import search
 A100_CLUSTERS = ("a100x64", "a100x512", "a100x1024")
 
 
-def best_published_a100_mfu() -> tuple[float, str]:
-    """(MFU, case id) of the fastest A100 case in the published runs: model FLOPs per token x measured tokens/s
-    per GPU / dense BF16 peak."""
+def _best_a100_rate(flops_per_model_flop: Callable[[dict], float]) -> tuple[float, str]:
+    """(rate / dense BF16 peak, case id) of the fastest A100 case in the published runs: model FLOPs per token x
+    measured tokens/s per GPU x the case's factor of executed to model FLOPs."""
     best = (0.0, "")
     for case in load_cases(None):
         tokens = case["measured"].get("tokens_per_s_per_gpu")
@@ -40,9 +42,14 @@ def best_published_a100_mfu() -> tuple[float, str]:
             continue
         problem = case_problem(case, "published_runs.yaml")
         per_token = flops.model_flops_per_token(problem.model, problem.training.seq_len)
-        mfu = per_token * tokens / (problem.cluster.gpu.bf16_tflops * 1e12)
-        best = max(best, (mfu, case["id"]))
+        rate = per_token * tokens * flops_per_model_flop(case) / (problem.cluster.gpu.bf16_tflops * 1e12)
+        best = max(best, (rate, case["id"]))
     return best
+
+
+def best_published_a100_mfu() -> tuple[float, str]:
+    """(MFU, case id) of the fastest A100 case: model FLOPs only."""
+    return _best_a100_rate(lambda case: 1.0)
 
 
 def dense_catalog_models() -> list[str]:
@@ -99,16 +106,7 @@ RECOMPUTE_HFU = {"full": 4.0 / 3.0}
 
 def best_published_a100_hfu() -> tuple[float, str]:
     """(hardware FLOP rate / peak, case id) of the fastest A100 case: its MFU x its stated recompute factor."""
-    best = (0.0, "")
-    for case in load_cases(None):
-        tokens = case["measured"].get("tokens_per_s_per_gpu")
-        if not tokens or not str(case["cluster"]).startswith("a100"):
-            continue
-        problem = case_problem(case, "published_runs.yaml")
-        per_token = flops.model_flops_per_token(problem.model, problem.training.seq_len)
-        factor = RECOMPUTE_HFU.get(str(case["layout"].get("recompute")), 1.0)
-        best = max(best, (per_token * tokens * factor / (problem.cluster.gpu.bf16_tflops * 1e12), case["id"]))
-    return best
+    return _best_a100_rate(lambda case: RECOMPUTE_HFU.get(str(case["layout"].get("recompute")), 1.0))
 
 
 @pytest.mark.parametrize("cluster", A100_CLUSTERS)
