@@ -4,9 +4,14 @@ cli/quick.py): search and report the best layouts (table, JSON/YAML, or launcher
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from cli.options import FORMATS_PLAN, build_problem, check_format, framework_for, table_console
 from planner.errors import NoFeasiblePlan, PlanInputError
+
+if TYPE_CHECKING:
+    from planner.inputs.problem import Problem
+    from planner.search.search import SearchResult
 
 
 def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int = 8192, global_batch: int = 512,
@@ -37,6 +42,7 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
     options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
                "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
                "compress": dict(sorted(problem.compress.items())), "memory_headroom": memory_headroom}
+    _note_smaller_job(problem, result)
     doc = document.build(result, options)
     doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
     if fmt == "table":
@@ -49,3 +55,12 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
         from planner.report.launchers import render as render_launcher
 
         sys.stdout.write(render_launcher(doc, fmt, rank))
+
+
+def _note_smaller_job(problem: Problem, result: SearchResult) -> None:
+    """One stderr line where whole nodes left idle would train faster in all (planner.search.subset)."""
+    from planner.search.subset import smaller_job
+
+    note = smaller_job(problem, float(result.plans[0].metrics["tokens_per_s_per_gpu"]))
+    if note is not None:
+        print(f"note: {note.text(problem.num_gpus, problem.training.global_batch)}", file=sys.stderr)
