@@ -11,6 +11,7 @@ import pytest
 
 from cli.options import build_problem, framework_for
 from planner.errors import PlanInputError
+from planner.inputs.catalog import load_model
 from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
 from planner.inputs.layout import KNOBS
 from planner.report import document
@@ -213,7 +214,39 @@ def test_sliding_windows_are_written_and_read_back(tmp_path):
     assert built.mixer_kinds == model.mixer_kinds and built.sliding_window == 128
 
 
-@pytest.mark.parametrize("config,kind", [("nemotron-h-56b", "mamba"), ("qwen3-next-80b-a3b", "linear_attention")])
+@pytest.mark.parametrize("config,expected", [
+    ("qwen3-next-80b-a3b", ("--experimental-attention-variant gated_delta_net",
+                            "--linear-attention-freq '([1,1,1,0]*12)'", "--linear-num-value-heads 32",
+                            "--attention-output-gate")),
+    ("deepseek-v3.2", ("--experimental-attention-variant dsa", "--dsa-indexer-n-heads 64", "--dsa-indexer-topk 2048",
+                       "--no-rope-fusion")),
+])
+def test_megatron_attention_variants_are_written_and_read_back(config, expected, tmp_path):
+    """Qwen3-Next's Gated DeltaNet layers and DeepSeek-V3.2's sparse-attention indexer are Megatron-Core's
+    experimental attention variants; the flags carry their shapes and per-layer pattern, and read back as the same
+    layers (tests/test_launchers_real.py feeds them to TransformerConfig)."""
+    src = str(ROOT / "tests/data/hf_configs" / f"{config}.json")
+    r = plan("-m", src, "-c", "h100x1024", "--framework", "megatron-core", "--precision", "fp8", "--seq-len", "4096",
+             "--global-batch", "1024", "--format", "megatron")
+    assert r.returncode == 0, r.stderr
+    for line in expected:
+        assert line + "\n" in r.stdout, line
+    path = tmp_path / "launch.sh"
+    ref = load_model(src)
+    path.write_text("\n".join(x for x in r.stdout.splitlines() if not x.startswith("#"))
+                    + f"\n--vocab-size {ref.vocab_size}\n")
+    cfg = read_launch_file(str(path))
+    built = resolve_model(cfg, None)
+    assert cfg.ignored == []
+    assert built.mixer_kinds == ref.mixer_kinds and built.index_topk == ref.index_topk
+    assert (built.linear_num_value_heads, built.attn_output_gate) == (ref.linear_num_value_heads, ref.attn_output_gate)
+    # a model of the same shape without those layers is not taken for it (DeepSeek-V3 for V3.2)
+    if config == "deepseek-v3.2":
+        clash = plan("explain", "--from", str(path), "--model", "deepseek-v3", "--cluster", "h100x1024")
+        assert clash.returncode == 2 and "index_topk" in clash.stderr
+
+
+@pytest.mark.parametrize("config,kind", [("nemotron-h-56b", "mamba"), ("lfm2.5-vl-1.6b", "conv")])
 def test_megatron_flags_refuse_layers_they_cannot_describe(config, kind):
     r = plan("-m", str(ROOT / "tests/data/hf_configs" / f"{config}.json"), "-c", "h100x64", "--framework",
              "megatron-core", "--format", "megatron")

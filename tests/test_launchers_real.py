@@ -70,6 +70,13 @@ MEGATRON_PROBLEMS = [
     ("mixtral8x22b-h100x256-ep8-tp2",
      ("--model", "mixtral-8x22b", "--cluster", "h100x256", "--fix", "ep=8", "--fix", "tp=2")),
     ("llama8b-h100x16-default", ("--model", "llama3-8b", "--cluster", "h100x16")),
+    # Gated DeltaNet (Qwen3-Next) and DeepSeek sparse attention (V3.2): Megatron-Core's experimental attention
+    # variants, with the heads, the per-layer pattern and the no-CP rule they assert
+    ("qwen3next-h100x64", ("--model", str(ROOT / "tests/data/hf_configs/qwen3-next-80b-a3b.json"), "--cluster",
+                           "h100x64", "--seq-len", "4096", "--global-batch", "512", "--framework", "megatron-core")),
+    ("deepseekv32-h100x1024", ("--model", str(ROOT / "tests/data/hf_configs/deepseek-v3.2.json"), "--cluster",
+                               "h100x1024", "--precision", "fp8", "--seq-len", "4096", "--global-batch", "1024",
+                               "--framework", "megatron-core")),
     ("deepseekv3-h100x1024-fp8",  # MLA, dense first layers, shared expert, fp8 recipe
      ("--model", "deepseek-v3", "--cluster", "h100x1024", "--precision", "fp8", "--seq-len", "4096",
       "--global-batch", "8192", "--framework", "megatron-core")),  # generic may pick DualPipe, which Megatron lacks
@@ -135,7 +142,10 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
         "--moe-router-num-groups", "--moe-router-group-topk", "--window-size", "--window-attn-skip-freq",
         "--mtp-num-layers", "--quick-geglu", "--activation-func-clamp-value", "--glu-linear-offset",
-        "--softmax-type", "--add-qkv-bias",
+        "--softmax-type", "--add-qkv-bias", "--attention-output-gate", "--experimental-attention-variant",
+        "--linear-attention-freq", "--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
+        "--linear-num-key-heads", "--linear-num-value-heads", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim",
+        "--dsa-indexer-topk", "--no-rope-fusion",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -189,6 +199,19 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         kw["add_qkv_bias"] = True
     if "--mtp-num-layers" in flags:
         kw["mtp_num_layers"] = _int(flags, "--mtp-num-layers")
+    if "--attention-output-gate" in flags:
+        kw["attention_output_gate"] = True
+    if "--no-rope-fusion" in flags:
+        kw["apply_rope_fusion"] = False
+    if "--experimental-attention-variant" in flags:  # Megatron-Core's gated_delta_net / dsa variants
+        kw["experimental_attention_variant"] = _str(flags, "--experimental-attention-variant")
+        for flag in ("--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
+                     "--linear-num-key-heads", "--linear-num-value-heads", "--dsa-indexer-n-heads",
+                     "--dsa-indexer-head-dim", "--dsa-indexer-topk"):
+            if flag in flags:
+                kw[flag.removeprefix("--").replace("-", "_")] = _int(flags, flag)
+        if "--linear-attention-freq" in flags:  # arguments.py moe_freq_type: an int or a list expression
+            kw["linear_attention_freq"] = eval(_str(flags, "--linear-attention-freq"), {"__builtins__": {}})  # noqa: S307
     if "--window-size" in flags:  # arguments.py tuple_type: "left,right"
         kw["window_size"] = tuple(int(x) for x in _str(flags, "--window-size").strip("()").split(","))
     if "--window-attn-skip-freq" in flags:  # arguments.py moe_freq_type: an int or a list expression

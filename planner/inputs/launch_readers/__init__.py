@@ -24,6 +24,26 @@ _READERS: dict[str, Callable[[str, str], LaunchConfig]] = {
 # The shape keys that identify a model; a file that states them is checked against --model (or the catalog).
 _SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "num_local_experts")
+# What the layers are, where a file says: two models of one shape can still differ here (DeepSeek-V3 and V3.2's
+# sparse-attention indexer), and pricing one as the other would be wrong.
+_STRUCTURE_KEYS = ("layer_types", "sliding_window", "index_topk", "index_n_heads", "index_head_dim",
+                   "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+
+
+def _structure_of(model: ModelSpec, key: str) -> object:
+    return list(model.mixer_kinds) if key == "layer_types" else getattr(model, key)
+
+
+def _structure_differs(model: ModelSpec, cfg: LaunchConfig) -> str | None:
+    """The first structure key the file states differently from `model` (None when all agree)."""
+    for key in _STRUCTURE_KEYS:
+        if key in cfg.model_keys and _list_or_value(cfg.model_keys[key]) != _list_or_value(_structure_of(model, key)):
+            return key
+    return None
+
+
+def _list_or_value(x: object) -> object:
+    return list(x) if isinstance(x, list | tuple) else x
 
 __all__ = ["DIALECTS", "LaunchConfig", "detect_dialect", "layout_for", "read_launch_file", "resolve_cluster",
            "resolve_model"]
@@ -64,6 +84,10 @@ def _check_shape(model: ModelSpec, cfg: LaunchConfig, origin: str) -> None:
             raise PlanInputError(f"the file says {key} = {cfg.model_keys[key]} but {origin} {model.name} has "
                                  f"{stated.get(key)}", source=cfg.source, field=key,
                                  fix="pass the --model the file was written for, or leave --model out")
+    key = _structure_differs(model, cfg)
+    if key is not None:
+        raise PlanInputError(f"the file's {key} differs from {origin} {model.name}'s", source=cfg.source, field=key,
+                             fix="pass the --model (a config.json) the file was written for")
 
 
 def _catalog_match(cfg: LaunchConfig) -> ModelSpec | None:
@@ -78,7 +102,7 @@ def _catalog_match(cfg: LaunchConfig) -> ModelSpec | None:
         shape = {**model.model_dump(), "num_key_value_heads": model.kv_heads}
         long_enough = not (cfg.seq_len and model.max_position_embeddings
                            and cfg.seq_len > model.max_position_embeddings)
-        if long_enough and all(shape.get(k) == v for k, v in stated.items()):
+        if long_enough and all(shape.get(k) == v for k, v in stated.items()) and not _structure_differs(model, cfg):
             matches.append(model)
     if len(matches) > 1:
         raise PlanInputError(f"the model's shape matches {', '.join(m.name for m in matches)}", source=cfg.source,

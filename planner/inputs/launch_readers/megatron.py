@@ -29,6 +29,12 @@ _SHAPE = {
     "--moe-ffn-hidden-size": "moe_intermediate_size", "--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank",
     "--qk-head-dim": "qk_nope_head_dim", "--qk-pos-emb-head-dim": "qk_rope_head_dim", "--v-head-dim": "v_head_dim",
 }
+# Gated DeltaNet and DeepSeek sparse-attention shapes (Megatron-LM flag -> HF key).
+_LINEAR_SHAPE = {"--linear-conv-kernel-dim": "linear_conv_kernel_dim", "--linear-key-head-dim": "linear_key_head_dim",
+                 "--linear-value-head-dim": "linear_value_head_dim", "--linear-num-key-heads": "linear_num_key_heads",
+                 "--linear-num-value-heads": "linear_num_value_heads"}
+_DSA_SHAPE = {"--dsa-indexer-n-heads": "index_n_heads", "--dsa-indexer-head-dim": "index_head_dim",
+              "--dsa-indexer-topk": "index_topk"}
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 # Flags read elsewhere in this module, or known not to change the planner's arithmetic.
@@ -48,6 +54,7 @@ _HANDLED = {
     "--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer", "--exp-avg-dtype",
     "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq", "--mtp-num-layers", "--quick-geglu",
     "--activation-func-clamp-value", "--glu-linear-offset", "--softmax-type", "--add-qkv-bias",
+    "--attention-output-gate", "--experimental-attention-variant", "--linear-attention-freq", "--no-rope-fusion",
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
@@ -128,7 +135,7 @@ def read(text: str, source: str) -> LaunchConfig:
     if "--expert-tensor-parallel-size" in found:
         cfg.set_expert_tp(value("--expert-tensor-parallel-size"), "--expert-tensor-parallel-size")
     cfg.ignored = sorted(f for f in found if f not in _KNOBS and f not in _SHAPE and f not in _HANDLED
-                         and f not in _IRRELEVANT) + cfg.ignored
+                         and f not in _IRRELEVANT and f not in _LINEAR_SHAPE and f not in _DSA_SHAPE) + cfg.ignored
     return cfg
 
 
@@ -182,6 +189,8 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
         keys["num_nextn_predict_layers"] = as_int(value("--mtp-num-layers"), "--mtp-num-layers", cfg.source, minimum=0)
     if "--window-size" in found and keys:
         _windows(cfg, found, value)
+    if keys:
+        _attention_variant(cfg, found, value)
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
         else None
     if freq:
@@ -235,16 +244,44 @@ def _optimizer(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  
 
 def _windows(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
     """Sliding-window attention as HF keys: --window-size "left,right" (window = left + 1 keys, as the megatron
-    launcher writes it) on the layers --window-attn-skip-freq marks 1 (arguments.py: an int N puts one full layer
-    after N - 1 windowed ones; a list expression of 0/1 per layer); without it every layer is windowed."""
-    src, n = cfg.source, cfg.model_keys.get("num_hidden_layers", 0)
+    launcher writes it) on the layers --window-attn-skip-freq marks 1; without it every layer is windowed."""
     try:
         left = int(value("--window-size").strip("()").split(",")[0])
     except ValueError:
-        raise PlanInputError("expected 'left,right' token counts", field="--window-size", source=src,
+        raise PlanInputError("expected 'left,right' token counts", field="--window-size", source=cfg.source,
                              fix="e.g. --window-size 127,0") from None
     cfg.model_keys["sliding_window"] = left + 1
-    freq = value("--window-attn-skip-freq") if "--window-attn-skip-freq" in found else None
+    flag = "--window-attn-skip-freq"
+    bits = _layer_bits(cfg, value(flag) if flag in found else None, flag)
+    cfg.model_keys["layer_types"] = ["sliding_attention" if b else "full_attention" for b in bits]
+
+
+def _attention_variant(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    """Megatron-Core's experimental attention variants as HF keys: gated_delta_net on the layers
+    --linear-attention-freq marks 1, with its head shapes; dsa's indexer heads, head size and top-k."""
+    keys, src = cfg.model_keys, cfg.source
+    if "--attention-output-gate" in found:
+        keys["attn_output_gate"] = True
+    variant = value("--experimental-attention-variant") if "--experimental-attention-variant" in found else None
+    if variant == "gated_delta_net":
+        for flag, key in _LINEAR_SHAPE.items():
+            if flag in found:
+                keys[key] = as_int(value(flag), flag, src)
+        flag = "--linear-attention-freq"
+        bits = _layer_bits(cfg, value(flag) if flag in found else None, flag)
+        keys["layer_types"] = ["linear_attention" if b else "full_attention" for b in bits]
+    elif variant == "dsa":
+        for flag, key in _DSA_SHAPE.items():
+            if flag in found:
+                keys[key] = as_int(value(flag), flag, src)
+    elif variant is not None:
+        cfg.ignored.append(f"--experimental-attention-variant {variant} (priced as softmax attention)")
+
+
+def _layer_bits(cfg: LaunchConfig, freq: str | None, flag: str) -> list[int]:
+    """A per-layer 0/1 pattern as Megatron-LM reads it (arguments.py moe_freq_type): none = every layer 1; an int N =
+    one 0 after N - 1 ones; a Python list expression of 0/1 per layer (digits, brackets, + and * only)."""
+    n = cfg.model_keys.get("num_hidden_layers", 0)
     if freq is None:
         bits = [1] * n
     elif freq.strip().isdigit():
@@ -253,9 +290,9 @@ def _windows(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # 
     elif re.fullmatch(r"[\d,\[\]()+*\s]+", freq):  # the characters Megatron's _eval_pattern admits
         bits = list(eval(freq, {"__builtins__": {}}))  # noqa: S307 - digits, brackets, + and * only
     else:
-        raise PlanInputError(f"'{freq[:40]}' is neither a number nor a 0/1 list expression",
-                             field="--window-attn-skip-freq", source=src, fix="e.g. '([1,0]*18)'")
+        raise PlanInputError(f"'{freq[:40]}' is neither a number nor a 0/1 list expression", field=flag,
+                             source=cfg.source, fix="e.g. '([1,0]*18)'")
     if len(bits) != n:
-        raise PlanInputError(f"gives {len(bits)} layers, the model has {n}", field="--window-attn-skip-freq",
-                             source=src, fix="one 0/1 per layer")
-    cfg.model_keys["layer_types"] = ["sliding_attention" if b else "full_attention" for b in bits]
+        raise PlanInputError(f"gives {len(bits)} layers, the model has {n}", field=flag, source=cfg.source,
+                             fix="one 0/1 per layer")
+    return bits

@@ -58,6 +58,12 @@ class ModelShape:
     mlp_bias: bool = False  # biases on the MLP / expert projections
     attention_sinks: bool = False  # a learnable sink logit per head (gpt-oss)
     swiglu_limit: float | None = None  # gpt-oss's clamp of the SwiGLU inputs
+    attn_output_gate: bool = False  # a sigmoid gate on the attention output (Qwen3-Next, Qwen3.5)
+    # Gated DeltaNet layers: (conv kernel, key head dim, value head dim, key heads, value heads); None: no such layers
+    linear_attention: tuple[int, int, int, int, int] | None = None
+    # DeepSeek sparse attention's indexer: (heads, head dim, top-k keys); None: dense attention
+    indexer: tuple[int, int, int] | None = None
+    shared_indexers: bool = False  # some layers reuse another layer's top-k (GLM-5.2 indexer_types "shared")
 
     @property
     def is_moe(self) -> bool:
@@ -204,7 +210,23 @@ def _model(raw: Any) -> ModelShape:
         mlp_bias=bool(raw.get("mlp_bias", False)),
         attention_sinks=bool(raw.get("attention_sinks", False)),
         swiglu_limit=float(raw["swiglu_limit"]) if raw.get("swiglu_limit") else None,
+        attn_output_gate=bool(raw.get("attn_output_gate", False)),
+        linear_attention=_ints(raw, ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+                                     "linear_num_key_heads", "linear_num_value_heads")),
+        indexer=_ints(raw, ("index_n_heads", "index_head_dim", "index_topk")),
+        shared_indexers="shared" in (raw.get("indexer_types") or ()),
     )
+
+
+def _ints(raw: dict, keys: tuple[str, ...]) -> Any:
+    """The keys' values as a tuple of positive ints (a key the document omits at its ModelSpec default takes that
+    default), or None where the model lacks any of them."""
+    from planner.inputs.specs import ModelSpec
+
+    values = tuple(raw.get(k, ModelSpec.model_fields[k].default) for k in keys)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    return values
 
 
 def _kinds(kinds: Any) -> tuple[str, ...] | None:

@@ -120,7 +120,7 @@ def _model(view: PlanView) -> list[Flag]:
         flags.append(("--softmax-type", "learnable"))
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights",))
-    flags += _windows(view)
+    flags += _windows(view) + _attention_variant(view)
     if m.mtp_layers:  # the planner prices the MTP block on the last stage (arguments.py --mtp-num-layers)
         flags.append(("--mtp-num-layers", str(m.mtp_layers)))
     if m.is_moe:
@@ -142,14 +142,21 @@ def _biases(m: ModelShape) -> list[Flag]:
 
 
 # Token mixers pretrain_gpt.py's flags describe: attention layers (full, sliding-window, and chunked while one chunk
-# holds the whole sequence). Mamba, linear attention, short convolutions and no-op mixers are other layer classes
-# (Megatron-LM trains hybrids with pretrain_mamba.py and --hybrid-override-pattern).
+# holds the whole sequence) and Gated DeltaNet layers among them (--experimental-attention-variant
+# gated_delta_net). Mamba, short convolutions and no-op mixers are other layer classes (Megatron-LM trains hybrids
+# with pretrain_mamba.py and --hybrid-override-pattern).
 _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
 def _check_layer_kinds(view: PlanView) -> None:
     m = view.model
     kinds = set(m.layer_kinds or ())
+    if m.linear_attention is not None:
+        kinds.discard("linear_attention")
+    if ("linear_attention" in (m.layer_kinds or ()) and m.indexer) or m.shared_indexers:
+        refuse(view, NAME, "inputs.model.indexer_types" if m.shared_indexers else "inputs.model.layer_types",
+               "shared sparse-attention indexers, or sparse attention beside Gated DeltaNet, have no Megatron-LM "
+               "flags", "use --format nemo with the model's Megatron-Bridge recipe")
     other = sorted(kinds - set(_ATTENTION_KINDS))
     if other:
         refuse(view, NAME, "inputs.model.layer_types", f"{', '.join(other)} layers have no pretrain_gpt.py flags "
@@ -173,6 +180,28 @@ def _windows(view: PlanView) -> list[Flag]:
     flags: list[Flag] = [("--window-size", f"{m.sliding_window - 1},0")]
     if set(kinds) != {"sliding_attention"}:
         flags.append(("--window-attn-skip-freq", _pattern([int(k == "sliding_attention") for k in kinds])))
+    return flags
+
+
+def _attention_variant(view: PlanView) -> list[Flag]:
+    """Megatron-Core's experimental attention variants (transformer_config.py experimental_attention_variant):
+    Gated DeltaNet on the layers --linear-attention-freq marks 1 (1 = linear attention, 0 = softmax attention),
+    with its head shapes; DeepSeek sparse attention's indexer (DSAttention asserts RoPE fusion off, so
+    --no-rope-fusion). The attention output gate of Qwen3-Next/Qwen3.5 is --attention-output-gate."""
+    m, flags = view.model, []
+    if m.attn_output_gate:
+        flags.append(("--attention-output-gate",))
+    if m.linear_attention is not None and "linear_attention" in (m.layer_kinds or ()):
+        conv, key_dim, value_dim, key_heads, value_heads = m.linear_attention
+        bits = [int(k == "linear_attention") for k in m.layer_kinds or ()]
+        flags += [("--experimental-attention-variant", "gated_delta_net"), ("--linear-attention-freq", _pattern(bits)),
+                  ("--linear-conv-kernel-dim", str(conv)), ("--linear-key-head-dim", str(key_dim)),
+                  ("--linear-value-head-dim", str(value_dim)), ("--linear-num-key-heads", str(key_heads)),
+                  ("--linear-num-value-heads", str(value_heads))]
+    elif m.indexer is not None:
+        heads, dim, topk = m.indexer
+        flags += [("--experimental-attention-variant", "dsa"), ("--dsa-indexer-n-heads", str(heads)),
+                  ("--dsa-indexer-head-dim", str(dim)), ("--dsa-indexer-topk", str(topk)), ("--no-rope-fusion",)]
     return flags
 
 
