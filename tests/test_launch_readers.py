@@ -298,3 +298,10 @@ def test_gpt_oss_launches_as_gpt_oss(tmp_path):
     # a Llama keeps its bias-free SwiGLU
     llama = plan("-m", "llama3-8b", "-c", "h100x8", "--framework", "megatron-core", "--format", "megatron")
     assert "--swiglu\n" in llama.stdout and "--disable-bias-linear\n" in llama.stdout
+    # nor has Nemotron-4 ("no bias terms", its report §2.1); GPT-3 keeps Megatron's biases
+    nemotron = plan("-m", "nemotron4-340b", "-c", "h100x1024", "--seq-len", "4096", "--framework", "megatron-core",
+                    "--format", "megatron")
+    assert "--squared-relu\n" in nemotron.stdout and "--disable-bias-linear\n" in nemotron.stdout
+    gpt3 = plan("-m", "gpt3-175b", "-c", "h100x1024", "--seq-len", "2048", "--framework", "megatron-core",
+                "--format", "megatron")
+    assert gpt3.returncode == 0 and "--disable-bias-linear" not in gpt3.stdout

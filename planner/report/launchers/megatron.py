@@ -132,13 +132,14 @@ def _biases(m: ModelShape) -> list[Flag]:
     """Megatron-LM adds biases to every linear layer unless --disable-bias-linear. A model that declares biases on
     both its attention and MLP projections (gpt-oss) keeps the default; attention biases alone become
     --add-qkv-bias (an o_proj bias, a few thousand weights, is not expressible). SwiGLU-family models that declare
-    none (Llama, Mixtral, Qwen, DeepSeek) have no biases, and MoE with expert TP > 1 asserts without the flag
-    ("Bias in Moe is only supported when ETP==1"); GELU models keep Megatron's biases, as GPT-3 had."""
+    none (Llama, Mixtral, Qwen, DeepSeek) have no biases, nor have the squared-ReLU Nemotrons (Nemotron-4 340B
+    report §2.1: "no bias terms"), and MoE with expert TP > 1 asserts without the flag ("Bias in Moe is only
+    supported when ETP==1"); GELU models keep Megatron's biases, as GPT-3 had."""
     if m.attention_bias and m.mlp_bias:
         return []
     if m.attention_bias:
         return [("--disable-bias-linear",), ("--add-qkv-bias",)]
-    return [("--disable-bias-linear",)] if m.hidden_act in ("silu", "swiglu", "swigluoai") else []
+    return [("--disable-bias-linear",)] if m.hidden_act in ("silu", "swiglu", "swigluoai", "relu2") else []
 
 
 # Token mixers pretrain_gpt.py's flags describe: attention layers (full, sliding-window, and chunked while one chunk
