@@ -153,3 +153,12 @@ def test_no_color_env_respected():
 def test_help_has_examples():
     r = plan("--help")
     assert r.returncode == 0 and "plan --model llama70b --cluster h100x512" in r.stdout
+
+
+@pytest.mark.parametrize("spelling,gpu", [("H100-SXM5", "h100"), ("a100-80gb", "a100"), ("a100-40gb", "a100-40g"),
+                                          ("gb200-nvl72", "gb200"), ("mi300x", "mi300x")])
+def test_gpu_spellings_of_papers_and_tables(spelling, gpu):
+    from planner.inputs.catalog import load_cluster
+
+    cluster = load_cluster(f"{spelling}x16")
+    assert (cluster.gpu.key, cluster.num_gpus) == (gpu, 16)

@@ -178,11 +178,13 @@ def load_gpu(ref: Any, source: str, pending: list[UnknownKeys] | None = None) ->
     if not isinstance(ref, str):
         raise PlanInputError("gpu must be a catalog key or a mapping", field="gpu", source=source,
                              fix=f"use one of {', '.join(gpu_catalog())}")
-    key = ref.strip().lower()
-    if key not in gpu_catalog():
-        raise PlanInputError(f"unknown GPU '{ref}'; {did_you_mean(key, list(gpu_catalog()))}", field="gpu",
+    key, catalog = ref.strip().lower(), gpu_catalog()
+    if key not in catalog:  # another spelling of a catalog GPU (h100-sxm5, a100-80gb, gb200-nvl72)
+        key = next((name for name, doc in catalog.items() if key in doc.get("aliases", ())), key)
+    if key not in catalog:
+        raise PlanInputError(f"unknown GPU '{ref}'; {did_you_mean(key, list(catalog))}", field="gpu",
                              source=source, fix="run 'plan clusters' for the GPU catalog")
-    return GPUSpec.model_validate({"key": key, **gpu_catalog()[key]})
+    return GPUSpec.model_validate({"key": key, **{k: v for k, v in catalog[key].items() if k != "aliases"}})
 
 
 _CLUSTER_NAME = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9.\-]*?)x(?P<count>\d+)$")
