@@ -51,7 +51,7 @@ def _mixer_heads(m: ModelSpec) -> int:
     """gcd of the head counts non-attention mixers shard over tp (0 when the model has none: any tp divides)."""
     kinds = set(m.mixer_kinds)
     heads = [m.linear_num_key_heads, m.linear_num_value_heads] if "linear_attention" in kinds else []
-    heads += [m.mamba_num_heads] if "mamba" in kinds and m.mamba_num_heads else []
+    heads += [h for h in (m.mamba_num_heads, m.n_groups) if h] if "mamba" in kinds else []
     return math.gcd(*heads) if heads else 0
 
 
@@ -132,9 +132,9 @@ RULES: tuple[Rule, ...] = (
          "use tp <= num_key_value_heads and dividing it", "Megatron M5 (core_v0.15: num_query_groups % tp == 0)"),
     Rule("mixer_heads_divisible_by_tp", ("tp",),
          lambda c, p: _divides(c["tp"], _mixer_heads(p.model)),
-         "linear-attention key/value heads and Mamba heads must divide evenly across tensor-parallel ranks",
+         "linear-attention key/value heads and Mamba heads and groups must divide evenly across tensor-parallel ranks",
          "use a tp that divides them", "Megatron-Core transformer_config.py (linear_num_key_heads and "
-         "linear_num_value_heads % tp == 0); MambaMixer (nheads % tp == 0)"),
+         "linear_num_value_heads % tp == 0); ssm/mamba_mixer.py (nheads and ngroups % tp == 0)"),
     Rule("framework_cp_mixers", ("cp",),
          lambda c, p: (c["cp"] == 1) | (not set(_mixer_features(p.model)) & set(_caps(p).cp_excludes)),
          "the chosen training framework runs no context parallelism for this model's token mixer (DeepSeek "
