@@ -42,7 +42,8 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
     options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
                "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
                "compress": dict(sorted(problem.compress.items())), "memory_headroom": memory_headroom}
-    _note_smaller_job(problem, result)
+    if time_limit is None:  # a capped search gets no second search
+        _note_smaller_job(problem, result)
     doc = document.build(result, options)
     doc["search"]["seconds"] = round(result.seconds, 3) if timings else None
     if fmt == "table":
