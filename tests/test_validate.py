@@ -179,3 +179,10 @@ def test_layout_values_in_other_stacks_words_are_read(key, word, ours):
     out = run_case(dict(case, layout={**case["layout"], key: word}), "test")
     ref = run_case(dict(case, layout={**case["layout"], key: ours}), "test")
     assert out["predicted"] is not None and (out["predicted"], out["layout"]) == (ref["predicted"], ref["layout"])
+
+
+def test_summary_lists_cases_read_otherwise_than_stated(report):
+    """A reader of the summary sees which cases were priced with another profile or over memory."""
+    notes = {n["id"]: n["note"] for n in report["summary"]["notes"]}
+    assert "priced as megatron-core" in notes["MLMF-001"]
+    assert all(n for n in notes.values())

@@ -191,6 +191,8 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
         "not_modelled": [{"id": r["id"], "reason": r["reason"]} for r in results if r["predicted"] is None],
         "not_scored": [{"id": r["id"], "reason": r["reason"]} for r in results
                        if r["predicted"] is not None and r.get("reason")],
+        # how a case was read or priced where that is not what it says (another profile, fp16 as bf16, over memory)
+        "notes": [{"id": r["id"], "note": r["note"]} for r in results if r.get("note")],
         "groups": table,
         "worst": [{"id": r["id"], "tier": r["tier"], "throughput_ape": r["error"]["throughput"],
                    "predicted": r["predicted"]["tokens_per_s_per_gpu"],

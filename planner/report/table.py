@@ -214,6 +214,9 @@ def render_validation(report: dict, console: Console) -> None:
     if s.get("not_scored"):
         console.print(f"not scored ({len(s['not_scored'])}): "
                       + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_scored"][:8]), style="dim")
+    if s.get("notes"):
+        console.print(f"read or priced otherwise than stated ({len(s['notes'])}): "
+                      + "; ".join(f"{x['id']} ({x['note']})" for x in s["notes"][:8]), style="dim")
 
 
 def render_models(rows: list[dict], console: Console) -> None:
