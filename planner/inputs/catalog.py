@@ -184,7 +184,7 @@ def load_gpu(ref: Any, source: str, pending: list[UnknownKeys] | None = None) ->
     if key not in catalog:
         raise PlanInputError(f"unknown GPU '{ref}'; {did_you_mean(key, list(catalog))}", field="gpu",
                              source=source, fix="run 'plan clusters' for the GPU catalog")
-    return GPUSpec.model_validate({"key": key, **{k: v for k, v in catalog[key].items() if k != "aliases"}})
+    return GPUSpec.model_validate({"key": key, **catalog[key]})  # GPUSpec ignores `aliases`
 
 
 _CLUSTER_NAME = re.compile(r"^(?P<gpu>[a-z0-9][a-z0-9.\-]*?)x(?P<count>\d+)$")

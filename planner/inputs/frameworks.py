@@ -162,12 +162,10 @@ LAUNCHES = {"megatron": ("megatron-core", "megatron", "nemo"), "nemo": ("nemo", 
 
 # Other spellings of the stacks above, as papers, tables and launch scripts name them.
 _ALIASES = {
-    "megatron-lm": "megatron", "megatronlm": "megatron", "megatron-core": "megatron-core", "mcore": "megatron-core",
-    "megatroncore": "megatron-core", "nemo": "nemo", "nemo2": "nemo", "megatron-bridge": "nemo",
-    "megatronbridge": "nemo", "nemo-framework": "nemo", "megatron-deepspeed": "megatron-deepspeed",
-    "megatrondeepspeed": "megatron-deepspeed", "torchtitan": "torchtitan", "llm-foundry": "llm-foundry",
-    "llmfoundry": "llm-foundry", "composer": "llm-foundry", "nemo-automodel": "automodel", "automodel": "automodel",
-    "deepspeed": "deepspeed", "gpt-neox": "gpt-neox", "gptneox": "gpt-neox", "metaseq": "metaseq",
+    "megatron-lm": "megatron", "megatronlm": "megatron", "mcore": "megatron-core", "megatroncore": "megatron-core",
+    "nemo2": "nemo", "megatron-bridge": "nemo", "megatronbridge": "nemo", "nemo-framework": "nemo",
+    "megatrondeepspeed": "megatron-deepspeed", "llmfoundry": "llm-foundry", "composer": "llm-foundry",
+    "nemo-automodel": "automodel", "gptneox": "gpt-neox",
 }
 
 

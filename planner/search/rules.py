@@ -141,7 +141,7 @@ RULES: tuple[Rule, ...] = (
          "sparse attention, Gated DeltaNet)", "use cp=1 (tensor or pipeline parallelism instead)",
          "Megatron-Core transformer_config.py: DSAttention and gated_delta_net assert context_parallel_size == 1"),
     Rule("framework_moe_bias_whole_experts", ("tp", "etp"),
-         lambda c, p: ~np.asarray(p.model.is_moe and p.model.mlp_bias and _caps(p).moe_bias_whole_experts)
+         lambda c, p: (not (p.model.is_moe and p.model.mlp_bias and _caps(p).moe_bias_whole_experts))
          | (c["tp"] == 1) | (c["etp"] == ExpertTp.ONE),
          "the chosen training framework runs experts with biases (gpt-oss) only whole: expert tensor parallelism 1",
          "use etp=1 (or tp=1)", "Megatron-Core transformer_config.py: \"Bias in Moe is only supported when ETP==1\""),

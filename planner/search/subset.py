@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from planner.errors import NoFeasiblePlan
 from planner.inputs.problem import Problem
+from planner.search.search import search
 
 # A smaller job is named only when it trains this much faster in all, a margin well above the cost model's error
 # between two layouts of one problem (README, Accuracy: Kendall tau over ranking groups).
@@ -53,8 +54,6 @@ def subset_size(problem: Problem) -> int | None:
 
 def smaller_job(problem: Problem, best_tokens_per_s_per_gpu: float) -> SubsetNote | None:
     """A subset of whole nodes that trains at least MIN_GAIN faster in all than the best plan on every GPU."""
-    from planner.search.search import search
-
     m = subset_size(problem)
     if m is None:
         return None

@@ -37,13 +37,9 @@ def _structure_of(model: ModelSpec, key: str) -> object:
 def _structure_differs(model: ModelSpec, cfg: LaunchConfig) -> str | None:
     """The first structure key the file states differently from `model` (None when all agree)."""
     for key in _STRUCTURE_KEYS:
-        if key in cfg.model_keys and _list_or_value(cfg.model_keys[key]) != _list_or_value(_structure_of(model, key)):
+        if key in cfg.model_keys and cfg.model_keys[key] != _structure_of(model, key):
             return key
     return None
-
-
-def _list_or_value(x: object) -> object:
-    return list(x) if isinstance(x, list | tuple) else x
 
 __all__ = ["DIALECTS", "LaunchConfig", "detect_dialect", "layout_for", "read_launch_file", "resolve_cluster",
            "resolve_model"]

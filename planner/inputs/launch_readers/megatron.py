@@ -237,9 +237,8 @@ def _optimizer(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  
     if "--optimizer-cpu-offload" in found:
         fraction = "--optimizer-offload-fraction"
         cfg.optimizer_offload = as_share(value(fraction), fraction, cfg.source) if fraction in found else 1.0
-    moments = [value(f) if f in found else "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
-    if moments != ["fp32", "fp32"]:
-        moments_dtype(moments[0], moments[1], "--exp-avg-dtype/--exp-avg-sq-dtype", cfg)
+    first, second = (value(f) if f in found else "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype"))
+    moments_dtype(first, second, "--exp-avg-dtype/--exp-avg-sq-dtype", cfg)
 
 
 def _windows(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from planner import __version__
 from planner.errors import PlanInputError
 from planner.inputs.layout import SCHEDULES
-from planner.inputs.specs import FP8_RECIPES
+from planner.inputs.specs import FP8_RECIPES, ModelSpec
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
 RECOMPUTE = ("none", "selective", "full", "offload")
@@ -218,11 +218,9 @@ def _model(raw: Any) -> ModelShape:
     )
 
 
-def _ints(raw: dict, keys: tuple[str, ...]) -> Any:
+def _ints(raw: dict, keys: tuple[str, ...]) -> tuple[int, ...] | None:
     """The keys' values as a tuple of positive ints (a key the document omits at its ModelSpec default takes that
     default), or None where the model lacks any of them."""
-    from planner.inputs.specs import ModelSpec
-
     values = tuple(raw.get(k, ModelSpec.model_fields[k].default) for k in keys)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
         return None
