@@ -19,7 +19,8 @@ from planner.inputs.specs import ModelSpec
 # waits for it. Factor on the routed-expert GEMM time, fitted on the MoE cases of validation/published_runs.yaml
 # (bench/fit_profiles.py --moe, refitted once the grouped-GEMM rate below took over the small-token slowdown it had
 # absorbed: 1.2 -> 1.1); it lands where Switch Transformer's capacity factors do (Fedus et al. 2021 §2.2: 1.0-1.25
-# drops only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load).
+# drops only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load). The same rank also receives and
+# returns that many tokens in the all-to-all (a2a_pass_time).
 EXPERT_IMBALANCE = 1.1
 # Dropless token dispatch copies the per-expert token counts to the host to size the grouped GEMMs (Megatron-Core
 # MoEAlltoAllTokenDispatcher: tokens_per_expert.cpu()), stalling the GPU once per MoE layer and pass until the CPU has
@@ -89,19 +90,20 @@ def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
 def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
                   ep: np.ndarray, etp: np.ndarray, fp8: bool) -> np.ndarray:
     """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of
-    h values each. Dispatch carries fp8 where the stack quantises it, combine bf16. A plain all-to-all
+    h values each, received (dispatch) and sent back (combine) by the busiest rank at EXPERT_IMBALANCE times the mean:
+    the exchange ends when that rank's share has crossed its links, as its grouped GEMMs wait for that share. Dispatch carries fp8 where the stack quantises it, combine bf16. A plain all-to-all
     (Megatron's alltoall dispatcher) sends every copy; node-deduplicated kernels (DeepEP) send a token once per
     remote domain and forward its copies over NVLink (planner.cost.fabric.routed_all_to_all_time)."""
     tokens = tok / tp
     dispatch_elt = FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
-    copies = tokens * m.num_experts_per_tok * m.hidden_size
+    copies = EXPERT_IMBALANCE * tokens * m.num_experts_per_tok * m.hidden_size
     if not prof.deepep:
         return (fab.collective("all_to_all", copies * dispatch_elt, ep, etp, "ep")
                 + fab.collective("all_to_all", copies * 2.0, ep, etp, "ep"))
     g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
     domains = np.maximum(ep / g, 1.0)
     remote = domains_reached(m, domains) * (domains - 1) / domains
-    per_remote = tokens * m.hidden_size * remote
+    per_remote = EXPERT_IMBALANCE * tokens * m.hidden_size * remote
     return (fab.routed_all_to_all(copies * dispatch_elt, per_remote * dispatch_elt, ep, etp, "ep")
             + fab.routed_all_to_all(copies * 2.0, per_remote * 2.0, ep, etp, "ep"))
 
