@@ -91,9 +91,10 @@ def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.nda
                   ep: np.ndarray, etp: np.ndarray, fp8: bool) -> np.ndarray:
     """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of
     h values each, received (dispatch) and sent back (combine) by the busiest rank at EXPERT_IMBALANCE times the mean:
-    the exchange ends when that rank's share has crossed its links, as its grouped GEMMs wait for that share. Dispatch carries fp8 where the stack quantises it, combine bf16. A plain all-to-all
-    (Megatron's alltoall dispatcher) sends every copy; node-deduplicated kernels (DeepEP) send a token once per
-    remote domain and forward its copies over NVLink (planner.cost.fabric.routed_all_to_all_time)."""
+    the exchange ends when that rank's share has crossed its links, as its grouped GEMMs wait for that share.
+    Dispatch carries fp8 where the stack quantises it, combine bf16. A plain all-to-all (Megatron's alltoall
+    dispatcher) sends every copy; node-deduplicated kernels (DeepEP) send a token once per remote domain and forward
+    its copies over NVLink (planner.cost.fabric.routed_all_to_all_time)."""
     tokens = tok / tp
     dispatch_elt = FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
     copies = EXPERT_IMBALANCE * tokens * m.num_experts_per_tok * m.hidden_size
