@@ -2,7 +2,12 @@
 price, checked against Megatron-Core's own definitions (moe_utils.get_capacity, the alltoall dispatcher's
 drop_and_pad path) and against Megatron-Bridge's token-drop runs."""
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +23,8 @@ from planner.inputs.layout import Recompute, Schedule
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.search.search import price_layout
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _training(capacity: float | None = None, padded: bool = False, **kw: object) -> TrainingSpec:
@@ -110,3 +117,51 @@ def test_token_drop_knobs_change_nothing_on_dense_models() -> None:
     tok, one = np.array([8192.0]), np.array([1.0])
     assert compute.gemm_time(p, compute.rates(p), tok, one, one) == compute.gemm_time(q, compute.rates(q), tok, one,
                                                                                           one)
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"NO_COLOR": "1"}
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=300)
+
+
+QWEN = ("--model", "qwen3-30b-a3b", "--cluster", "h100x64", "--seq-len", "4096", "--global-batch", "512")
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("--moe-pad-to-capacity",), "--moe-pad-to-capacity"),
+    (("--moe-capacity-factor", "1", "--framework", "torchtitan"), "--moe-capacity-factor"),
+])
+def test_bad_token_drop_options_are_one_line_errors(args: tuple[str, ...], field: str) -> None:
+    r = _plan(*QWEN, *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: {field}:")
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "nemo"])
+def test_token_drop_launches_and_reads_back(fmt: str, tmp_path: Path) -> None:
+    """The capacity factor and padding reach the launch file (Megatron-LM flags, Megatron-Bridge overrides on the
+    alltoall dispatcher), and `explain --from` reads the same token-drop recipe back."""
+    r = _plan(*QWEN, "--moe-capacity-factor", "1.25", "--moe-pad-to-capacity", "--format", fmt)
+    assert r.returncode == 0, r.stderr
+    expected = {"megatron": ("--moe-expert-capacity-factor 1.25", "--moe-pad-expert-input-to-capacity",
+                             "--moe-token-dispatcher-type alltoall"),
+                "nemo": ("model.moe_expert_capacity_factor=1.25", "model.moe_pad_expert_input_to_capacity=true",
+                         "model.moe_token_dispatcher_type=alltoall")}[fmt]
+    assert all(e in r.stdout for e in expected), r.stdout
+    path = tmp_path / ("launch.sh" if fmt == "megatron" else "launch.txt")
+    path.write_text(r.stdout)
+    back = _plan("explain", "--from", str(path), "--format", "json")
+    assert back.returncode == 0, back.stderr
+    training = json.loads(back.stdout)["inputs"]["training"]
+    assert (training["moe_capacity_factor"], training["moe_pad_to_capacity"]) == (1.25, True)
+
+
+def test_plan_json_keeps_the_drop_policy_for_plan_check(tmp_path: Path) -> None:
+    r = _plan(*QWEN, "--moe-capacity-factor", "1.0", "--format", "json", "--top", "1")
+    doc = json.loads(r.stdout)
+    assert doc["inputs"]["training"]["moe_capacity_factor"] == 1.0
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    check = _plan("check", "--baseline", str(path))  # re-plans the recorded problem, token drop included
+    assert check.returncode == 0, check.stderr
