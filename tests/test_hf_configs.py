@@ -93,7 +93,8 @@ COUNTED = {
 # Read, planned and checked for structure and warnings, but no published count was read here for them.
 UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json", "glm-5.2.json", "mimo-7b-base.json", "exaone-4.5-33b.json",
              # rounded labels only: Phi-4 report "14-billion" (14.66B by our count), ERNIE "21B / 3B" (21.8B / 3.35B)
-             "phi-4.json", "ernie-4.5-21b-a3b.json"}
+             "phi-4.json", "ernie-4.5-21b-a3b.json",
+             "voxtral-mini-3b.json"}  # Voxtral's 4.7B holds its audio encoder; no text-only figure read
 # Refused with one line naming the key: what they are made of is not in the cost model.
 REFUSED = {"deepseek-v4-flash.json": "compress_ratios", "kimi-k3.json": "linear_attn_config"}
 
@@ -693,3 +694,14 @@ def test_mllama_cross_attention_layers_are_named(capsys):
     assert "vision_config" in err and "unknown key" not in err
     assert m.num_hidden_layers == 100 and set(m.mixer_kinds) == {"full_attention"}
     assert 0.98 * 88.8e9 < flops.total_params(m) < 88.8e9  # the card's total also holds the vision encoder
+
+
+def test_outer_hidden_size_does_not_hide_the_nested_decoder(capsys):
+    """Voxtral writes hidden_size on the outer config too; its decoder (30 layers) is still the text_config one. Before,
+    the outer keys were read and the file refused with 'num_hidden_layers: Field required'."""
+    m = load_model(str(DATA / "voxtral-mini-3b.json"))
+    assert "audio_config: the audio encoder is not modelled" in capsys.readouterr().err
+    assert (m.num_hidden_layers, m.hidden_size, m.kv_heads, m.d_head, m.vocab_size) == (30, 3072, 8, 128, 131072)
+    doc = doc_of("voxtral-mini-3b.json")
+    flat = {**doc["text_config"], "audio_config": doc["audio_config"], "text_config": {"hidden_size": 1}}
+    assert model_from_mapping(flat, "v.json").num_hidden_layers == 30  # an outer decoder with layers still wins

@@ -94,8 +94,9 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
 
 
 def _unwrap(doc: dict, notes: list[str]) -> dict:
-    """Multimodal configs nest the decoder under text_config; the vision/audio towers are not modelled."""
-    nested = isinstance(doc.get("text_config"), dict) and "hidden_size" not in doc
+    """Multimodal configs nest the decoder under text_config; the vision/audio towers are not modelled. Voxtral also
+    writes hidden_size on the outer config, so the decoder is the nested one unless the outer config has layers."""
+    nested = isinstance(doc.get("text_config"), dict) and not ("hidden_size" in doc and "num_hidden_layers" in doc)
     for tower in ("vision_config", "audio_config"):
         if isinstance(doc.get(tower), dict):  # nested (Gemma 3, Mllama) or beside a flat decoder (Qwen2.5-VL)
             notes.append(f"{tower}: the {tower.split('_')[0]} encoder is not modelled; priced the text decoder"
