@@ -645,6 +645,7 @@ def test_ernie_paddle_configs_drop_their_tail_layers():
     untrimmed = model_from_mapping({k: v for k, v in doc.items() if k != "remove_tail_layer"}, "e.json")
     assert untrimmed.num_hidden_layers == 56 and rel(flops.total_params(untrimmed), 300e9) > 0.03  # the old reading
     assert model_from_mapping({**doc, "remove_tail_layer": True}, "e.json").num_hidden_layers == 55
+    assert model_from_mapping({**doc, "num_hidden_layers": 56.0}, "e.json").num_hidden_layers == 54
     for bad in (56, -1, "two"):
         with pytest.raises(PlanInputError, match="remove_tail_layer"):
             model_from_mapping({**doc, "remove_tail_layer": bad}, "e.json")

@@ -209,6 +209,7 @@ def _tail_layers(doc: dict, source: str) -> None:
         return
     drop = 1 if drop is True else drop
     n = doc.get("num_hidden_layers")
+    n = int(n) if isinstance(n, float) and n.is_integer() else n  # 56.0 is 56 (the spec reads it so too)
     if not isinstance(drop, int) or drop < 0 or (isinstance(n, int) and not isinstance(n, bool) and drop >= n):
         raise _fail("remove_tail_layer", f"must be true, false or a layer count below num_hidden_layers (got {drop!r})",
                     "e.g. 2", source)
