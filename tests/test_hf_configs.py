@@ -80,9 +80,21 @@ COUNTED = {
     "minimax-m2.7.json": (230e9, "", None, "", "MiniMax-M2 series cards: 230B total"),
     "qwen3.8-2.4t-a95b.json": (2.4e12, "", 95e9, "", "Qwen3.8-2.4T-A95B name: 2.4T total, A95B"),
     "lfm2.5-vl-1.6b.json": (1_170_340_608, "", None, "", "LFM2-1.2B card: 1,170,340,608 (the text decoder)"),
+    # branch hf4. The multimodal totals include towers the planner does not price (Pixtral ~0.4B, Mllama ~0.85B):
+    # the text decoders alone are 23.57B and 87.67B, inside 2% of them
+    "qwen2.5-32b.json": (32.5e9, "", None, "", "HF card Qwen/Qwen2.5-32B-Instruct: 32.5B (31.0B non-embedding)"),
+    "mistral-7b-v0.3.json": (7.3e9, "", None, "", "Mistral AI 'Mistral 7B' announcement: a 7.3B parameter model"),
+    "devstral-small-2-24b.json": (24e9, "", None, "", "Mistral AI Devstral Small 2 card: 24B (with the vision tower)"),
+    "qwen2.5-vl-7b.json": (7.61e9, "", None, "", "Qwen2.5-VL report: LLM is Qwen2.5-7B; its card: 7.61B"),
+    "llama-3.2-90b-vision.json": (88.8e9, "", None, "", "Llama 3.2 Vision card: 90B (88.8B), vision tower included"),
+    # 47.05B without the input embedding, 47.88B with it: the card does not say which; both are within 2%
+    "ernie-4.5-300b-a47b.json": (300e9, "", 47e9, "embedding", "ERNIE-4.5-300B-A47B card: 300B total, 47B activated"),
 }
 # Read, planned and checked for structure and warnings, but no published count was read here for them.
-UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json", "glm-5.2.json", "mimo-7b-base.json", "exaone-4.5-33b.json"}
+UNCOUNTED = {"nemotron-3.5-lightning-30b-a3b.json", "glm-5.2.json", "mimo-7b-base.json", "exaone-4.5-33b.json",
+             # rounded labels only: Phi-4 report "14-billion" (14.66B by our count), ERNIE "21B / 3B" (21.8B / 3.35B)
+             "phi-4.json", "ernie-4.5-21b-a3b.json",
+             "voxtral-mini-3b.json"}  # Voxtral's 4.7B holds its audio encoder; no text-only figure read
 # Refused with one line naming the key: what they are made of is not in the cost model.
 REFUSED = {"deepseek-v4-flash.json": "compress_ratios", "kimi-k3.json": "linear_attn_config"}
 
@@ -617,3 +629,80 @@ def test_exaone45_is_exaone4_with_a_larger_vocabulary_and_mtp(capsys):
     assert flops.total_params(new) - flops.total_params(old) == 2 * (153600 - old.vocab_size) * old.hidden_size
     text = {k: v for k, v in doc_of("exaone-4.5-33b.json")["text_config"].items() if k != "num_nextn_predict_layers"}
     assert model_from_mapping(text, "e.json").num_nextn_predict_layers == 1  # _num_mtp_layers alone gives the depth
+
+
+# --- architectures added on branch hf4 ----------------------------------------------------------------------------
+def test_ernie_paddle_configs_drop_their_tail_layers():
+    """ERNIE 4.5's Paddle pre-training configs give num_hidden_layers before remove_tail_layer: 56 - 2 = the 54 layers
+    of the 300B card, 30 - 2 = the 21B's 28. MoE from moe_layer_start_index on, shared experts by count."""
+    big = load_model(str(DATA / "ernie-4.5-300b-a47b.json"))
+    assert big.num_hidden_layers == 54 and big.mlp_kinds[:4] == ("dense",) * 3 + ("moe",)
+    assert big.mlp_kinds.count("moe") == 51 and (big.num_local_experts, big.num_experts_per_tok) == (64, 8)
+    small = load_model(str(DATA / "ernie-4.5-21b-a3b.json"))
+    assert small.num_hidden_layers == 28 and small.mlp_kinds.count("moe") == 27
+    assert (small.shared_ffn, small.tie_word_embeddings) == (2 * 1536, True)
+    doc = doc_of("ernie-4.5-300b-a47b.json")
+    untrimmed = model_from_mapping({k: v for k, v in doc.items() if k != "remove_tail_layer"}, "e.json")
+    assert untrimmed.num_hidden_layers == 56 and rel(flops.total_params(untrimmed), 300e9) > 0.03  # the old reading
+    assert model_from_mapping({**doc, "remove_tail_layer": True}, "e.json").num_hidden_layers == 55
+    assert model_from_mapping({**doc, "num_hidden_layers": 56.0}, "e.json").num_hidden_layers == 54
+    for bad in (56, -1, "two"):
+        with pytest.raises(PlanInputError, match="remove_tail_layer"):
+            model_from_mapping({**doc, "remove_tail_layer": bad}, "e.json")
+
+
+def test_ernie_grouped_experts_are_named(capsys):
+    model_from_mapping({**doc_of("ernie-4.5-21b-a3b.json"), "moe_group_experts": True}, "e.json")
+    assert "moe_group_experts (True)" in capsys.readouterr().err
+
+
+def test_a_vision_tower_beside_a_flat_decoder_is_named(capsys):
+    """Qwen2.5-VL writes its decoder keys at the top level with vision_config beside them: the tower was dropped in
+    silence before; now it is said, as for the nested configs."""
+    m = load_model(str(DATA / "qwen2.5-vl-7b.json"))
+    err = capsys.readouterr().err
+    assert "vision_config: the vision encoder is not modelled; priced the text decoder only" in err
+    text = model_from_mapping({k: v for k, v in doc_of("qwen2.5-vl-7b.json").items() if k != "vision_config"},
+                              "q.json")
+    assert "vision_config" not in capsys.readouterr().err
+    assert flops.total_params(text) == flops.total_params(m)
+
+
+def test_qwen2_attention_has_qkv_biases_without_a_key():
+    """HF Qwen2Attention always builds q/k/v with biases (the card: 'Attention QKV bias'); the configs have no key for
+    it. The Megatron launch keeps them (--add-qkv-bias); Mistral has none."""
+    qwen, mistral = (load_model(str(DATA / f)) for f in ("qwen2.5-32b.json", "mistral-7b-v0.3.json"))
+    assert (qwen.attention_bias, qwen.mlp_bias, mistral.attention_bias) == (True, False, False)
+    assert load_model(str(DATA / "qwen2.5-vl-7b.json")).attention_bias
+    assert set(qwen.mixer_kinds) == {"full_attention"}  # sliding_window 131072 with use_sliding_window false
+    for name, flag in (("qwen2.5-32b.json", True), ("mistral-7b-v0.3.json", False)):
+        r = run_plan_in_process("--model", str(DATA / name), "--cluster", "h100x64", "--format", "megatron")
+        assert r.returncode == 0, r.stderr
+        assert ("--add-qkv-bias" in r.stdout) is flag, name
+
+
+def test_qwen2_non_embedding_count():
+    m = load_model(str(DATA / "qwen2.5-32b.json"))
+    assert rel(flops.total_params(m) - _without(m, "embedding+head"), 31.0e9) <= TOL
+
+
+def test_mllama_cross_attention_layers_are_named(capsys):
+    """Llama 3.2 Vision: 20 of the 100 text layers attend to the image tokens (HF MllamaCrossAttentionDecoderLayer:
+    q/k/v/o and an MLP, as a self-attention layer has). Priced as self-attention layers, and said so."""
+    m = load_model(str(DATA / "llama-3.2-90b-vision.json"))
+    err = capsys.readouterr().err
+    assert "cross_attention_layers (20 layers)" in err and "priced as causal self-attention" in err
+    assert "vision_config" in err and "unknown key" not in err
+    assert m.num_hidden_layers == 100 and set(m.mixer_kinds) == {"full_attention"}
+    assert 0.98 * 88.8e9 < flops.total_params(m) < 88.8e9  # the card's total also holds the vision encoder
+
+
+def test_outer_hidden_size_does_not_hide_the_nested_decoder(capsys):
+    """Voxtral writes hidden_size on the outer config too; its decoder (30 layers) is still the text_config one. Before,
+    the outer keys were read and the file refused with 'num_hidden_layers: Field required'."""
+    m = load_model(str(DATA / "voxtral-mini-3b.json"))
+    assert "audio_config: the audio encoder is not modelled" in capsys.readouterr().err
+    assert (m.num_hidden_layers, m.hidden_size, m.kv_heads, m.d_head, m.vocab_size) == (30, 3072, 8, 128, 131072)
+    doc = doc_of("voxtral-mini-3b.json")
+    flat = {**doc["text_config"], "audio_config": doc["audio_config"], "text_config": {"hidden_size": 1}}
+    assert model_from_mapping(flat, "v.json").num_hidden_layers == 30  # an outer decoder with layers still wins

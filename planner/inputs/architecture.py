@@ -94,13 +94,15 @@ def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[st
 
 
 def _unwrap(doc: dict, notes: list[str]) -> dict:
-    """Multimodal configs nest the decoder under text_config; the vision/audio towers are not modelled."""
-    if isinstance(doc.get("text_config"), dict) and "hidden_size" not in doc:
+    """Multimodal configs nest the decoder under text_config; the vision/audio towers are not modelled. Voxtral also
+    writes hidden_size on the outer config, so the decoder is the nested one unless the outer config has layers."""
+    nested = isinstance(doc.get("text_config"), dict) and not ("hidden_size" in doc and "num_hidden_layers" in doc)
+    for tower in ("vision_config", "audio_config"):
+        if isinstance(doc.get(tower), dict):  # nested (Gemma 3, Mllama) or beside a flat decoder (Qwen2.5-VL)
+            notes.append(f"{tower}: the {tower.split('_')[0]} encoder is not modelled; priced the text decoder"
+                         f"{' (text_config)' if nested else ''} only")
+    if nested:
         text = doc["text_config"]
-        for tower in ("vision_config", "audio_config"):
-            if isinstance(doc.get(tower), dict):
-                notes.append(f"{tower}: the {tower.split('_')[0]} encoder is not modelled; priced the text decoder "
-                             "(text_config) only")
         # the composite config's tie_word_embeddings ties the LM head when the decoder's own config does not say
         outer = {k: v for k, v in doc.items() if k in ("name", "published_params", "source", "aliases")
                  or (k == "tie_word_embeddings" and k not in text)}

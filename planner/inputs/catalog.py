@@ -60,6 +60,14 @@ _HF_IGNORED = {
     "moe_router_dtype", "moe_router_logit_softcapping",  # router precision and softcap (GLM-5.2, Laguna)
     # transformers' PretrainedConfig defaults, written out by configs saved with every attribute (Kimi-K2.5)
     "add_cross_attention", "cross_attention_hidden_size", "output_attentions", "output_hidden_states", "pruned_heads",
+    # ERNIE 4.5's Paddle training switches (recompute, kernel fusion, loss weights, comm overlap): how Baidu's run
+    # executed, not the model's shapes. moe_capacity caps the tokens an expert takes (the excess is dropped): the
+    # planner prices the dropless upper bound.
+    "use_recompute", "use_recompute_attn", "use_recompute_moe", "use_recompute_loss_fn", "use_rmsnorm",
+    "fuse_rms_norm", "use_fast_ln", "fuse_attn_ffn", "fuse_linear", "rope_reorder", "fuse_rope", "fuse_swiglu",
+    "fuse_gate_detach_matmul", "moe_capacity", "moe_gate", "moe_gate_scale", "moe_gate_detach", "moe_aux_loss_lambda",
+    "moe_group_orthogonal_loss", "moe_orthogonal_loss_lambda", "moe_use_aux_free", "using_precision_check",
+    "fp8_mem_configs", "use_ep_comm_overlap", "max_sequence_length",
 }
 # An unknown key of a Hugging Face config is named when its name looks like it sizes something (a family's own
 # spelling of experts, layers, heads or widths that the planner would otherwise ignore in silence); other unknown

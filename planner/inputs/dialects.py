@@ -26,6 +26,8 @@ _UNMODELLED = {
     "zero_expert_num": "LongCat-Flash's zero-computation experts and shortcut-connected layers (two attention and "
                        "MLP blocks per layer)",
 }
+# Families whose attention always has q/k/v biases (HF Qwen2Attention and the VL models built on it).
+_QKV_BIAS_FAMILIES = ("qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl")
 # Hunyuan (Tencent modeling_hunyuan.py) gives some MoE sizes once per layer; one value per model is what we price.
 _PER_LAYER = ("moe_intermediate_size", "moe_topk", "num_shared_expert", "num_experts")
 # HF NemotronHConfig (transformers >= 5) spells hybrid_override_pattern as a list of block names.
@@ -50,7 +52,8 @@ CONSUMED = {"attn_config", "ffn_config", "mamba_d_head", *_GRANITE_MAMBA, *_JAMB
             "mtp_layers_block_type", "num_attention_heads_per_layer", "use_mixed_mlp_moe",
             "num_shared_expert", "moe_topk", "dense_intermediate_size", "share_expert_dim", "_sliding_window_pattern",
             "use_cla", "cla_share_factor", "moe_layer_num_skipped", "attn_type_list", *_LFM2_CONSUMED,
-            "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern", "index_share_for_mtp_iteration"}
+            "index_topk_freq", "index_skip_topk_offset", "index_topk_pattern", "index_share_for_mtp_iteration",
+            "remove_tail_layer", "moe_group_experts", "cross_attention_layers"}
 
 
 def _fail(key: str, msg: str, fix: str, source: str) -> PlanInputError:
@@ -67,6 +70,7 @@ def translate(doc: dict[str, Any], source: str, notes: list[str]) -> None:
     for key in [k for k in doc if k in ModelSpec.model_fields and doc[k] is None]:
         del doc[key]  # HF writes null for "feature off" (Hunyuan kv_lora_rank, Nemotron moe_latent_size)
     _nested(doc)
+    _tail_layers(doc, source)
     n = doc.get("num_hidden_layers")
     n = n if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 100_000 else None
     _per_layer_values(doc, n, source)
@@ -170,12 +174,15 @@ def _defaults(doc: dict) -> None:
     without a scoring_func key; every Gemma config class ties the LM head to the embedding
     (GemmaConfig, Gemma2Config, Gemma3TextConfig tie_word_embeddings=True) and uses a tanh-GeLU GLU; Gemma 3
     alternates five sliding-window layers with one global (Gemma3TextConfig sliding_window_pattern=6, spelled
-    _sliding_window_pattern when saved) over a 262,208-token vocabulary."""
+    _sliding_window_pattern when saved) over a 262,208-token vocabulary. Qwen2-family attention carries q/k/v biases
+    with no config key for them (attention_bias: the Megatron launchers write --add-qkv-bias)."""
     family = str(doc.get("model_type", ""))
     # HF Llama4TextMoe gates the top-k by sigmoid; Glm4MoeTopkRouter and NemotronHTopkRouter are DeepSeek-V3's
     # router (DeepseekV3TopkRouter: sigmoid scores plus a correction bias)
     if family.startswith(("llama4", "glm4_moe", "nemotron_h", "deepseek_v3")):
         doc.setdefault("scoring_func", "sigmoid")
+    if family in _QKV_BIAS_FAMILIES:  # HF Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without
+        doc.setdefault("attention_bias", True)
     if family.startswith("gemma"):
         doc.setdefault("tie_word_embeddings", True)
         if "hidden_act" not in doc:  # Gemma configs say hidden_activation (aliased later) or nothing
@@ -193,8 +200,33 @@ def _defaults(doc: dict) -> None:
                               for i in range(min(n, 100_000))]
 
 
+def _tail_layers(doc: dict, source: str) -> None:
+    """ERNIE 4.5's Paddle configs (PaddlePaddle/ERNIE examples/pre-training/model_configs) build num_hidden_layers
+    less remove_tail_layer layers (true: one), as FastDeploy's ModelConfig.override_name_from_config reads them:
+    ERNIE-4.5-300B-A47B's 56 - 2 = the 54 layers its card gives."""
+    drop = doc.get("remove_tail_layer")
+    if drop is None or drop is False:
+        return
+    drop = 1 if drop is True else drop
+    n = doc.get("num_hidden_layers")
+    n = int(n) if isinstance(n, float) and n.is_integer() else n  # 56.0 is 56 (the spec reads it so too)
+    if not isinstance(drop, int) or drop < 0 or (isinstance(n, int) and not isinstance(n, bool) and drop >= n):
+        raise _fail("remove_tail_layer", f"must be true, false or a layer count below num_hidden_layers (got {drop!r})",
+                    "e.g. 2", source)
+    if isinstance(n, int) and not isinstance(n, bool):
+        doc["num_hidden_layers"] = n - drop
+
+
 def _notes(doc: dict, notes: list[str]) -> None:
     """Keys that change the cost and are not priced, said with what was assumed."""
+    cross = doc.get("cross_attention_layers")
+    if isinstance(cross, list) and cross:  # HF MllamaCrossAttentionDecoderLayer: gated attention to image tokens
+        notes.append(f"cross_attention_layers ({len(cross)} layers): Mllama's cross-attention to the image tokens is "
+                     "priced as causal self-attention over the text (the same q/k/v/o weights; K/V projections and "
+                     "attention scores over the image tokens are not modelled)")
+    if doc.get("moe_group_experts"):
+        notes.append("moe_group_experts (True): ERNIE's grouped expert routing not modelled; experts priced as one "
+                     "group")
     if doc.get("sparse_attention_config"):
         notes.append("sparse_attention_config: MiniMax sparse attention not modelled; every layer priced as full "
                      "attention")
