@@ -119,14 +119,15 @@ def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
     return successor, f"priced as {successor}: it states {', '.join(later)}, which {era} did not run"
 
 
-def case_token_drop(case: dict[str, Any]) -> tuple[float | None, bool, str | None]:
-    """(capacity factor, padded, note) of a case: its training block's moe_capacity_factor / moe_pad_to_capacity,
-    else what its source's label says. Megatron-Bridge's performance tables name token-drop runs
-    "<model> (tokendrop)": their --use_tokendrop applies apply_moe_token_drop with its defaults, capacity factor 1.0
-    and inputs padded to capacity (scripts/performance/utils/overrides.py, training/utils/moe_token_drop.py)."""
+def case_token_drop(case: dict[str, Any]) -> tuple[Any, Any, str | None]:
+    """(capacity factor, padded, note) of a case: its training block's moe_capacity_factor / moe_pad_to_capacity
+    (as written: TrainingSpec checks them and names the key), else what its source's label says. Megatron-Bridge's
+    performance tables name token-drop runs "<model> (tokendrop)": their --use_tokendrop applies apply_moe_token_drop
+    with its defaults, capacity factor 1.0 and inputs padded to capacity (scripts/performance/utils/overrides.py,
+    training/utils/moe_token_drop.py)."""
     tr = case.get("training") or {}
     if tr.get("moe_capacity_factor") is not None:
-        return float(tr["moe_capacity_factor"]), bool(tr.get("moe_pad_to_capacity")), None
+        return tr["moe_capacity_factor"], tr.get("moe_pad_to_capacity") or False, None
     model = case.get("model")
     name = str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
     if "tokendrop" in _squash(name):
