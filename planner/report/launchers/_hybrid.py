@@ -74,10 +74,13 @@ def _check_layers(view: PlanView, launcher: str) -> None:
     if m.conv_kernel != 4:  # MambaMixer's d_conv defaults to 4 and mamba_stack_spec does not change it
         refuse(view, launcher, "inputs.model.conv_kernel", f"a {m.conv_kernel}-wide Mamba convolution has no flag "
                "(ssm/mamba_mixer.py d_conv=4)", "use --format env for the layout and set d_conv in the layer spec")
-    if m.is_mla or m.indexer is not None or m.mtp_layers:
-        key = "num_nextn_predict_layers" if m.mtp_layers else "kv_lora_rank" if m.is_mla else "index_topk"
-        refuse(view, launcher, f"inputs.model.{key}", "MambaModel builds plain attention layers and no "
-               "multi-token-prediction block (models/mamba/mamba_model.py)",
+    if m.mtp_layers:  # models/mamba/mamba_model.py (core_v0.16) has no mtp_block_spec
+        refuse(view, launcher, "inputs.model.num_nextn_predict_layers", "MambaModel builds no multi-token-"
+               "prediction block in core_v0.16; the plan prices one", "use --format nemo with the model's "
+               "Megatron-Bridge recipe, or --format env")
+    if m.is_mla or m.indexer is not None:  # mamba_stack_spec's attention layer is SelfAttention
+        refuse(view, launcher, "inputs.model.kv_lora_rank" if m.is_mla else "inputs.model.index_topk",
+               "the Mamba stack's attention layers are plain self-attention (models/mamba/mamba_layer_specs.py)",
                "use --format nemo with the model's Megatron-Bridge recipe, or --format env")
 
 
