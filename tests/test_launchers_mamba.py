@@ -136,6 +136,8 @@ def test_mamba_context_parallel_split() -> None:
      "Mamba-1"),
     ({"mlp_layer_types": ["moe" if i % 2 == 0 else "dense" for i in range(118)], "num_local_experts": 8,
       "num_experts_per_tok": 2, "moe_intermediate_size": 1024}, "inputs.model.layer_types", "mamba+moe"),
+    # no mlp_layer_types: an MLP follows every mixer (Granite 4.0's hybrids), two blocks in one layer
+    ({"mlp_layer_types": None}, "inputs.model.layer_types", "mamba+dense"),
     ({"conv_kernel": 8}, "inputs.model.conv_kernel", "convolution"),
     ({"num_nextn_predict_layers": 1}, "inputs.model.num_nextn_predict_layers", "multi-token"),
     ({"n_groups": 3}, "inputs.model.n_groups", "groups"),
@@ -159,3 +161,18 @@ def test_short_convolutions_are_still_refused() -> None:
     proc = run_plan_in_process("-m", str(HF / "lfm2.5-vl-1.6b.json"), "-c", "h100x64", "--format", "megatron")
     assert proc.returncode == 2 and proc.stdout == ""
     assert "conv" in proc.stderr and "pretrain_mamba.py" in proc.stderr and "inputs.model.layer_types" in proc.stderr
+
+
+def test_latent_moe_width_is_launched_and_read_back(tmp_path) -> None:
+    """Nemotron 3's LatentMoE (moe_latent_size, priced by the planner) is --moe-latent-size, and reads back."""
+    from planner.inputs.launch_readers import read_launch_file
+
+    cfg = dict(hf("nemotron-3-nano-30b-a3b"), moe_latent_size=1024)
+    src = tmp_path / "latent.json"
+    src.write_text(json.dumps(cfg))
+    proc = run_plan_in_process("-m", str(src), "-c", "h100x64", "--format", "megatron")
+    assert proc.returncode == 0, proc.stderr
+    assert flags_of(proc.stdout)["--moe-latent-size"] == ["1024"]
+    script = tmp_path / "latent.sh"
+    script.write_text(proc.stdout)
+    assert read_launch_file(str(script)).model_keys["moe_latent_size"] == 1024

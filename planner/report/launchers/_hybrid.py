@@ -29,12 +29,20 @@ def is_hybrid(m: ModelShape) -> bool:
     return bool({"mamba", "mamba1"} & set(m.layer_kinds or ()))
 
 
+def _pairs(m: ModelShape) -> list[tuple[str, str]]:
+    """Each layer's (token mixer, MLP). Without mlp_layer_types every layer has an MLP (ModelSpec.mlp_kinds: dense,
+    or MoE after the first dense layers), as in Granite 4.0's hybrids."""
+    mixers = m.layer_kinds or ("full_attention",) * m.num_layers
+    dense = m.first_dense_layers if m.is_moe else m.num_layers
+    mlps = m.mlp_kinds or ("dense",) * dense + ("moe",) * (m.num_layers - dense)
+    return list(zip(mixers, mlps, strict=False)) if len(mixers) == len(mlps) == m.num_layers else []
+
+
 def pattern(m: ModelShape) -> str | None:
     """The --hybrid-override-pattern of the model's layers; None where a layer has no single symbol."""
-    mixers = m.layer_kinds or ("full_attention",) * m.num_layers
-    mlps = m.mlp_kinds or ("none",) * m.num_layers
-    chars = [SYMBOLS.get(pair) for pair in zip(mixers, mlps, strict=True)]
-    return "".join(chars) if all(chars) else None  # type: ignore[arg-type]  # all() rules out None
+    pairs = _pairs(m)
+    chars = [SYMBOLS.get(pair, "") for pair in pairs]
+    return "".join(chars) if pairs and all(chars) else None
 
 
 def flags(view: PlanView) -> list[tuple[str, ...]]:
@@ -62,9 +70,11 @@ def _check_layers(view: PlanView, launcher: str) -> None:
     if "mamba1" in (m.layer_kinds or ()):
         refuse(view, launcher, "inputs.model.layer_types", "Megatron-Core's Mamba mixer is Mamba-2 (SSD, "
                "ssm/mamba_mixer.py); Mamba-1 layers (Jamba) have no flag", "use --format env for the layout")
+    if not _pairs(m):
+        refuse(view, launcher, "inputs.model.layer_types", f"layer_types and mlp_layer_types do not list "
+               f"{m.num_layers} layers each", "regenerate the plan with `plan --format json`")
     if pattern(m) is None:
-        odd = sorted({f"{a}+{b}" for a, b in zip(m.layer_kinds or (), m.mlp_kinds or (), strict=False)
-                      if (a, b) not in SYMBOLS})
+        odd = sorted({f"{a}+{b}" for a, b in _pairs(m) if (a, b) not in SYMBOLS})
         refuse(view, launcher, "inputs.model.layer_types", f"{', '.join(odd)} layers have no symbol in "
                "--hybrid-override-pattern, whose layers are each one of Mamba-2 (M), attention (*), MLP (-) or "
                "MoE (E)", "use --format nemo with the model's Megatron-Bridge recipe, or --format env")
@@ -87,7 +97,8 @@ def _check_layers(view: PlanView, launcher: str) -> None:
 def _check_mixer_split(view: PlanView, launcher: str) -> None:
     """MambaMixer splits heads and groups over TP (mamba_mixer.py:249-262) and heads again over CP
     (mamba_context_parallel.py:97-125); the search rule mixer_heads_divisible_by_tp states the TP half."""
-    heads, _, state, groups = view.model.mamba or (1, 1, 1, 1)
+    assert view.model.mamba is not None  # _check_layers refuses a Mamba model without its shapes
+    heads, head_dim, state, groups = view.model.mamba
     tp, cp = view.layout.tp, view.layout.cp
     if heads % groups:
         refuse(view, launcher, "inputs.model.n_groups", f"{heads} Mamba heads do not split into {groups} groups",
@@ -99,7 +110,7 @@ def _check_mixer_split(view: PlanView, launcher: str) -> None:
     if heads % (tp * cp) or (cp % local if local < cp else local % cp):
         refuse(view, launcher, "cp", f"{heads // tp} Mamba heads and {local} groups per TP rank do not split over "
                f"cp={cp}", "re-plan with a cp dividing both (or cp=1)")
-    width = 2 * heads * view.model.mamba[1] + 2 * groups * state + heads if view.model.mamba else 0
+    width = 2 * heads * head_dim + 2 * groups * state + heads  # in_proj's output: z, x, B, C and dt
     if view.precision in ("fp8", "fp4") and width % 16:  # mamba_mixer.py:241-245, asserted under fp8
         refuse(view, launcher, "inputs.training.precision", f"the Mamba input projection's width {width} is not "
                "a multiple of 16, which fp8 GEMMs need", "plan with --precision bf16")

@@ -13,7 +13,8 @@ from planner.report.launchers import _hybrid, _mcore
 from planner.report.launchers._plan import ModelShape, PlanView, header, refuse
 
 TARGET = "Megatron-LM core_v0.15 / main 2026-08 (pretrain_gpt.py)"
-HYBRID_TARGET = f"Megatron-LM core_v0.16 / main 2026-08 ({_hybrid.SCRIPT})"  # 'E' (MoE) symbol: core_v0.16 on
+# core_v0.15's pattern alphabet has no MoE symbol (ssm/mamba_hybrid_layer_allocation.py Symbols: M, *, -); 0.16 adds E
+HYBRID_TARGET = f"Megatron-LM core_v0.16 / main 2026-08 ({_hybrid.SCRIPT})"
 NAME = "Megatron-LM"
 
 # HF activation name -> Megatron flag; gelu is Megatron's default and needs none. gpt-oss's clamped SwiGLU is
@@ -244,7 +245,7 @@ def _moe(view: PlanView) -> list[Flag]:
     if m.shared_experts:  # the width the config states, else whole experts (DeepSeek's count)
         width = m.shared_expert_ffn or m.shared_experts * m.moe_ffn_hidden_size
         flags.append(("--moe-shared-expert-intermediate-size", str(width)))
-    if m.moe_latent_size:  # transformer_config.py moe_latent_size (megatron-core 0.16)
+    if m.moe_latent_size:  # transformer_config.py:719 moe_latent_size (megatron-core 0.16.1)
         flags.append(("--moe-latent-size", str(m.moe_latent_size)))
     hybrid = _hybrid.is_hybrid(m)  # a hybrid places its MoE layers with the pattern's E symbols instead
     pattern = None if hybrid else m.moe_layer_pattern
