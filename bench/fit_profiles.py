@@ -54,14 +54,14 @@ def main() -> None:
 
 
 def fit_moe(cases: list[dict]) -> None:
-    """Joint grid over the two MoE constants: expert load imbalance and the per-layer host synchronisation."""
+    """Joint grid over the two MoE constants: expert load imbalance and the per-layer host overhead."""
     import planner.cost.expert as step
 
     group = [c for c in cases if c.get("tier") == "moe" and c["measured"].get("tokens_per_s_per_gpu")]
     best = None
     for sync in (0.0, 2e-4, 4e-4, 8e-4, 1.2e-3, 1.5e-3):
         for imbalance in (1.0, 1.1, 1.2, 1.4, 1.6, 1.8):
-            step.MOE_HOST_SYNC_S, step.EXPERT_IMBALANCE = sync, imbalance
+            step.MOE_HOST_OVERHEAD_S, step.EXPERT_IMBALANCE = sync, imbalance
             errs = []
             for c in group:
                 r = run_case(c, "fit")
@@ -69,10 +69,10 @@ def fit_moe(cases: list[dict]) -> None:
                     ratio = r["predicted"]["tokens_per_s_per_gpu"] / c["measured"]["tokens_per_s_per_gpu"]
                     errs.append(abs(math.log(ratio)))
             score = statistics.median(errs)
-            print(f"  host sync {sync * 1e3:.1f} ms  imbalance {imbalance:.1f}  median |log err| {score:.3f}")
+            print(f"  host overhead {sync * 1e3:.1f} ms  imbalance {imbalance:.1f}  median |log err| {score:.3f}")
             if best is None or score < best[2]:
                 best = (sync, imbalance, score, len(errs))
-    print(f"moe cases {best[3]}  best host sync {best[0] * 1e3:.1f} ms, imbalance {best[1]:.2f}, "
+    print(f"moe cases {best[3]}  best host overhead {best[0] * 1e3:.1f} ms, imbalance {best[1]:.2f}, "
           f"median |log err| {best[2]:.3f} (a flat valley: prefer the physically plausible point near it)")
 
 

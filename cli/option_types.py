@@ -20,3 +20,10 @@ PlanFwOpt = Annotated[str | None, typer.Option(
     "--framework", help="training stack to plan for: its capabilities limit the search and its behaviour prices it "
     "(generic, megatron-core, megatron (paper era), nemo, torchtitan, deepspeed, llm-foundry, ...); default: the "
     "launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else generic", show_default=False)]
+MoeCapacityOpt = Annotated[float | None, typer.Option(
+    "--moe-capacity-factor", min=0.01, max=64.0, help="token dropping: each expert takes at most this many times its "
+    "even share of the routed tokens and drops the rest (Megatron-Core --moe-expert-capacity-factor); default "
+    "dropless", show_default=False)]
+MoePadOpt = Annotated[bool, typer.Option(
+    "--moe-pad-to-capacity", help="with --moe-capacity-factor: pad every expert's input to its capacity (static "
+    "shapes; priced as a full capacity of work)")]

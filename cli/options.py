@@ -69,14 +69,16 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
                   fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                   compress: list[str] | None = None, memory_headroom: float | None = None,
                   optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
-                  fp8_recipe: str = "tensorwise") -> Problem:
+                  fp8_recipe: str = "tensorwise", *, moe_capacity_factor: float | None = None,
+                  moe_pad_to_capacity: bool = False) -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from planner.inputs.catalog import load_cluster, load_model
 
     _check_names(precision, framework)
     return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
                        allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload,
-                       optimizer_moments, fp8_recipe)
+                       optimizer_moments, fp8_recipe, moe_capacity_factor=moe_capacity_factor,
+                       moe_pad_to_capacity=moe_pad_to_capacity)
 
 
 def _check_names(precision: str, framework: str) -> None:
@@ -104,11 +106,31 @@ def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:
                              fix="use --fp8-recipe tensorwise, or --framework megatron-core / nemo")
 
 
+def _check_token_drop(m: ModelSpec, framework: str, capacity: float | None, padded: bool) -> None:
+    from planner.inputs.frameworks import capabilities_for
+
+    if padded and capacity is None:
+        raise PlanInputError("pads each expert's input to its capacity, and no capacity is set",
+                             field="--moe-pad-to-capacity", fix="add --moe-capacity-factor (e.g. 1.0)")
+    if capacity is None:
+        return
+    if capacity <= 0:
+        raise PlanInputError(f"must be positive, got {capacity:g}", field="--moe-capacity-factor",
+                             fix="e.g. --moe-capacity-factor 1.25 (or leave it out: dropless)")
+    if not m.is_moe:
+        stderr().print("warning: --moe-capacity-factor has no effect: the model has no experts")
+    elif not capabilities_for(framework).token_drop:
+        raise PlanInputError(f"{framework} trains mixture-of-experts layers dropless; it has no capacity factor",
+                             field="--moe-capacity-factor",
+                             fix="leave it out, or plan for --framework megatron-core / nemo")
+
+
 def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, precision: str, framework: str,
                 fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
                 compress: list[str] | None = None, memory_headroom: float | None = None,
                 optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
-                fp8_recipe: str = "tensorwise") -> Problem:
+                fp8_recipe: str = "tensorwise", *, moe_capacity_factor: float | None = None,
+                moe_pad_to_capacity: bool = False) -> Problem:
     """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
     from pydantic import ValidationError
 
@@ -135,10 +157,12 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
         raise PlanInputError(refusal, field="--optimizer-moments",
                              fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
     _check_fp8_recipe(fp8_recipe, precision, framework)
+    _check_token_drop(m, framework, moe_capacity_factor, moe_pad_to_capacity)
     try:
         tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
                           optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments,
-                          fp8_recipe=fp8_recipe)
+                          fp8_recipe=fp8_recipe, moe_capacity_factor=moe_capacity_factor,
+                          moe_pad_to_capacity=moe_pad_to_capacity)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and seq_len > m.max_position_embeddings:

@@ -19,7 +19,8 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
              fmt: str = "table", rank: int = 1, allow_tp_across_nodes: bool = False,
              time_limit: float | None = None, compress: list[str] | None = None, memory_headroom: float = 0.05,
              optimizer_offload: float = 0.0, optimizer_moments: str = "fp32", fp8_recipe: str = "tensorwise",
-             timings: bool = False) -> None:
+             timings: bool = False, moe_capacity_factor: float | None = None,
+             moe_pad_to_capacity: bool = False) -> None:
     """Plan the best parallel layouts for `model` on `cluster` and write them to stdout in `fmt`."""
     if model is None or cluster is None:
         missing = "--model" if model is None else "--cluster"
@@ -31,7 +32,8 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
 
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
                             compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload,
-                            optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe)
+                            optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe,
+                            moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:

@@ -31,6 +31,8 @@ OPTIONS: dict[str, tuple[str, str, float | None, float | None]] = {
     "--optimizer-moments": ("optimizer_moments", "str", None, None),
     "--fp8-recipe": ("fp8_recipe", "str", None, None),
     "--timings": ("timings", "flag", None, None),
+    "--moe-capacity-factor": ("moe_capacity_factor", "float", 0.01, 64.0),
+    "--moe-pad-to-capacity": ("moe_pad_to_capacity", "flag", None, None),
 }
 
 

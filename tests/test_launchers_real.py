@@ -139,6 +139,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--overlap-param-gather", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-amax-history-len",
         "--fp8-amax-compute-algo", "--fp8-param-gather", "--disable-bias-linear", "--moe-flex-dispatcher-backend",
         "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--recompute-modules",
+        "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
         "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
         "--cpu-offloading-num-layers", "--moe-router-score-function", "--moe-router-pre-softmax",
         "--moe-router-num-groups", "--moe-router-group-topk", "--window-size", "--window-attn-skip-freq",
@@ -248,6 +249,9 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         )
         if "--moe-flex-dispatcher-backend" in flags:
             kw["moe_flex_dispatcher_backend"] = _str(flags, "--moe-flex-dispatcher-backend")
+        if "--moe-expert-capacity-factor" in flags:
+            kw.update(moe_expert_capacity_factor=float(_str(flags, "--moe-expert-capacity-factor")),
+                      moe_pad_expert_input_to_capacity="--moe-pad-expert-input-to-capacity" in flags)
         if "--moe-layer-freq" in flags:
             # Megatron-LM's moe_freq_type: an int, or a Python list expression such as ([0]*3+[1]*58).
             kw["moe_layer_freq"] = eval(_str(flags, "--moe-layer-freq"), {"__builtins__": {}})  # noqa: S307
@@ -448,6 +452,17 @@ def test_megatron_fp8_moe_selective_recompute_uses_current_scaling(mcore):
     assert {"moe_act", "layernorm"} <= set(flags["--recompute-modules"])
     config, _ = megatron_configs(flags)
     assert config.fp8_recipe == "tensorwise"
+
+
+def test_megatron_token_drop_reaches_megatron_core(mcore):
+    """Token drop across nodes (ep 8 x tp 2 spans two nodes): the capacity factor and padding reach megatron-core on
+    the alltoall dispatcher (it refuses padding with DeepEP), and the config builds."""
+    doc = plan_doc("--model", "mixtral-8x22b", "--cluster", "h100x256", "--fix", "ep=8", "--fix", "tp=2",
+                   "--fix", "etp=tp", "--moe-capacity-factor", "1.25", "--moe-pad-to-capacity", "--top", "1")
+    flags = megatron_check(doc)
+    config, _ = megatron_configs(flags)
+    assert config.moe_expert_capacity_factor == 1.25 and config.moe_pad_expert_input_to_capacity
+    assert config.moe_token_dispatcher_type == "alltoall"
 
 
 def test_megatron_whole_experts_reach_megatron_core(mcore):

@@ -64,7 +64,8 @@ def test_node_limited_routing_caps_the_domains_a_token_reaches():
 
 def test_deduplicated_dispatch_sends_a_token_once_per_remote_node():
     """EP 64 over 8 H800 nodes, 4096 tokens, hidden 7168, top-8, bf16, no fp8 dispatch (nemo profile):
-    network bytes = tokens x h x 2 B x remote nodes; NVLink carries the k copies x 7/8."""
+    network bytes = tokens x h x 2 B x remote nodes; NVLink carries the k copies x 7/8; the busiest rank receives
+    (dispatch) and sends back (combine) EXPERT_IMBALANCE times the mean, and everyone waits for it."""
     m, cl = load_model("deepseek-v3"), load_cluster("h800x2048")
     fab = Fabric(cl, {}, 3.35e12)
     prof = profile_for("nemo")
@@ -73,7 +74,7 @@ def test_deduplicated_dispatch_sends_a_token_once_per_remote_node():
     remote = expert.domains_reached(m, np.array([8.0]))[0] * 7 / 8
     net = 4096 * 7168 * 2.0 * remote / (50e9 * NETWORK_EFFICIENCY)
     nvl = 4096 * 8 * 7168 * 2.0 * 7 / 8 / (200e9 * NVLINK_EFFICIENCY)
-    per_exchange = max(net, nvl)
+    per_exchange = expert.EXPERT_IMBALANCE * max(net, nvl)
     assert t[0] == pytest.approx(2 * per_exchange, rel=0.01)  # dispatch + combine, latency is microseconds
     plain = expert.a2a_pass_time(m, fab, profile_for("torchtitan"), np.array([4096.0]), one, np.array([64.0]), one,
                                  fp8=False)
@@ -168,9 +169,9 @@ def test_deepseek_v3_published_layout_near_its_report_and_fits():
                                           schedule=int(Schedule.DUALPIPE)).items()}
     priced = price_layout(prob, lay)
     assert priced["memory_peak_gib"] <= 80.0
-    # Issue 12 asks for 15 %; the model is 15.2 % fast here (1778 vs 1543). The report's figure is the whole
-    # pre-training's average (the batch ramp over the first 469B tokens, checkpoints, restarts included).
-    assert priced["tokens_per_s_per_gpu"] == pytest.approx(published, rel=0.16)
+    # Issue 12 asks for 15 %. The report's figure is the whole pre-training's average (the batch ramp over the first
+    # 469B tokens, checkpoints, restarts included), which the steady-state price leaves out: it is 13.7 % fast.
+    assert priced["tokens_per_s_per_gpu"] == pytest.approx(published, rel=0.15)
     plain = price_layout(prob, lay | {"schedule": int(Schedule.ONE_F_ONE_B)})["tokens_per_s_per_gpu"]
     assert plain < 0.85 * priced["tokens_per_s_per_gpu"]  # without the pairing the all-to-all is exposed
 

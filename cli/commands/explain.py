@@ -10,7 +10,7 @@ import typer
 
 from cli.commands.report import writable_path, write_text
 from cli.exit_codes import ExitCode
-from cli.option_types import PlanFwOpt
+from cli.option_types import MoePadOpt, PlanFwOpt
 from cli.options import (
     build_problem,
     check_format,
@@ -54,6 +54,10 @@ def explain(
         "(default: the file's, else 0)")] = None,
     optimizer_moments: Annotated[str | None, typer.Option(
         "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (default: the file's, else fp32)")] = None,
+    moe_capacity_factor: Annotated[float | None, typer.Option(
+        "--moe-capacity-factor", min=0.01, max=64.0, help="token dropping: each expert's capacity in even shares of "
+        "the routed tokens (default: the file's, else dropless)", show_default=False)] = None,
+    moe_pad_to_capacity: MoePadOpt = False,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
@@ -74,7 +78,7 @@ def explain(
     svg_path = writable_path(svg, "--svg", ".svg") if svg is not None else None
     if from_file is not None:
         _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path,
-                      optimizer_offload, optimizer_moments)
+                      optimizer_offload, optimizer_moments, (moe_capacity_factor, moe_pad_to_capacity))
         return
     if model is None or cluster is None:
         raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
@@ -83,7 +87,8 @@ def explain(
 
     problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
                             framework or "generic", None, fp8_recipe=fp8_recipe,
-                            optimizer_offload=optimizer_offload or 0.0, optimizer_moments=optimizer_moments or "fp32")
+                            optimizer_offload=optimizer_offload or 0.0, optimizer_moments=optimizer_moments or "fp32",
+                            moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
     given = parse_pairs([layout or ""], "--layout")
     out = run_explain(problem, given)
     if svg_path is not None:
@@ -112,8 +117,10 @@ def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
 def _explain_from(path: str, dialect: str | None, model: str | None, cluster: str | None, seq_len: int | None,
                   global_batch: int | None, precision: str | None, framework: str | None, fmt: str,
                   svg_path: Path | None = None, optimizer_offload: float | None = None,
-                  optimizer_moments: str | None = None) -> None:
-    """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best."""
+                  optimizer_moments: str | None = None,
+                  token_drop: tuple[float | None, bool] = (None, False)) -> None:
+    """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best.
+    `token_drop`: the --moe-capacity-factor and --moe-pad-to-capacity options (None / False: the file's)."""
     from planner.inputs.files import warn
     from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
     from planner.report import document
@@ -132,7 +139,9 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
                           framework_for(framework, cfg.dialect), None, fp8_recipe=recipe,
                           optimizer_offload=(cfg.optimizer_offload or 0.0) if optimizer_offload is None
                           else optimizer_offload,
-                          optimizer_moments=optimizer_moments or cfg.optimizer_moments or "fp32")
+                          optimizer_moments=optimizer_moments or cfg.optimizer_moments or "fp32",
+                          moe_capacity_factor=cfg.moe_capacity_factor if token_drop[0] is None else token_drop[0],
+                          moe_pad_to_capacity=token_drop[1] or cfg.moe_pad_to_capacity)
     out = explain_from(problem, given, cfg)
     if svg_path is not None:
         write_svg(problem, given, svg_path)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.option_types import GbsOpt, PlanFwOpt, PrecOpt, SeqOpt
+from cli.option_types import GbsOpt, MoeCapacityOpt, MoePadOpt, PlanFwOpt, PrecOpt, SeqOpt
 from cli.plan_run import run_plan
 
 
@@ -47,9 +47,12 @@ def main(
         "block scales as DeepSeek-V3 trains; slower GEMMs on Hopper)")] = "tensorwise",
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
+    moe_capacity_factor: MoeCapacityOpt = None,
+    moe_pad_to_capacity: MoePadOpt = False,
 ) -> None:
     """Plan the best parallel layouts for MODEL on CLUSTER (run with no subcommand)."""
     if ctx.invoked_subcommand is not None:
         return
     run_plan(model, cluster, seq_len, global_batch, precision, framework, fix, top, fmt, rank, allow_tp_across_nodes,
-             time_limit, compress, memory_headroom, optimizer_offload, optimizer_moments, fp8_recipe, timings)
+             time_limit, compress, memory_headroom, optimizer_offload, optimizer_moments, fp8_recipe, timings,
+             moe_capacity_factor, moe_pad_to_capacity)

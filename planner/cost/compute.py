@@ -125,9 +125,10 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: n
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
-    moe_layer = expert.moe_layer_flops(m, tf)
+    load = expert.busiest_rank_load(problem.training)
+    moe_layer = expert.moe_layer_flops(m, tf, load)
     if m.is_moe:
-        routed = expert.EXPERT_IMBALANCE * flops.routed_flops(m)
+        routed = load * flops.routed_flops(m)
         slow = 1.0 / expert.grouped_gemm_rate(m, tok, tp, ep) - 1.0
         moe_layer = moe_layer + routed * slow
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
@@ -201,7 +202,8 @@ def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
 
 
 def launch_time(problem: Problem, ep: np.ndarray) -> np.ndarray | float:
-    """Kernel launches of one layer's forward (KERNEL_OVERHEAD_S each), plus MoE grouped-GEMM launches and host sync."""
+    """Kernel launches of one layer's forward (KERNEL_OVERHEAD_S each), plus MoE grouped-GEMM launches and the
+    host-side overhead."""
     m = problem.model
     launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
     if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import expert
 from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
@@ -70,8 +71,8 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
 
 
 def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool, dropout: bool,
-                           fp8: bool = False, weighted: bool = True,
-                           act_store_fp8: bool = False) -> dict[str, np.ndarray]:
+                           fp8: bool = False, weighted: bool = True, act_store_fp8: bool = False,
+                           routed_load: float = 1.0) -> dict[str, np.ndarray]:
     """Bytes per token one layer saves for backward, by term, with fused kernels (Megatron-Core + Transformer Engine).
 
     Korthikanti et al. 2022 §4.1 count 34·h bytes/token for a GPT layer plus 5·a·s for the s^2 softmax terms; fused
@@ -112,7 +113,7 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
         k, width = m.num_experts_per_tok, m.expert_ffn
         per_copy = (gemm_in * h + (glu_in if m.gated_mlp else 2) * width + gemm_in * width + 2 + 16
                     + (0 if weighted else 2 * h))
-        mlp = k * per_copy + 8 * k + 2 * k
+        mlp = routed_load * k * per_copy + 8 * k + 2 * k  # routed_load: padded capacity (expert.routed_memory_load)
         if m.n_shared_experts:
             mlp += ((glu_in if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
     else:
@@ -125,9 +126,9 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
 
 def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
                                      dropout: bool, fp8: bool = False, weighted: bool = True,
-                                     act_store_fp8: bool = False) -> np.ndarray:
+                                     act_store_fp8: bool = False, routed_load: float = 1.0) -> np.ndarray:
     """Sum of layer_activation_terms: bytes per token one layer saves for backward without recompute."""
-    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8).values())
+    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8, routed_load).values())
 
 
 def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
@@ -174,8 +175,9 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
     store = prof.fp8_activation_store
     dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8, act_store_fp8=store)
-    moe_act = (layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8, prof.moe_weighted_activation, store)
-               if m.is_moe else dense_act)
+    routed_load = expert.routed_memory_load(problem.training)
+    moe_act = (layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8, prof.moe_weighted_activation, store,
+                                                routed_load) if m.is_moe else dense_act)
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
@@ -188,8 +190,8 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
         dense_share = (1 - frac_moe) * float(capabilities_for(problem.training.framework).selective_dense)
         saved = dense_share * (norms + gemm_in * m.intermediate_size / tp)
         if m.is_moe:
-            saved = saved + frac_moe * (norms + gemm_in * m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
-                                        / tp)
+            copies = routed_load * m.num_experts_per_tok + m.n_shared_experts
+            saved = saved + frac_moe * (norms + gemm_in * m.expert_ffn * copies / tp)
         if m.is_mla:  # mla_up_proj: the latent norms, up projections and per-head q, k, v are re-made
             a, qk = m.num_attention_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
             saved = saved + (2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + m.v_head_dim)) / tp \

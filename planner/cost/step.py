@@ -109,8 +109,10 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc, 1.0 - whole_experts * (etp == 1))
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
-    ep_all, ep_f = expert.dispatch_exposed(m, fab, prof, tok, tp, ep, etp, compute.is_fp8(problem), share,
-                                           lt.fwd + lt.bwd)
+    tr = problem.training
+    ep_all, ep_f = expert.dispatch_exposed(m, fab, expert.dispatcher_profile(prof, tr), tok, tp, ep, etp,
+                                           compute.is_fp8(problem), share, lt.fwd + lt.bwd,
+                                           expert.busiest_rank_load(tr))
     return act_bytes, (tp_all, tp_f, cp_all, cp_f, ep_all, ep_f)
 
 

@@ -119,6 +119,21 @@ def case_framework(case: dict[str, Any]) -> tuple[str, str | None]:
     return successor, f"priced as {successor}: it states {', '.join(later)}, which {era} did not run"
 
 
+def case_token_drop(case: dict[str, Any]) -> tuple[float | None, bool, str | None]:
+    """(capacity factor, padded, note) of a case: its training block's moe_capacity_factor / moe_pad_to_capacity,
+    else what its source's label says. Megatron-Bridge's performance tables name token-drop runs
+    "<model> (tokendrop)": their --use_tokendrop applies apply_moe_token_drop with its defaults, capacity factor 1.0
+    and inputs padded to capacity (scripts/performance/utils/overrides.py, training/utils/moe_token_drop.py)."""
+    tr = case.get("training") or {}
+    if tr.get("moe_capacity_factor") is not None:
+        return float(tr["moe_capacity_factor"]), bool(tr.get("moe_pad_to_capacity")), None
+    model = case.get("model")
+    name = str(model.get("name", "")) if isinstance(model, dict) else str(model or "")
+    if "tokendrop" in _squash(name):
+        return 1.0, True, "read '(tokendrop)' as Megatron-Bridge's token drop: capacity factor 1.0, padded"
+    return None, False, None
+
+
 # Layout values as other stacks' configs spell them: activation checkpointing as a switch (torchtitan, llm-foundry:
 # on = every layer's full recompute), Megatron's recompute methods (uniform / block are full recompute), sharding by
 # FSDP's strategy names and ZeRO by "zero-N".
@@ -161,9 +176,11 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
         # A null means "not stated": the defaults a reader of the paper would assume, never a dropped case.
         # block-scaled fp8 by its names (Megatron-Bridge's subchannel preset, Megatron-Core's --fp8-recipe blockwise)
         blockwise = precision == "fp8" and any(w in str(tr.get("precision")).lower() for w in ("subchannel", "block"))
+        capacity, padded, _ = case_token_drop(case)
         training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"], precision=precision,
                                 framework=case_framework(case)[0],
-                                fp8_recipe="blockwise" if blockwise else "tensorwise")
+                                fp8_recipe="blockwise" if blockwise else "tensorwise",
+                                moe_capacity_factor=capacity, moe_pad_to_capacity=padded)
     except ValidationError as exc:
         raise pydantic_error(exc, where, prefix="training.") from None
     fixed: dict[str, int] = {}

@@ -13,7 +13,14 @@ from typing import Any
 
 from planner.cost.profiles import MEMORY_METRIC, profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
-from planner.evidence.cases import case_framework, case_precision, case_problem, default_cases_path, load_cases
+from planner.evidence.cases import (
+    case_framework,
+    case_precision,
+    case_problem,
+    case_token_drop,
+    default_cases_path,
+    load_cases,
+)
 from planner.inputs.problem import Problem
 from planner.report.document import layout_dict, sig
 from planner.search.search import search
@@ -68,7 +75,7 @@ def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
             names = ", ".join(r.name for r in core.core) or "memory"
             return {**out, "layout": None, "predicted": None, "error": None,
                     "reason": f"the stated layout breaks: {names}"}
-    read = (case_framework(case)[1], case_precision(case)[1])
+    read = (case_framework(case)[1], case_precision(case)[1], case_token_drop(case)[2])
     note = "; ".join(n for n in (*read, note) if n) or None
     plan = result.plans[0]
     mt = plan.metrics

@@ -88,6 +88,9 @@ class Capabilities:
     cp_excludes: tuple[str, ...] = ()
     # Experts with biases only whole (expert TP 1): Megatron-Core asserts "Bias in Moe is only supported when ETP==1".
     moe_bias_whole_experts: bool = False
+    # Token dropping with a capacity factor (Megatron-Core --moe-expert-capacity-factor, optionally padded with
+    # --moe-pad-expert-input-to-capacity). torchtitan's MoE routes dropless only; the other targets run no experts.
+    token_drop: bool = True
     # Models with Mamba layers run on Megatron-Core's MambaStack (pretrain_mamba.py), which in core_v0.16 asserts no
     # virtual pipeline stages and has no full-layer recompute or activation offloading (ssm/mamba_block.py:172-176;
     # the block builds no checkpointed forward).
@@ -106,7 +109,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
                             source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
-        expert_parallel=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
+        expert_parallel=False, token_drop=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
         optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD, precisions=("bf16",),
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
                "interleaving, DP and the distributed optimizer in 16-bit mixed precision; no context or expert "
@@ -129,17 +132,19 @@ FRAMEWORKS: dict[str, Capabilities] = {
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
         cp_comm=(CpComm.RING,), ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False,
         launcher="torchtitan", optimizer_offload="none", bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
+        token_drop=False,
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
         "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), bf16_moments=False,
         schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
         expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
-        optimizer_offload="all",
+        optimizer_offload="all", token_drop=False,
         source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
                "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
     "megatron-deepspeed": Capabilities(
         "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False, bf16_moments=False,
+        token_drop=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False, optimizer_offload="all",
         recompute=_RECOMPUTE_NO_OFFLOAD,
@@ -149,6 +154,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
         bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
         cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False, optimizer_offload="none",
+        token_drop=False,
         source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.

@@ -354,6 +354,20 @@ class TrainingSpec(_Spec):
         "fp8 scaling granularity: tensorwise = one scale per tensor (Transformer Engine delayed or current scaling; "
         "MXFP8 on Blackwell); blockwise = 1x128 activation tiles and 128x128 weight blocks (DeepSeek-V3 report "
         "§3.3.2, Megatron --fp8-recipe blockwise), which Hopper runs slower"))
+    moe_capacity_factor: float | None = Field(default=None, gt=0.0, le=64.0, description=(
+        "token dropping: each expert takes at most this many times its even share of a micro-batch's routed tokens "
+        "and drops the rest (Megatron-Core --moe-expert-capacity-factor; Switch Transformer's capacity factor); "
+        "None = dropless, every routed token is computed"))
+    moe_pad_to_capacity: bool = Field(default=False, description=(
+        "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
+        "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
+
+    @model_validator(mode="after")
+    def _check_capacity(self) -> TrainingSpec:
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            # Megatron-Core TransformerConfig.__post_init__ raises the same (transformer_config.py)
+            raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (padding is to each expert's capacity)")
+        return self
 
 
 class Layout(BaseModel):

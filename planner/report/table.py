@@ -239,6 +239,10 @@ def render_clusters(catalog: dict[str, dict], console: Console) -> None:
 
 
 def precision_label(tr: TrainingSpec) -> str:
-    """The precision as the header prints it, with what changes its price: block scales, bf16 Adam moments."""
+    """The precision as the header prints it, with what changes its price: block scales, bf16 Adam moments, token
+    dropping."""
     label = tr.precision + (" blockwise" if tr.precision == "fp8" and tr.fp8_recipe == "blockwise" else "")
-    return label + (", bf16 moments" if tr.optimizer_moments == "bf16" else "")
+    label += ", bf16 moments" if tr.optimizer_moments == "bf16" else ""
+    if tr.moe_capacity_factor is not None:
+        label += f", experts capped at {tr.moe_capacity_factor:g}x" + (" (padded)" if tr.moe_pad_to_capacity else "")
+    return label

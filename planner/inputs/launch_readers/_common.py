@@ -32,6 +32,8 @@ class LaunchConfig:
     fp8_recipe: str | None = None  # "blockwise" where the file asks for 128 x 128 block scales
     optimizer_offload: float | None = None  # share of optimizer states the file keeps in CPU memory
     optimizer_moments: str | None = None  # "bf16" where the file keeps both Adam moments in bf16
+    moe_capacity_factor: float | None = None  # token dropping: each expert's capacity in even shares
+    moe_pad_to_capacity: bool = False  # experts' inputs padded to that capacity
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
     ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning
@@ -85,6 +87,22 @@ def as_bool(raw: object, where: str, source: str) -> bool:
 
 def is_null(raw: object) -> bool:
     return raw is None or str(raw).strip().lower() in ("null", "none", "~", "")
+
+
+def token_drop(cfg: LaunchConfig, capacity: object, padded: bool, where: tuple[str, str]) -> None:
+    """Token dropping as Megatron-Core reads it (transformer_config.py): a capacity factor, where a negative one
+    means dropless, and padding that needs a capacity. `where`: the capacity and padding keys, for errors."""
+    if capacity is not None and str(capacity).strip().lower() not in ("", "null", "none"):
+        try:
+            value = float(str(capacity).strip())
+        except ValueError:
+            raise PlanInputError(f"expected a number, got '{str(capacity)[:40]}'", field=where[0], source=cfg.source,
+                                 fix="e.g. 1.0 (a negative value means dropless)") from None
+        cfg.moe_capacity_factor = value if value > 0 else None
+    if padded and cfg.moe_capacity_factor is None:
+        raise PlanInputError("pads to a capacity that is not set", field=where[1], source=cfg.source,
+                             fix=f"set {where[0]} too, as Megatron-Core requires")
+    cfg.moe_pad_to_capacity = padded
 
 
 def as_share(raw: object, where: str, source: str) -> float:

@@ -13,7 +13,14 @@ import shlex
 
 from planner.errors import PlanInputError
 from planner.inputs.architecture import HYBRID_PATTERN, hybrid_layers
-from planner.inputs.launch_readers._common import LaunchConfig, as_int, as_share, moments_dtype, read_header
+from planner.inputs.launch_readers._common import (
+    LaunchConfig,
+    as_int,
+    as_share,
+    moments_dtype,
+    read_header,
+    token_drop,
+)
 
 # Flag -> layout knob (values as --fix takes them).
 _KNOBS = {
@@ -61,6 +68,7 @@ _HANDLED = {
     "--exp-avg-sq-dtype", "--window-size", "--window-attn-skip-freq", "--mtp-num-layers", "--quick-geglu",
     "--activation-func-clamp-value", "--glu-linear-offset", "--softmax-type", "--add-qkv-bias",
     "--attention-output-gate", "--experimental-attention-variant", "--linear-attention-freq", "--no-rope-fusion",
+    "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
     "--hybrid-override-pattern", "--moe-latent-size", *_MAMBA_SHAPE,
 }
 _IRRELEVANT = {
@@ -252,6 +260,8 @@ def _optimizer(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  
         cfg.optimizer_offload = as_share(value(fraction), fraction, cfg.source) if fraction in found else 1.0
     first, second = (value(f) if f in found else "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype"))
     moments_dtype(first, second, "--exp-avg-dtype/--exp-avg-sq-dtype", cfg)
+    capacity, pad = "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"
+    token_drop(cfg, value(capacity) if capacity in found else None, pad in found, (capacity, pad))
 
 
 def _windows(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure

@@ -15,6 +15,7 @@ from planner.inputs.launch_readers._common import (
     is_null,
     moments_dtype,
     read_header,
+    token_drop,
 )
 
 _KNOBS = {"model.tensor_model_parallel_size": "tp", "model.pipeline_model_parallel_size": "pp",
@@ -43,7 +44,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size",
             "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
             "model.num_layers_in_last_pipeline_stage", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
             "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
-            "checkpoint.ckpt_format"}
+            "checkpoint.ckpt_format", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")
 
@@ -132,6 +133,8 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.optimizer_offload = as_share(found[key], key, src) if key in found and not is_null(found[key]) else 0.0
     moments_dtype(found.get("optimizer.exp_avg_dtype", "fp32"), found.get("optimizer.exp_avg_sq_dtype", "fp32"),
                   "optimizer.exp_avg_dtype/exp_avg_sq_dtype", cfg)
+    token_drop(cfg, found.get("model.moe_expert_capacity_factor"), flag("model.moe_pad_expert_input_to_capacity"),
+               ("model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"))
     if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:

@@ -53,9 +53,20 @@ def ep_overlap(view: PlanView) -> bool:
 
 def deepep_dispatch(view: PlanView) -> bool:
     """The expert-parallel group leaves the node, where the planner prices node-deduplicated (DeepEP) dispatch:
-    Megatron-Core's flex dispatcher with the deepep backend (transformer_config.py moe_flex_dispatcher_backend)."""
+    Megatron-Core's flex dispatcher with the deepep backend (transformer_config.py moe_flex_dispatcher_backend).
+    Not with token dropping, which runs on the alltoall dispatcher (planner.cost.expert.dispatcher_profile)."""
     lay = view.layout
-    return view.model.is_moe and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
+    return (view.model.is_moe and view.moe_capacity_factor is None
+            and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node)
+
+
+def token_drop(view: PlanView) -> list[tuple[str, str | float | bool]]:
+    """(TransformerConfig field, value) of a token-dropping plan: moe_expert_capacity_factor and
+    moe_pad_expert_input_to_capacity (transformer_config.py); empty for a dropless one."""
+    if not view.model.is_moe or view.moe_capacity_factor is None:
+        return []
+    out: list[tuple[str, str | float | bool]] = [("moe_expert_capacity_factor", view.moe_capacity_factor)]
+    return out + ([("moe_pad_expert_input_to_capacity", True)] if view.moe_pad_to_capacity else [])
 
 
 def router_gate(m: ModelShape) -> tuple[str | None, bool]:

@@ -132,6 +132,8 @@ class PlanView:
     optimizer_offload: float = 0.0  # share of optimizer states in CPU memory (inputs.training.optimizer_offload)
     optimizer_moments: str = "fp32"  # dtype of Adam's moments (inputs.training.optimizer_moments)
     fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
+    moe_capacity_factor: float | None = None  # token dropping (inputs.training.moe_capacity_factor); None: dropless
+    moe_pad_to_capacity: bool = False  # experts' inputs padded to capacity (inputs.training.moe_pad_to_capacity)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -345,6 +347,18 @@ def _fp8_recipe(training: dict) -> str:
     return str(value)
 
 
+def _token_drop(training: dict) -> tuple[float | None, bool]:
+    capacity = training.get("moe_capacity_factor") if isinstance(training, dict) else None
+    padded = training.get("moe_pad_to_capacity", False) if isinstance(training, dict) else False
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int | float) or capacity <= 0):
+        raise PlanInputError(f"expected a positive number or null, got {capacity!r:.60}",
+                             field="inputs.training.moe_capacity_factor", fix="e.g. moe_capacity_factor: 1.0")
+    if not isinstance(padded, bool) or (padded and capacity is None):
+        raise PlanInputError(f"expected true with a capacity factor, or false; got {padded!r:.60}",
+                             field="inputs.training.moe_pad_to_capacity", fix="e.g. moe_pad_to_capacity: false")
+    return (None if capacity is None else float(capacity)), padded
+
+
 def load(doc: dict | PlanDocument, rank: int) -> PlanView:
     """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
     pd = loose_plan_document(doc)
@@ -372,6 +386,8 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         optimizer_offload=_offload(training),
         optimizer_moments=_moments(training),
         fp8_recipe=_fp8_recipe(training),
+        moe_capacity_factor=_token_drop(training)[0],
+        moe_pad_to_capacity=_token_drop(training)[1],
     )
     _check(view)
     return view

@@ -242,6 +242,9 @@ def _moe(view: PlanView) -> list[Flag]:
     if _mcore.ep_overlap(view):
         # combined 1F1B; delayed weight gradients widen the window that hides the all-to-all (frontier_facts §A3)
         flags += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
+    for key, value in _mcore.token_drop(view):  # --moe-expert-capacity-factor F [--moe-pad-expert-input-to-capacity]
+        flag = "--" + key.replace("_", "-")
+        flags.append((flag,) if value is True else (flag, f"{value:g}"))
     if m.shared_experts:  # the width the config states, else whole experts (DeepSeek's count)
         width = m.shared_expert_ffn or m.shared_experts * m.moe_ffn_hidden_size
         flags.append(("--moe-shared-expert-intermediate-size", str(width)))

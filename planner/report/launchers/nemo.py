@@ -73,6 +73,9 @@ def _model(view: PlanView) -> list[Item]:
             items += [("model.moe_router_num_groups", groups[0]), ("model.moe_router_group_topk", groups[1])]
         if _mcore.deepep_dispatch(view):
             items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
+        drop = _mcore.token_drop(view)
+        if drop:  # as Megatron-Bridge's apply_moe_token_drop sets them, on the alltoall dispatcher it asserts
+            items += [("model.moe_token_dispatcher_type", "alltoall"), *((f"model.{k}", v) for k, v in drop)]
         if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
             items += [("comm_overlap.overlap_moe_expert_parallel_comm", True),
                       ("comm_overlap.delay_wgrad_compute", True)]
