@@ -317,8 +317,10 @@ def _hybrid(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # n
         return
     for mamba_flag, (key, default) in _MAMBA_SHAPE.items():
         keys[key] = as_int(value(mamba_flag), mamba_flag, cfg.source) if mamba_flag in found else default
-    if keys["mamba_num_heads"] is None and "hidden_size" in keys:
-        keys["mamba_num_heads"] = 2 * keys["hidden_size"] // keys["mamba_head_dim"]
+    if keys["mamba_num_heads"] is None:  # Megatron-Core's default needs the width; without it the model says
+        keys.pop("mamba_num_heads")
+        if "hidden_size" in keys:
+            keys["mamba_num_heads"] = 2 * keys["hidden_size"] // keys["mamba_head_dim"]
 
 
 def _layer_bits(cfg: LaunchConfig, freq: str | None, flag: str) -> list[int]:
