@@ -246,12 +246,60 @@ def test_megatron_attention_variants_are_written_and_read_back(config, expected,
         assert clash.returncode == 2 and "index_topk" in clash.stderr
 
 
-@pytest.mark.parametrize("config,kind", [("nemotron-h-56b", "mamba"), ("lfm2.5-vl-1.6b", "conv")])
+@pytest.mark.parametrize("config,kind", [("lfm2.5-vl-1.6b", "conv")])
 def test_megatron_flags_refuse_layers_they_cannot_describe(config, kind):
     r = plan("-m", str(ROOT / "tests/data/hf_configs" / f"{config}.json"), "-c", "h100x64", "--framework",
              "megatron-core", "--format", "megatron")
     assert r.returncode == 2 and r.stdout == ""
     assert "inputs.model.layer_types" in r.stderr and kind in r.stderr and "--format nemo" in r.stderr
+
+
+@pytest.mark.parametrize("config,cluster,pins", [("nemotron-h-56b", "h100x256", ["pp=4"]),
+                                                 ("nemotron-3-nano-30b-a3b", "h100x64", [])])
+def test_pretrain_mamba_commands_read_back(config, cluster, pins, tmp_path):
+    """A hybrid's pretrain_mamba.py flags (--hybrid-override-pattern, --mamba-*) read back as the same layout and the
+    same layers: with --model the file is checked against the config, without it the flags build the model."""
+    src = str(ROOT / "tests/data/hf_configs" / f"{config}.json")
+    ref = load_model(src)
+    problem = build_problem(src, cluster, 8192, 512, "bf16", "megatron-core", pins)
+    result = search(problem, top=3)
+    doc = document.build(result, {})
+    for rank, chosen in enumerate(result.plans, 1):
+        path = tmp_path / f"{config}-{rank}.sh"
+        path.write_text(render(doc, "megatron", rank))
+        cfg = read_launch_file(str(path))
+        assert cfg.dialect == "megatron" and cfg.ignored == []
+        model = resolve_model(cfg, src)
+        back = complete_layout(problem, layout_for(cfg, model, problem.num_gpus))
+        want = {k: chosen.layout[k] for k in KNOBS}
+        if want["tp"] == 1:
+            want["sp"] = back["sp"] = 0
+        assert {k: back[k] for k in KNOBS} == want, (rank, path.read_text())
+    # no --model and no catalog entry: the flags (plus the vocabulary) build the model, layers and Mamba shapes alike
+    bare = tmp_path / "bare.sh"
+    bare.write_text("\n".join(x for x in path.read_text().splitlines() if not x.startswith("#"))
+                    + f"\n--vocab-size {ref.vocab_size}\n")
+    built = resolve_model(read_launch_file(str(bare)), None)
+    assert (built.mixer_kinds, built.mlp_kinds) == (ref.mixer_kinds, ref.mlp_kinds)
+    assert (built.mamba_num_heads, built.mamba_head_dim, built.ssm_state_size, built.n_groups) == (
+        ref.mamba_num_heads, ref.mamba_head_dim, ref.ssm_state_size, ref.n_groups)
+    assert (built.num_local_experts, built.shared_ffn) == (ref.num_local_experts, ref.shared_ffn)
+
+
+def test_pretrain_mamba_pattern_is_checked(tmp_path):
+    """Another model's pattern, a pattern of the wrong length or with an unknown symbol: one-line errors, exit 2."""
+    nano = str(ROOT / "tests/data/hf_configs/nemotron-3-nano-30b-a3b.json")
+    r = plan("-m", str(ROOT / "tests/data/hf_configs/nemotron-h-56b.json"), "-c", "h100x64", "--format", "megatron")
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / "nh.sh"
+    path.write_text(r.stdout)
+    clash = plan("explain", "--from", str(path), "--model", nano)
+    assert clash.returncode == 2 and "Traceback" not in clash.stderr and "num_hidden_layers" in clash.stderr
+    pattern = json.loads((ROOT / "tests/data/hf_configs/nemotron-h-56b.json").read_text())["hybrid_override_pattern"]
+    for bad, needle in ((pattern[:-1], "--hybrid-override-pattern"), (pattern[:-1] + "G", "symbols other than")):
+        path.write_text(r.stdout.replace(pattern, bad))
+        out = plan("explain", "--from", str(path), "--model", str(ROOT / "tests/data/hf_configs/nemotron-h-56b.json"))
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def test_chunked_attention_launches_while_one_chunk_holds_the_sequence():

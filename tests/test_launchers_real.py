@@ -26,6 +26,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -147,6 +148,10 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--linear-attention-freq", "--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
         "--linear-num-key-heads", "--linear-num-value-heads", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim",
         "--dsa-indexer-topk", "--no-rope-fusion",
+        # pretrain_mamba.py (hybrid models): the layer spec and the pattern are MambaModel arguments, read by
+        # mamba_check; the rest are TransformerConfig fields
+        "--spec", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-state-dim", "--mamba-head-dim",
+        "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -202,6 +207,12 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         kw["mtp_num_layers"] = _int(flags, "--mtp-num-layers")
     if "--attention-output-gate" in flags:
         kw["attention_output_gate"] = True
+    if "--is-hybrid-model" in flags:
+        kw["is_hybrid_model"] = True
+    for flag in ("--mamba-state-dim", "--mamba-head-dim", "--mamba-num-groups", "--mamba-num-heads",
+                 "--moe-latent-size"):
+        if flag in flags:  # TransformerConfig mamba_state_dim ... (transformer_config.py:846-857), moe_latent_size
+            kw[flag.removeprefix("--").replace("-", "_")] = _int(flags, flag)
     if "--no-rope-fusion" in flags:
         kw["apply_rope_fusion"] = False
     if "--experimental-attention-variant" in flags:  # Megatron-Core's gated_delta_net / dsa variants
@@ -501,6 +512,100 @@ def test_megatron_flags_pass_megatron_lm_argument_parser(mcore, monkeypatch):
     assert args.virtual_pipeline_model_parallel_size == 5
     config = arguments.core_transformer_config_from_args(args)
     assert config.num_query_groups == 8
+
+
+# ------------------------------------------------------------------------------------------ Megatron-LM, hybrids
+
+# Mamba hybrids through pretrain_mamba.py: Nemotron-H (Mamba-2, attention, MLP) with an uneven pipeline, Nemotron 3
+# Nano (Mamba-2, attention, MoE) with expert parallelism and with a pipeline.
+MAMBA_PROBLEMS = [
+    ("nemotron-h-56b-h100x256-pp4", ("--model", str(ROOT / "tests/data/hf_configs/nemotron-h-56b.json"),
+                                     "--cluster", "h100x256", "--fix", "pp=4", "--framework", "megatron-core")),
+    ("nemotron-h-56b-h100x64", ("--model", str(ROOT / "tests/data/hf_configs/nemotron-h-56b.json"),
+                                "--cluster", "h100x64", "--framework", "megatron-core")),
+    ("nemotron-3-nano-h100x64", ("--model", str(ROOT / "tests/data/hf_configs/nemotron-3-nano-30b-a3b.json"),
+                                 "--cluster", "h100x64", "--framework", "megatron-core")),
+    ("nemotron-3-nano-h100x64-pp2", ("--model", str(ROOT / "tests/data/hf_configs/nemotron-3-nano-30b-a3b.json"),
+                                     "--cluster", "h100x64", "--framework", "megatron-core", "--fix", "pp=2",
+                                     "--fix", "tp=2")),
+]
+
+
+class _PipelineRank:
+    """The two calls MambaStack makes on its pipeline process group."""
+
+    def __init__(self, rank: int, size: int):
+        self._rank, self._size = rank, size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+
+def mamba_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
+    """megatron_check, then megatron-core's own hybrid code: allocate_layers validates the pattern against
+    --num-layers (length and symbols), and MambaStack._select_layers_for_pipeline_parallel hands each pipeline
+    rank its slice of it, which must be the split the plan was priced with."""
+    from megatron.core.ssm.mamba_block import MambaStack
+    from megatron.core.ssm.mamba_hybrid_layer_allocation import allocate_layers
+
+    flags = megatron_check(doc, rank)
+    config, _ = megatron_configs(flags)
+    model, lay = doc["inputs"]["model"], layout(doc, rank)
+    assert flags["--spec"] == ["megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec"]
+    pattern = _str(flags, "--hybrid-override-pattern")
+    layers = allocate_layers(config.num_layers, 0.0, 0.0, pattern)
+    assert len(layers) == model["num_hidden_layers"] and config.is_hybrid_model
+    mixers = {"M": "mamba", "*": "full_attention", "-": "none", "E": "none"}
+    assert [mixers[c] for c in layers] == model["layer_types"]
+    assert [c == "E" for c in layers] == [k == "moe" for k in model["mlp_layer_types"]]
+    assert (config.mamba_num_heads, config.mamba_head_dim, config.mamba_state_dim, config.mamba_num_groups) == (
+        model["mamba_num_heads"], model["mamba_head_dim"], model["ssm_state_size"], model.get("n_groups", 1))
+    pp = config.pipeline_model_parallel_size
+    slices = [MambaStack._select_layers_for_pipeline_parallel(
+        SimpleNamespace(config=config, pp_group=_PipelineRank(p, pp)), layers) for p in range(pp)]
+    assert [offset for offset, _ in slices] == [sum(len(x) for _, x in slices[:p]) for p in range(pp)]
+    assert [c for _, chunk in slices for c in chunk] == layers
+    first, last = lay.get("first_stage_layers"), lay.get("last_stage_layers")
+    if pp > 1 and (first or last):
+        assert (len(slices[0][1]), len(slices[-1][1])) == (first or len(slices[0][1]), last or len(slices[-1][1]))
+    # MambaMixer's start-up asserts (ssm/mamba_mixer.py:249-262); the mixer itself needs triton to import
+    tp = config.tensor_model_parallel_size
+    assert config.mamba_num_heads % tp == 0 and config.mamba_num_groups % tp == 0
+    assert config.mamba_num_heads % config.mamba_num_groups == 0
+    return flags
+
+
+@pytest.mark.parametrize("args", [pytest.param(a, id=i) for i, a in MAMBA_PROBLEMS])
+def test_mamba_flags_pass_megatron_core(mcore, args):
+    flags = mamba_check(plan_doc(*args, "--top", "1"))
+    assert "--num-virtual-stages-per-pipeline-rank" not in flags  # MambaStack asserts no VPP (core_v0.16)
+
+
+def test_mamba_pipeline_split_reaches_megatron_core(mcore):
+    """Nemotron-H's 118 layers over pp 4: megatron-core's MambaStack gives the end stages the counts the plan
+    priced, and a pattern one layer short is refused by megatron-core itself."""
+    doc = plan_doc(*MAMBA_PROBLEMS[0][1], "--top", "1")
+    assert layout(doc)["pp"] == 4
+    flags = mamba_check(doc)
+    from megatron.core.ssm.mamba_hybrid_layer_allocation import allocate_layers
+
+    pattern = _str(flags, "--hybrid-override-pattern")
+    with pytest.raises(ValueError, match="wrong length"):
+        allocate_layers(_int(flags, "--num-layers"), 0.0, 0.0, pattern[:-1])
+    with pytest.raises(ValueError):
+        allocate_layers(_int(flags, "--num-layers"), 0.0, 0.0, pattern[:-1] + "G")
+
+
+def test_every_ranked_mamba_plan_passes_megatron_core(mcore):
+    """All top-5 plans the renderer prints for the two hybrids pass megatron-core (none is refused for the
+    framework's own top picks)."""
+    for _, args in MAMBA_PROBLEMS[1:3]:
+        doc = plan_doc(*args, "--top", "5")
+        for rank in range(1, len(doc["plans"]) + 1):
+            mamba_check(doc, rank)
 
 
 # ----------------------------------------------------------------------------------------------------- DeepSpeed

@@ -98,6 +98,11 @@ CASES = {
                             dict(dp=512, cp=2, ep=64), dict(dp=1024, ep=64)),
     "offload_needs_one_stage_combined": (prob("mixtral-8x7b"), dict(dp=64, ep=8, schedule=6, recompute=3),
                                          dict(dp=64, ep=8, schedule=0, recompute=3)),
+    # Nemotron-H on Megatron-Core's Mamba stack: no virtual pipeline stages, no full recompute (core_v0.16)
+    "framework_mamba_stack": (prob(HF / "nemotron-h-56b.json", "h100x64", framework="megatron-core"),
+                              dict(tp=8, pp=2, vpp=2, dp=4, schedule=1), dict(tp=8, pp=2, dp=4)),
+    "framework_mamba_stack_no_full_recompute": (prob(HF / "nemotron-h-56b.json", "h100x64", framework="megatron-core"),
+                                                dict(tp=8, dp=8, recompute=2), dict(tp=8, dp=8, recompute=1)),
 }
 
 
@@ -181,3 +186,13 @@ def test_cp_limits_on_mixers_are_the_frameworks_not_physics():
     assert rule.check(layout, prob(qwen_next, "h100x64"))[0]
     assert not rule.check(layout, prob(qwen_next, "h100x64", framework="megatron-core"))[0]
     assert rule.check(layout, prob("llama3-70b", "h100x64", framework="megatron-core"))[0]
+
+
+def test_mamba_stack_limits_are_megatron_cores_not_physics():
+    """The Mamba stack's limits bind the megatron-core framework only, and only models with Mamba layers."""
+    rule = RULES_BY_NAME["framework_mamba_stack"]
+    interleaved = cols(tp=8, pp=2, vpp=2, dp=4, schedule=1)
+    nemotron_h = HF / "nemotron-h-56b.json"
+    assert rule.check(interleaved, prob(nemotron_h, "h100x64"))[0]
+    assert not rule.check(interleaved, prob(nemotron_h, "h100x64", framework="megatron-core"))[0]
+    assert rule.check(interleaved, prob("llama3-70b", "h100x64", framework="megatron-core"))[0]

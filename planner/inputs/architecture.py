@@ -35,7 +35,8 @@ CONSUMED = {
     "mtp_num_hidden_layers", "num_mtp_modules", "mtp_transformer_layers", "use_mtp", "text_config",
     "_num_mtp_layers", "mtp_share_layers",
 }
-_PATTERN = {"M": ("mamba", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
+# hybrid_override_pattern symbols (HF NemotronHBlock; Megatron-Core ssm/mamba_hybrid_layer_allocation.py Symbols)
+HYBRID_PATTERN = {"M": ("mamba", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
 _HF_LAYER_TYPES = set(get_args(MixerKind))  # HF's kinds plus ours (a plan's own model block reads back)
 
 
@@ -113,11 +114,15 @@ def _unwrap(doc: dict, notes: list[str]) -> dict:
 def _hybrid_pattern(doc: dict, n: int, source: str) -> None:
     """Nemotron-H: one character per block, M = Mamba-2, * = attention, - = MLP, E = MoE (HF NemotronHBlock)."""
     pattern = doc["hybrid_override_pattern"]
-    if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set(_PATTERN):
+    if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set(HYBRID_PATTERN):
         raise _fail("hybrid_override_pattern", f"must be {n} characters of M, *, - and E",
                     "give one character per layer (num_hidden_layers)", source)
-    doc["layer_types"] = [_PATTERN[c][0] for c in pattern]
-    doc["mlp_layer_types"] = [_PATTERN[c][1] for c in pattern]
+    doc["layer_types"], doc["mlp_layer_types"] = hybrid_layers(pattern)
+
+
+def hybrid_layers(pattern: str) -> tuple[list[str], list[str]]:
+    """Each layer's (token mixer, MLP) kinds of a hybrid pattern of M, *, - and E (one layer per character)."""
+    return [HYBRID_PATTERN[c][0] for c in pattern], [HYBRID_PATTERN[c][1] for c in pattern]
 
 
 def _block_configs(doc: dict, n: int, source: str, notes: list[str]) -> None:

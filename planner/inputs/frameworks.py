@@ -91,6 +91,10 @@ class Capabilities:
     # Token dropping with a capacity factor (Megatron-Core --moe-expert-capacity-factor, optionally padded with
     # --moe-pad-expert-input-to-capacity). torchtitan's MoE routes dropless only; the other targets run no experts.
     token_drop: bool = True
+    # Models with Mamba layers run on Megatron-Core's MambaStack (pretrain_mamba.py), which in core_v0.16 asserts no
+    # virtual pipeline stages and has no full-layer recompute or activation offloading (ssm/mamba_block.py:172-176;
+    # the block builds no checkpointed forward).
+    mamba_stack: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -114,7 +118,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
-        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True,
+        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(

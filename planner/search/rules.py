@@ -140,6 +140,13 @@ RULES: tuple[Rule, ...] = (
          "the chosen training framework runs no context parallelism for this model's token mixer (DeepSeek "
          "sparse attention, Gated DeltaNet)", "use cp=1 (tensor or pipeline parallelism instead)",
          "Megatron-Core transformer_config.py: DSAttention and gated_delta_net assert context_parallel_size == 1"),
+    Rule("framework_mamba_stack", ("vpp", "recompute"),
+         lambda c, p: (not (_caps(p).mamba_stack and "mamba" in p.model.mixer_kinds))
+         | ((c["vpp"] == 1) & ~_among(c["recompute"], [Recompute.FULL, Recompute.OFFLOAD])),
+         "the chosen training framework runs Mamba hybrids on a layer stack without virtual pipeline stages, full "
+         "recompute or activation offloading", "use vpp=1 and recompute=none|selective",
+         "Megatron-Core core_v0.16 ssm/mamba_block.py: asserts virtual_pipeline_model_parallel_size is None; no "
+         "checkpointed or offloaded forward"),
     Rule("framework_moe_bias_whole_experts", ("tp", "etp"),
          lambda c, p: (not (p.model.is_moe and p.model.mlp_bias and _caps(p).moe_bias_whole_experts))
          | (c["tp"] == 1) | (c["etp"] == ExpertTp.ONE),

@@ -26,12 +26,15 @@ _SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_att
                "num_local_experts")
 # What the layers are, where a file says: two models of one shape can still differ here (DeepSeek-V3 and V3.2's
 # sparse-attention indexer), and pricing one as the other would be wrong.
-_STRUCTURE_KEYS = ("layer_types", "sliding_window", "index_topk", "index_n_heads", "index_head_dim",
-                   "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+_STRUCTURE_KEYS = ("layer_types", "mlp_layer_types", "sliding_window", "index_topk", "index_n_heads",
+                   "index_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                   "linear_value_head_dim", "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups")
 
 
 def _structure_of(model: ModelSpec, key: str) -> object:
-    return list(model.mixer_kinds) if key == "layer_types" else getattr(model, key)
+    if key in ("layer_types", "mlp_layer_types"):
+        return list(model.mixer_kinds if key == "layer_types" else model.mlp_kinds)
+    return getattr(model, key)
 
 
 def _structure_differs(model: ModelSpec, cfg: LaunchConfig) -> str | None:
@@ -54,7 +57,8 @@ def detect_dialect(path: Path, text: str) -> str:
     if suffix == ".toml" or any(line.strip().startswith("[") and line.strip().endswith("]")
                                 for line in text.splitlines()):
         return "torchtitan"
-    if "--tensor-model-parallel-size" in text or "pretrain_gpt" in text or megatron.flags(text, str(path)):
+    scripts = ("--tensor-model-parallel-size", "pretrain_gpt", "pretrain_mamba")
+    if any(s in text for s in scripts) or megatron.flags(text, str(path)):
         return "megatron"
     if nemo.overrides(text, str(path)):
         return "nemo"

@@ -12,6 +12,7 @@ import re
 import shlex
 
 from planner.errors import PlanInputError
+from planner.inputs.architecture import HYBRID_PATTERN, hybrid_layers
 from planner.inputs.launch_readers._common import (
     LaunchConfig,
     as_int,
@@ -42,6 +43,11 @@ _LINEAR_SHAPE = {"--linear-conv-kernel-dim": "linear_conv_kernel_dim", "--linear
                  "--linear-num-value-heads": "linear_num_value_heads"}
 _DSA_SHAPE = {"--dsa-indexer-n-heads": "index_n_heads", "--dsa-indexer-head-dim": "index_head_dim",
               "--dsa-indexer-topk": "index_topk"}
+# Mamba-2 shapes of pretrain_mamba.py (TransformerConfig mamba_* fields, megatron-core transformer_config.py:846-857)
+# -> HF NemotronHConfig keys, with Megatron-Core's defaults where a script leaves a flag out (heads: None there,
+# hidden x expand 2 / head dim in ssm/mamba_mixer.py:186-239).
+_MAMBA_SHAPE = {"--mamba-state-dim": ("ssm_state_size", 128), "--mamba-head-dim": ("mamba_head_dim", 64),
+                "--mamba-num-groups": ("n_groups", 8), "--mamba-num-heads": ("mamba_num_heads", None)}
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 # Flags read elsewhere in this module, or known not to change the planner's arithmetic.
@@ -63,6 +69,7 @@ _HANDLED = {
     "--activation-func-clamp-value", "--glu-linear-offset", "--softmax-type", "--add-qkv-bias",
     "--attention-output-gate", "--experimental-attention-variant", "--linear-attention-freq", "--no-rope-fusion",
     "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
+    "--hybrid-override-pattern", "--moe-latent-size", *_MAMBA_SHAPE,
 }
 _IRRELEVANT = {
     "--disable-bias-linear", "--overlap-grad-reduce", "--overlap-param-gather", "--no-gradient-accumulation-fusion",
@@ -82,6 +89,7 @@ _IRRELEVANT = {
     "--mock-data", "--no-load-optim", "--no-load-rng", "--use-checkpoint-args", "--bias-swiglu-fusion",
     "--no-bias-swiglu-fusion", "--timing-log-level", "--log-timers-to-tensorboard", "--moe-aux-loss-coeff",
     "--moe-router-load-balancing-type", "--tp-comm-overlap", "--manual-gc", "--cross-entropy-loss-fusion",
+    "--spec", "--is-hybrid-model",  # pretrain_mamba.py's layer spec; hybrid init scaling and FLOPs accounting
 }
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_]\w*)=(?P<value>[^\s;#]*)", re.M)
 _VAR = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
@@ -121,7 +129,8 @@ def read(text: str, source: str) -> LaunchConfig:
     found = flags(text, source)
     if not found:
         raise PlanInputError("no Megatron-LM flags found", source=source,
-                             fix="pass a pretrain_gpt.py command line or script (what --format megatron writes)")
+                             fix="pass a pretrain_gpt.py or pretrain_mamba.py command line or script (what --format "
+                             "megatron writes)")
 
     def value(flag: str) -> str:
         if not found[flag]:
@@ -199,6 +208,10 @@ def _model_extras(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None
         _windows(cfg, found, value)
     if keys:
         _attention_variant(cfg, found, value)
+    if "--hybrid-override-pattern" in found:
+        _hybrid(cfg, found, value)
+    if "--moe-latent-size" in found and keys:
+        keys["moe_latent_size"] = as_int(value("--moe-latent-size"), "--moe-latent-size", cfg.source)
     freq = re.fullmatch(r"\(?\[0\]\*(\d+)\+\[1\]\*\d+\)?", value("--moe-layer-freq")) if "--moe-layer-freq" in found \
         else None
     if freq:
@@ -285,6 +298,29 @@ def _attention_variant(cfg: LaunchConfig, found: dict[str, list[str]], value) ->
                 keys[key] = as_int(value(flag), flag, src)
     elif variant is not None:
         cfg.ignored.append(f"--experimental-attention-variant {variant} (priced as softmax attention)")
+
+
+def _hybrid(cfg: LaunchConfig, found: dict[str, list[str]], value) -> None:  # noqa: ANN001 - closure
+    """pretrain_mamba.py's --hybrid-override-pattern as per-layer HF kinds (one layer per character, as
+    Megatron-Core's _allocate_override counts them), and the Mamba-2 shapes where the pattern has Mamba layers."""
+    keys, flag = cfg.model_keys, "--hybrid-override-pattern"
+    pattern = value(flag)
+    if set(pattern) - set(HYBRID_PATTERN):
+        raise PlanInputError(f"'{pattern[:40]}' has symbols other than {', '.join(HYBRID_PATTERN)}", field=flag,
+                             source=cfg.source, fix="one of M (Mamba), * (attention), - (MLP), E (MoE) per layer")
+    n = keys.setdefault("num_hidden_layers", len(pattern))
+    if n != len(pattern):  # mamba_hybrid_layer_allocation.py _allocate_override raises the same
+        raise PlanInputError(f"gives {len(pattern)} layers, --num-layers says {n}", field=flag, source=cfg.source,
+                             fix="one character per layer")
+    keys["layer_types"], keys["mlp_layer_types"] = hybrid_layers(pattern)
+    if "M" not in pattern:
+        return
+    for mamba_flag, (key, default) in _MAMBA_SHAPE.items():
+        keys[key] = as_int(value(mamba_flag), mamba_flag, cfg.source) if mamba_flag in found else default
+    if keys["mamba_num_heads"] is None:  # Megatron-Core's default needs the width; without it the model says
+        keys.pop("mamba_num_heads")
+        if "hidden_size" in keys:
+            keys["mamba_num_heads"] = 2 * keys["hidden_size"] // keys["mamba_head_dim"]
 
 
 def _layer_bits(cfg: LaunchConfig, freq: str | None, flag: str) -> list[int]:

@@ -64,6 +64,13 @@ class ModelShape:
     # DeepSeek sparse attention's indexer: (heads, head dim, top-k keys); None: dense attention
     indexer: tuple[int, int, int] | None = None
     shared_indexers: bool = False  # some layers reuse another layer's top-k (GLM-5.2 indexer_types "shared")
+    # Each layer's MLP (dense, moe, none...); None: the first-k-dense rule. A hybrid's per-layer block type needs it.
+    mlp_kinds: tuple[str, ...] | None = None
+    # Mamba-2 mixers: (heads, head dim, state size, groups); None where the model has none of the keys
+    mamba: tuple[int, int, int, int] | None = None
+    conv_kernel: int = 4  # the Mamba mixer's causal convolution width (HF conv_kernel)
+    shared_expert_ffn: int = 0  # shared-expert width where the config states it (Nemotron 3: 2 x the expert width)
+    moe_latent_size: int = 0  # Nemotron 3 LatentMoE: experts compute in this width (0 = the hidden size)
 
     @property
     def is_moe(self) -> bool:
@@ -217,6 +224,11 @@ def _model(raw: Any) -> ModelShape:
                                      "linear_num_key_heads", "linear_num_value_heads")),
         indexer=_ints(raw, ("index_n_heads", "index_head_dim", "index_topk")),
         shared_indexers="shared" in (raw.get("indexer_types") or ()),
+        mlp_kinds=_kinds(raw.get("mlp_layer_types")),
+        mamba=_ints(raw, ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups")),
+        conv_kernel=get_int(raw, "conv_kernel", p, minimum=1, default=4),
+        shared_expert_ffn=get_int(raw, "shared_expert_intermediate_size", p, default=0),
+        moe_latent_size=get_int(raw, "moe_latent_size", p, default=0),
     )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import shlex
 
-from planner.report.launchers import _mcore
+from planner.report.launchers import _hybrid, _mcore
 from planner.report.launchers._plan import ModelShape, PlanView, header, refuse
 
 TARGET = "Megatron-LM core_v0.15 / main 2026-08 (pretrain_gpt.py)"
+# core_v0.15's pattern alphabet has no MoE symbol (ssm/mamba_hybrid_layer_allocation.py Symbols: M, *, -); 0.16 adds E
+HYBRID_TARGET = f"Megatron-LM core_v0.16 / main 2026-08 ({_hybrid.SCRIPT})"
 NAME = "Megatron-LM"
 
 # HF activation name -> Megatron flag; gelu is Megatron's default and needs none. gpt-oss's clamped SwiGLU is
@@ -32,9 +34,14 @@ def render(view: PlanView) -> str:
     if view.model.hidden_act not in ACTIVATION_FLAGS:
         refuse(view, NAME, "inputs.model.hidden_act", f"no Megatron-LM flag for activation {view.model.hidden_act!r}",
                "set the MLP activation flags by hand and use --format env for the layout")
-    _check_layer_kinds(view)
+    hybrid = _hybrid.is_hybrid(view.model)
+    if hybrid:
+        _hybrid.check(view, NAME)
+    else:
+        _check_layer_kinds(view)
     flags = _parallel(view) + _batch(view) + _model(view) + _recompute(view) + _data_parallel(view) + _precision(view)
-    lines = [header(view, TARGET), _env_note(view),
+    lines = [header(view, HYBRID_TARGET if hybrid else TARGET), _env_note(view),
+             f"# run with {_hybrid.SCRIPT} (hybrid Mamba model)" if hybrid else "",
              "# flags cover layout, batch and model shape; add data, tokenizer, optimizer and norm/rope flags"]
     lines += [" ".join(shlex.quote(part) for part in flag) for flag in flags]
     return "\n".join(line for line in lines if line) + "\n"
@@ -125,6 +132,8 @@ def _model(view: PlanView) -> list[Flag]:
         flags.append(("--mtp-num-layers", str(m.mtp_layers)))
     if m.is_moe:
         flags += _moe(view)
+    if _hybrid.is_hybrid(m):
+        flags += _hybrid.flags(view)
     return flags
 
 
@@ -144,8 +153,8 @@ def _biases(m: ModelShape) -> list[Flag]:
 
 # Token mixers pretrain_gpt.py's flags describe: attention layers (full, sliding-window, and chunked while one chunk
 # holds the whole sequence) and Gated DeltaNet layers among them (--experimental-attention-variant
-# gated_delta_net). Mamba, short convolutions and no-op mixers are other layer classes (Megatron-LM trains hybrids
-# with pretrain_mamba.py and --hybrid-override-pattern).
+# gated_delta_net). Models with Mamba layers launch through pretrain_mamba.py (_hybrid); short convolutions and no-op
+# mixers are other layer classes neither script builds.
 _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
@@ -160,9 +169,10 @@ def _check_layer_kinds(view: PlanView) -> None:
                "flags", "use --format nemo with the model's Megatron-Bridge recipe")
     other = sorted(kinds - set(_ATTENTION_KINDS))
     if other:
-        refuse(view, NAME, "inputs.model.layer_types", f"{', '.join(other)} layers have no pretrain_gpt.py flags "
-               "(these flags would train an all-attention model)", "use --format nemo with the model's "
-               "Megatron-Bridge recipe, or --format env for the layout and your own model flags")
+        refuse(view, NAME, "inputs.model.layer_types", f"{', '.join(other)} layers have no pretrain_gpt.py or "
+               f"{_hybrid.SCRIPT} flags (these flags would train an all-attention model)",
+               "use --format nemo with the model's Megatron-Bridge recipe, or --format env for the layout and your "
+               "own model flags")
     if "chunked_attention" in kinds and (m.attention_chunk_size or 0) < view.seq_len:
         refuse(view, NAME, "inputs.model.attention_chunk_size", f"chunked attention over {m.attention_chunk_size} "
                f"tokens of {view.seq_len} has no Megatron-LM flag", f"plan with --seq-len {m.attention_chunk_size} "
@@ -235,12 +245,16 @@ def _moe(view: PlanView) -> list[Flag]:
     for key, value in _mcore.token_drop(view):  # --moe-expert-capacity-factor F [--moe-pad-expert-input-to-capacity]
         flag = "--" + key.replace("_", "-")
         flags.append((flag,) if value is True else (flag, f"{value:g}"))
-    if m.shared_experts:
-        flags.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * m.moe_ffn_hidden_size)))
-    pattern = m.moe_layer_pattern
+    if m.shared_experts:  # the width the config states, else whole experts (DeepSeek's count)
+        width = m.shared_expert_ffn or m.shared_experts * m.moe_ffn_hidden_size
+        flags.append(("--moe-shared-expert-intermediate-size", str(width)))
+    if m.moe_latent_size:  # transformer_config.py:719 moe_latent_size (megatron-core 0.16.1)
+        flags.append(("--moe-latent-size", str(m.moe_latent_size)))
+    hybrid = _hybrid.is_hybrid(m)  # a hybrid places its MoE layers with the pattern's E symbols instead
+    pattern = None if hybrid else m.moe_layer_pattern
     if pattern and len(pattern) == m.num_layers and 0 in pattern:
         flags.append(("--moe-layer-freq", "[" + ",".join(map(str, pattern)) + "]"))  # interleaved (Llama 4)
-    elif m.first_dense_layers:
+    elif m.first_dense_layers and not hybrid:
         dense, moe = m.first_dense_layers, m.num_layers - m.first_dense_layers
         flags.append(("--moe-layer-freq", f"([0]*{dense}+[1]*{moe})"))
     flags.append(("--moe-grouped-gemm",))  # grouped GEMM asserts --bf16 (arguments.py), which every plan sets
