@@ -99,6 +99,9 @@ def explain(
         out = {"schema_version": document.SCHEMA_VERSION, "inputs": document.inputs_dict(problem, {}), **out}
         sys.stdout.write(document.dumps(out, fmt))
         raise typer.Exit(ExitCode.OK if out["feasible"] else ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
+    from planner.report.table import training_text
+
+    stdout().print(f"[bold]training[/] {training_text(problem.training)}")
     if not render(out, extras.get("text", []), stdout()):
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
 

@@ -147,8 +147,7 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
         console.print(f"[bold]layers[/]   {layer_mix(m)}")
     console.print(f"[bold]cluster[/]  {cl.name}: {cl.num_gpus} x {cl.gpu.name}, "
                   f"NVLink {cl.nvlink_domain}, network {cl.network_gbps:g} GB/s/GPU")
-    console.print(f"[bold]training[/] seq_len {tr.seq_len}, global batch {tr.global_batch} "
-                  f"({tr.seq_len * tr.global_batch / 1e6:.2f}M tokens), {precision_label(tr)}, {tr.framework}")
+    console.print(f"[bold]training[/] {training_text(tr)}")
     what_if = what_ifs(p)
     if what_if:
         console.print(f"[bold]what-if[/]  {what_if}")
@@ -238,11 +237,17 @@ def render_clusters(catalog: dict[str, dict], console: Console) -> None:
     console.print("Use any count: h100x512, gb200x256, a100-40gx64. Or describe a cluster in YAML (README).")
 
 
+def training_text(tr: TrainingSpec) -> str:
+    """The training problem as the table header (and `explain`) print it."""
+    return (f"seq_len {tr.seq_len}, global batch {tr.global_batch} ({tr.seq_len * tr.global_batch / 1e6:.2f}M tokens), "
+            f"{precision_label(tr)}, {tr.framework}")
+
+
 def precision_label(tr: TrainingSpec) -> str:
     """The precision as the header prints it, with what changes its price: block scales, bf16 Adam moments, token
     dropping."""
     label = tr.precision + (" blockwise" if tr.precision == "fp8" and tr.fp8_recipe == "blockwise" else "")
     label += ", bf16 moments" if tr.optimizer_moments == "bf16" else ""
     if tr.moe_capacity_factor is not None:
-        label += f", experts capped at {tr.moe_capacity_factor:g}x" + (" (padded)" if tr.moe_pad_to_capacity else "")
+        label += f", token drop at capacity {tr.moe_capacity_factor:g}x" + (" padded" if tr.moe_pad_to_capacity else "")
     return label
