@@ -22,6 +22,36 @@ def test_attention_on_short_chunks_runs_slower_per_flop_as_fa3_measured():
     assert attention_length_factor(1024) < attention_length_factor(8192)
 
 
+def test_narrow_heads_run_attention_slower_per_flop_as_fa3_measured():
+    """FA3 (arXiv 2407.08608 Fig. 5, H100 BF16 forward at 16k tokens): d = 64 at 473/616 (causal) and 497/648
+    (non-causal) of d = 128; d = 256 at 642/648, no faster. MLA's query/key width (192) counts as wide."""
+    from planner.cost.compute import head_dim_factor
+
+    llama = load_model("llama3-8b")  # d = 128
+    assert head_dim_factor(llama) == 1.0
+    assert head_dim_factor(llama.model_copy(update={"head_dim": 64})) == pytest.approx(473 / 616, abs=0.005)
+    assert head_dim_factor(llama.model_copy(update={"head_dim": 64})) == pytest.approx(497 / 648, abs=0.005)
+    assert head_dim_factor(llama.model_copy(update={"head_dim": 256})) == 1.0
+    assert head_dim_factor(load_model("gpt-oss-120b")) == pytest.approx(0.767, abs=0.005)  # 64-wide heads
+    assert head_dim_factor(load_model("deepseek-v3")) == 1.0
+
+
+def test_narrow_heads_lengthen_the_attention_core_not_the_gemms():
+    from dataclasses import replace as with_
+
+    from planner.cost import compute
+
+    wide = Problem(load_model("llama3-8b"), load_cluster("h100x8"), TrainingSpec(seq_len=8192))
+    narrow = with_(wide, model=wide.model.model_copy(update={"head_dim": 64, "num_attention_heads": 64,
+                                                             "num_key_value_heads": 16}))
+    tok, one = np.array([8192.0]), np.array([1.0])
+    r = compute.rates(wide)
+    # the same score FLOPs (heads x head size kept), 1/0.767 the time
+    f_wide, _ = compute.attention_time(wide, r, tok, one)
+    f_narrow, _ = compute.attention_time(narrow, r, tok, one)
+    assert f_narrow[0] / f_wide[0] == pytest.approx(1 / compute.head_dim_factor(narrow.model), rel=1e-6)
+
+
 def test_ring_steps_run_on_half_blocks_of_the_load_balanced_split():
     """4,096 tokens on an 8-way ring: each rank holds 512 tokens as two 256-token chunks (Transformer Engine's
     load-balanced causal split); the diagonal step is causal over 512 tokens, the 7 others pair queries with

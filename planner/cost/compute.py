@@ -162,16 +162,35 @@ def ring_length_factor(seq: float, ring: np.ndarray | float) -> np.ndarray:
     return ring / (1.0 / diagonal + (ring - 1.0) / halves)
 
 
+# Per attention score, fused attention runs 4·d tensor-core FLOPs (QK^T and PV) but one exponential on the special
+# function units, whatever the head dimension d: narrow heads leave the exponentials a larger share of the time
+# (FA3, Shah et al. 2024 §3.1: on H100 at d = 128 the matmuls have 512x the exponential throughput). With the
+# unhidden exponential time a constant per score, the rate per FLOP is 1 / (1 + D0/d). FA3's measured BF16 forward on
+# H100 (arXiv 2407.08608 Fig. 5, 16k tokens) runs d = 64 at 0.77 of d = 128 (causal 473 vs 616 TFLOP/s, non-causal
+# 497 vs 648), which gives D0 = 54.5; d = 256 runs at 0.99 of d = 128 (642 vs 648), so wider heads gain nothing:
+# the catalog's attention efficiencies are for d = 128 and the factor is capped at 1.
+HEAD_DIM_HALF = 54.5
+HEAD_DIM_REFERENCE = 128.0
+
+
+def head_dim_factor(m: ModelSpec) -> float:
+    """Attention rate at the model's query/key head size relative to the catalog's d = 128 rate:
+    min(1, (1 + D0/128) / (1 + D0/d)); d = the MLA query/key width (nope + rope) or head_dim. It is applied to the
+    whole mixer core of a hybrid model too (its softmax layers set d)."""
+    d = float(m.qk_nope_head_dim + m.qk_rope_head_dim) if m.is_mla else float(m.d_head)
+    return min(1.0, (1.0 + HEAD_DIM_HALF / HEAD_DIM_REFERENCE) / (1.0 + HEAD_DIM_HALF / max(d, 1.0)))
+
+
 def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
                    ring: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) time of one layer's attention core; `ring` is the ring context-parallel size (its steps
-    run shorter kernels, ring_length_factor)."""
+    run shorter kernels, ring_length_factor), and narrow heads run below the d = 128 rate (head_dim_factor)."""
     m, gpu, s = problem.model, problem.cluster.gpu, float(problem.training.seq_len)
     prof = profile_for(problem.training.framework)
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
-        length = ring_length_factor(s, ring)
+        length = ring_length_factor(s, ring) * head_dim_factor(m)
         attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency * length)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
     else:
