@@ -52,6 +52,22 @@ def test_narrow_heads_lengthen_the_attention_core_not_the_gemms():
     assert f_narrow[0] / f_wide[0] == pytest.approx(1 / compute.head_dim_factor(narrow.model), rel=1e-6)
 
 
+def test_sliding_window_kernels_run_on_the_window_length():
+    """gpt-oss-120b at 4,096 tokens: 18 full-attention layers over the sequence and 18 sliding layers whose kernels
+    loop over 128 keys; the cores' rate is their time-weighted mean, sum F / sum (F / f(L))."""
+    from planner.cost import mixers
+    from planner.cost.compute import kernel_length_factor
+
+    m = load_model("gpt-oss-120b")
+    assert m.mixer_kinds.count("sliding_attention") == 18 and m.sliding_window == 128
+    full, window = (mixers.attention_core_flops(m, 4096, k) for k in ("full_attention", "sliding_attention"))
+    expected = (full + window) / (full / attention_length_factor(4096) + window / attention_length_factor(128))
+    assert kernel_length_factor(m, 4096) == pytest.approx(expected)
+    assert kernel_length_factor(m, 4096) < attention_length_factor(4096)
+    llama = load_model("llama3-8b")  # one kind: the plain length curve
+    assert kernel_length_factor(llama, 8192, 4.0) == pytest.approx(ring_length_factor(8192, 4.0))
+
+
 def test_ring_steps_run_on_half_blocks_of_the_load_balanced_split():
     """4,096 tokens on an 8-way ring: each rank holds 512 tokens as two 256-token chunks (Transformer Engine's
     load-balanced causal split); the diagonal step is causal over 512 tokens, the 7 others pair queries with

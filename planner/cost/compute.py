@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import expert, flops
+from planner.cost import expert, flops, mixers
 from planner.cost.profiles import profile_for
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
@@ -181,6 +181,37 @@ def head_dim_factor(m: ModelSpec) -> float:
     return min(1.0, (1.0 + HEAD_DIM_HALF / HEAD_DIM_REFERENCE) / (1.0 + HEAD_DIM_HALF / max(d, 1.0)))
 
 
+# Mixers whose core is a FlashAttention-style kernel over a key range: full causal attention runs over the sequence
+# (or its ring steps), a sliding window or a chunk over at most that many keys. Linear attention, Mamba scans and
+# short convolutions are chunked GEMM/scan kernels of their own, and DeepSeek sparse attention gathers its top-k keys
+# (FlashMLA's sparse kernels): neither is on FlashAttention's length curve, so they keep the catalog rate.
+_WINDOWED = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+
+
+def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 1.0) -> np.ndarray:
+    """The mixer cores' rate relative to the catalog's ~8k-token rate: each layer kind's core FLOPs F_k at the rate of
+    the key range its kernel loops over (full attention: the sequence, ring_length_factor; a window or chunk w:
+    attention_length_factor(min(w, s))), combined as time-weighted: sum F_k / sum (F_k / f_k)."""
+    full = ring_length_factor(float(seq_len), ring)
+    kinds = m.mixer_kinds
+    flops_by_kind: dict[str, float] = {}
+    for i, kind in enumerate(kinds):
+        flops_by_kind[kind] = flops_by_kind.get(kind, 0.0) + mixers.layer_core_flops(m, seq_len, i)
+    total = sum(flops_by_kind.values())
+    if total <= 0:
+        return full
+    time = 0.0 * full
+    for kind, core in flops_by_kind.items():
+        if kind in _WINDOWED and not m.index_topk:
+            keys = getattr(m, _WINDOWED[kind]) or seq_len
+            time = time + core / attention_length_factor(float(min(keys, seq_len)))
+        elif kind in ("full_attention", "sliding_attention", "chunked_attention") and not m.index_topk:
+            time = time + core / full
+        else:
+            time = time + core
+    return total / time
+
+
 def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
                    ring: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) time of one layer's attention core; `ring` is the ring context-parallel size (its steps
@@ -190,7 +221,7 @@ def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
-        length = ring_length_factor(s, ring) * head_dim_factor(m)
+        length = kernel_length_factor(m, problem.training.seq_len, ring) * head_dim_factor(m)
         attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency * length)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
     else:
