@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import expert, flops, mixers
+from planner.cost import expert, flops
 from planner.cost.profiles import profile_for
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
@@ -193,15 +193,12 @@ def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 
     the key range its kernel loops over (full attention: the sequence, ring_length_factor; a window or chunk w:
     attention_length_factor(min(w, s))), combined as time-weighted: sum F_k / sum (F_k / f_k)."""
     full = ring_length_factor(float(seq_len), ring)
-    kinds = m.mixer_kinds
-    flops_by_kind: dict[str, float] = {}
-    for i, kind in enumerate(kinds):
-        flops_by_kind[kind] = flops_by_kind.get(kind, 0.0) + mixers.layer_core_flops(m, seq_len, i)
-    total = sum(flops_by_kind.values())
+    by_kind = flops.core_flops_by_kind(m, seq_len)
+    total = sum(core for _, core in by_kind)
     if total <= 0:
         return full
     time = 0.0 * full
-    for kind, core in flops_by_kind.items():
+    for kind, core in by_kind:
         if kind in _WINDOWED and not m.index_topk:
             keys = getattr(m, _WINDOWED[kind]) or seq_len
             time = time + core / attention_length_factor(float(min(keys, seq_len)))

@@ -87,6 +87,15 @@ def layer_sums(m: ModelSpec) -> LayerSums:
 
 
 @lru_cache(maxsize=256)
+def core_flops_by_kind(m: ModelSpec, seq_len: int) -> tuple[tuple[str, float], ...]:
+    """Forward mixer-core FLOPs per token of each layer kind, summed over its layers, in first-seen order."""
+    sums: dict[str, float] = {}
+    for i, kind in enumerate(m.mixer_kinds):
+        sums[kind] = sums.get(kind, 0.0) + mixers.layer_core_flops(m, seq_len, i)
+    return tuple(sums.items())
+
+
+@lru_cache(maxsize=256)
 def attention_core_sum(m: ModelSpec, seq_len: int) -> float:
     """Forward mixer-core FLOPs per token summed over all layers (each layer's own kind)."""
     return sum(mixers.layer_core_flops(m, seq_len, i) for i in range(m.num_hidden_layers))
