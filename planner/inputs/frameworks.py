@@ -17,8 +17,9 @@ _ALL_SCHEDULES = tuple(Schedule)
 _ALL_ZERO = tuple(Zero)
 _ALL_CP = tuple(CpComm)
 _ALL_RECOMPUTE = tuple(Recompute)
-# Layer-level CPU activation offloading is Megatron-Core's (transformer_block.py get_cpu_offload_context, through
-# Transformer Engine); paper-era Megatron-LM, torchtitan (activation_checkpoint modes only) and DeepSpeed's pipe
+# Layer-level CPU activation offloading (transformer_block.py get_cpu_offload_context, through Transformer Engine)
+# and fine-grained module offloading (pipeline_parallel/fine_grained_activation_offload.py, core_v0.16) are
+# Megatron-Core's; paper-era Megatron-LM, torchtitan (activation_checkpoint modes only) and DeepSpeed's pipe
 # engine have no such switch.
 _RECOMPUTE_NO_OFFLOAD = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 _ALL_PRECISIONS = ("bf16", "fp8", "fp4")
