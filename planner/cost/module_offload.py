@@ -4,7 +4,8 @@ Megatron-Core's fine-grained activation offloading (TransformerConfig.fine_grain
 offload_modules; core_v0.16.1 pipeline_parallel/fine_grained_activation_offload.py) wraps each listed module's
 forward in saved-tensor hooks: every tensor that module saves for its backward, if it has at least
 min_offloaded_tensor_size elements (default 1 Mi), is copied to pinned host memory on a side stream when the module's
-group commits, and reloaded one group ahead in the backward. The planner offloads one fixed module set:
+group commits, and reloaded one group ahead in the backward. The planner offloads one fixed module set
+(planner.inputs.frameworks.offload_modules, which launchers state):
   - core_attn + attn_proj on every attention layer: what fused attention saves (Q, K, V and its output, which is also
     the output projection's input; Megatron-Core refuses attn_proj without core_attn because they share that tensor).
     The fp32 log-sum-exp (a·s values per sequence) stays: at 4k tokens and 128 heads it is under 1 Mi elements;
@@ -22,15 +23,8 @@ import numpy as np
 
 from planner.inputs.specs import ModelSpec
 
-ATTENTION_MODULES = ("core_attn", "attn_proj")
-EXPERT_MODULES = ("expert_fc1",)
 # Attention mixers whose core is Megatron-Core's (fused) core attention; linear-time mixers have other modules.
 _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
-
-
-def offload_modules(moe: bool) -> tuple[str, ...]:
-    """The offload_modules a launcher states for a model with (`moe`) or without routed experts (module docstring)."""
-    return ATTENTION_MODULES + (EXPERT_MODULES if moe else ())
 
 
 def offloaded_bytes_per_token(m: ModelSpec, attention: np.ndarray, tp: np.ndarray, fp8: bool,

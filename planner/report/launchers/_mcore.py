@@ -7,7 +7,7 @@ Rule numbers refer to shared/reference/ecosystem.md section 1.3.
 
 from __future__ import annotations
 
-from planner.cost.module_offload import offload_modules as _modules
+from planner.inputs.frameworks import offload_modules as _modules
 from planner.report.launchers._plan import ModelShape, PlanView, refuse, require_stage_split
 
 # Recompute as Megatron spells it: granularity, method, layers per recompute unit.
