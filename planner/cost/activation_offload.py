@@ -31,6 +31,10 @@ the GPU and the CPU in NVIDIA's DGX H100 block diagram, GTC 2022 technical follo
 gathers cross the network the copies get what the NIC leaves: B = host link - NIC rate x the share of the pass its
 collectives run (nic_busy). Grace parts reach host memory over NVLink-C2C, apart from the NIC's PCIe path. Other
 network traffic during the passes (expert all-to-all, ring attention across nodes) is not charged here.
+
+recompute=offload-modules (Megatron-Core's fine-grained offloading; which tensors: planner.cost.module_offload) shares
+the host link, its NIC contention and the HBM term: modules_stall prices its copies layer by layer, host_bytes_over
+bounds its host memory.
 """
 
 from __future__ import annotations
