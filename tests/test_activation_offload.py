@@ -126,7 +126,7 @@ def test_offload_is_dominated_where_everything_fits() -> None:
                 fixed=fixed)
     result = search(p, top=10)
     assert [pl.layout["recompute"] for pl in result.plans] == [Recompute.NONE]
-    assert result.pruned["dominated_recompute"] == 3  # selective, full and offload
+    assert result.pruned["dominated_recompute"] == 4  # selective, full, offload and offload-modules
     # pinned, it is priced: slower than keeping the activations, by the copies alone
     none = evaluate(p, _layout(dp=64, mbs=1))
     off = evaluate(p, _layout(dp=64, mbs=1, recompute=int(Recompute.OFFLOAD)))

@@ -147,7 +147,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         "--softmax-type", "--add-qkv-bias", "--attention-output-gate", "--experimental-attention-variant",
         "--linear-attention-freq", "--linear-conv-kernel-dim", "--linear-key-head-dim", "--linear-value-head-dim",
         "--linear-num-key-heads", "--linear-num-value-heads", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim",
-        "--dsa-indexer-topk", "--no-rope-fusion",
+        "--dsa-indexer-topk", "--no-rope-fusion", "--fine-grained-activation-offloading", "--offload-modules",
         # pretrain_mamba.py (hybrid models): the layer spec and the pattern are MambaModel arguments, read by
         # mamba_check; the rest are TransformerConfig fields
         "--spec", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-state-dim", "--mamba-head-dim",
@@ -182,6 +182,9 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         # arguments.py validate_args: a positive --cpu-offloading-num-layers switches cpu_offloading on
         cpu_offloading=(_int(flags, "--cpu-offloading-num-layers", 0) or 0) > 0,
         cpu_offloading_num_layers=_int(flags, "--cpu-offloading-num-layers", 0),
+        # TransformerConfig fields as flags (argument_utils.py: a bool field is store_true, a list field nargs "+")
+        fine_grained_activation_offloading="--fine-grained-activation-offloading" in flags,
+        offload_modules=flags.get("--offload-modules", []),
         # Megatron-LM defaults gradient_accumulation_fusion on (then turns it off without APEX/TE at start-up).
         gradient_accumulation_fusion=False,
         bf16="--bf16" in flags,
@@ -356,8 +359,10 @@ def megatron_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
     assert config.num_attention_heads == model["num_attention_heads"]
     assert config.num_query_groups == model["num_key_value_heads"]  # __post_init__ fills None with the head count
     assert config.ffn_hidden_size == model["intermediate_size"]
-    assert config.recompute_granularity == {"none": None, "offload": None}.get(lay["recompute"], lay["recompute"])
+    assert config.recompute_granularity == {"none": None, "offload": None, "offload-modules": None}.get(
+        lay["recompute"], lay["recompute"])
     assert config.cpu_offloading == (lay["recompute"] == "offload")
+    assert config.fine_grained_activation_offloading == (lay["recompute"] == "offload-modules")
     assert config.cpu_offloading_num_layers == lay.get("offload_layers", 0)
     if lay["zero"] >= 2:
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy.startswith("optim_grads")
@@ -490,6 +495,20 @@ def test_megatron_every_ranked_plan_passes_megatron_core(mcore):
                 continue  # refused with a reason: tests/test_launchers.py covers refusals
             printed += 1
     assert printed >= 5
+
+
+@pytest.mark.parametrize("model, pp", [("deepseek-v3", 4), ("llama70b", 2)])
+def test_megatron_fine_grained_offloading_reaches_megatron_core(mcore, model, pp):
+    """recompute=offload-modules with pipelining (which layer-level offloading refuses): megatron-core's
+    TransformerConfig takes the flags, with the attention pair, and expert_fc1 only where there are experts."""
+    doc = plan_doc("--model", model, "--cluster", "gb200x256", "--framework", "megatron-core",
+                   "--fix", "recompute=offload-modules", "--fix", f"pp={pp}", "--top", "1")
+    config, _ = megatron_configs(megatron_check(doc))
+    assert config.fine_grained_activation_offloading and not config.cpu_offloading
+    assert config.offload_modules == ["core_attn", "attn_proj"] + (["expert_fc1"] if config.num_moe_experts else [])
+    assert config.pipeline_model_parallel_size == pp and config.recompute_granularity is None
+    with pytest.raises(ValueError, match="attn_proj"):  # the pair Megatron-Core keeps together
+        megatron_configs({**megatron_check(doc), "--offload-modules": ["attn_proj"]})
 
 
 def test_megatron_flags_pass_megatron_lm_argument_parser(mcore, monkeypatch):

@@ -31,7 +31,7 @@ def test_zero_is_read_through_the_typed_layout(value: object, code: int) -> None
     assert read_options({"fix": {"zero": value}, "top": 1}).fix == {"zero": code}
 
 
-@pytest.mark.parametrize(("key", "value"), [("zero", 5), ("recompute", 4), ("schedule", -1), ("tp", 0), ("sp", 2)])
+@pytest.mark.parametrize(("key", "value"), [("zero", 5), ("recompute", 5), ("schedule", -1), ("tp", 0), ("sp", 2)])
 def test_out_of_range_knob_is_one_error(key: str, value: int) -> None:
     with pytest.raises(PlanInputError, match="out of range") as err:
         read_options({"fix": {key: value}, "top": 1}, "b.json")

@@ -96,6 +96,9 @@ CASES = {
     # Megatron-Core runs no context parallelism for DeepSeek sparse attention (V3.2) or Gated DeltaNet
     "framework_cp_mixers": (prob(HF / "deepseek-v3.2.json", "h100x1024", seq=4096, gbs=1024, framework="nemo"),
                             dict(dp=512, cp=2, ep=64), dict(dp=1024, ep=64)),
+    # fine-grained offloading rides Megatron-Core's schedules: DualPipe-V no, interleaved 1F1B yes
+    "offload_modules_needs_mcore_schedule": (prob(), dict(pp=4, dp=16, recompute=4, schedule=8),
+                                             dict(pp=4, vpp=2, dp=16, recompute=4, schedule=1)),
     "offload_needs_one_stage_combined": (prob("mixtral-8x7b"), dict(dp=64, ep=8, schedule=6, recompute=3),
                                          dict(dp=64, ep=8, schedule=0, recompute=3)),
     # Nemotron-H on Megatron-Core's Mamba stack: no virtual pipeline stages, no full recompute (core_v0.16)

@@ -176,7 +176,8 @@ def test_memory_pass_matches_the_row_by_row_table(case):
     _, sibling = np.unique(others, axis=1, return_inverse=True)
     sibling = sibling.reshape(-1)
     keep = np.zeros(len(peak), dtype=bool)
-    ladder = full["recompute"] != Recompute.OFFLOAD  # offloading is not "more recompute" (search._undominated)
+    # offloading (layers or modules) is not "more recompute" (search._undominated)
+    ladder = (full["recompute"] != Recompute.OFFLOAD) & (full["recompute"] != Recompute.OFFLOAD_MODULES)
     for eligible in (fits & ladder, room & ladder):
         least = np.full(sibling.max() + 1, np.iinfo(np.int64).max)
         np.minimum.at(least, sibling[eligible], full["recompute"][eligible].astype(np.int64))

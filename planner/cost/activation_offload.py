@@ -31,6 +31,10 @@ the GPU and the CPU in NVIDIA's DGX H100 block diagram, GTC 2022 technical follo
 gathers cross the network the copies get what the NIC leaves: B = host link - NIC rate x the share of the pass its
 collectives run (nic_busy). Grace parts reach host memory over NVLink-C2C, apart from the NIC's PCIe path. Other
 network traffic during the passes (expert all-to-all, ring attention across nodes) is not charged here.
+
+recompute=offload-modules (Megatron-Core's fine-grained offloading; which tensors: planner.cost.module_offload) shares
+the host link, its NIC contention and the HBM term: modules_stall prices its copies layer by layer, host_bytes_over
+bounds its host memory.
 """
 
 from __future__ import annotations
@@ -95,14 +99,38 @@ def offload_stall(problem: Problem, k: np.ndarray, per_layer_act: np.ndarray, la
     """Seconds one micro-batch loses to the copies of k offloaded layers (module docstring): the forward and
     backward stalls plus the HBM traffic of the copies; `busy_f`/`busy_b` (nic_busy) take the NIC's share of a
     shared host link."""
-    gpu = problem.cluster.gpu
-    link = gpu.host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY
-    nic = problem.cluster.network_gbps * 1e9
-
-    def copy_time(busy: np.ndarray | float) -> np.ndarray:
-        return per_layer_act / np.maximum(link - nic * busy, MIN_LINK_SHARE * link)
-
     overlap = np.maximum(layers - MIN_RESIDENT_LAYERS, 0.0)
-    stall = (np.maximum(k * copy_time(busy_f) - overlap * t_f, 0.0)
-             + np.maximum(k * copy_time(busy_b) - overlap * t_b, 0.0))
+    stall = (np.maximum(k * copy_time(problem, per_layer_act, busy_f) - overlap * t_f, 0.0)
+             + np.maximum(k * copy_time(problem, per_layer_act, busy_b) - overlap * t_b, 0.0))
     return np.where(k > 0, stall + 2.0 * k * per_layer_act / hbm, 0.0)
+
+
+def copy_time(problem: Problem, nbytes: np.ndarray, busy: np.ndarray | float = 0.0) -> np.ndarray:
+    """Seconds to move `nbytes` one way over the GPU's host link: nbytes / max(B - NIC rate x busy, floor), B the
+    link per direction at HOST_COPY_EFFICIENCY (module docstring)."""
+    link = problem.cluster.gpu.host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY
+    nic = problem.cluster.network_gbps * 1e9
+    return nbytes / np.maximum(link - nic * busy, MIN_LINK_SHARE * link)
+
+
+def modules_stall(problem: Problem, offloaded: np.ndarray, layers: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
+                  hbm: float, busy_f: np.ndarray | float = 0.0, busy_b: np.ndarray | float = 0.0) -> np.ndarray:
+    """Seconds one micro-batch loses on a stage of `layers` layers to recompute=offload-modules, with `offloaded`
+    bytes per layer (memory.offloaded_module_bytes):
+        layers x [max(0, copy(o, busy_f) - t_f) + max(0, copy(o, busy_b) - t_b) + 2·o / HBM bandwidth]
+    Megatron-Core starts a module's copy to the host when the module's forward ends and reloads the next module's
+    tensors while the current one runs its backward (fine_grained_activation_offload.py: on_group_commit_forward,
+    bulk_reload), so each layer's copies, one stream per direction, hide behind that layer's own compute; what they
+    do not hide is lost (in the forward a lagging copy holds the memory it should free, in the backward the reload
+    is waited for). The HBM term and the NIC's share of a PCIe host link (nic_busy) are priced as for layer
+    offloading."""
+    stall = (np.maximum(copy_time(problem, offloaded, busy_f) - t_f, 0.0)
+             + np.maximum(copy_time(problem, offloaded, busy_b) - t_b, 0.0))
+    return np.where(offloaded > 0, layers * (stall + 2.0 * offloaded / hbm), 0.0)
+
+
+def host_bytes_over(problem: Problem, offloaded: np.ndarray, layers: np.ndarray,
+                    inflight: np.ndarray) -> np.ndarray:
+    """Where recompute=offload-modules needs more host memory than the GPU's share ([HOST]): every in-flight
+    micro-batch's offloaded tensors of every layer on the stage sit there (offloaded x layers x in-flight)."""
+    return offloaded * layers * inflight > problem.cluster.gpu.host_memory_gib * GIB

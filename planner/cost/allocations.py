@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import compute, memory, pipeline
+from planner.cost import activation_offload, compute, memory, pipeline
 from planner.cost.profiles import stack_profile
 from planner.cost.sharding import stage_state_bytes
 from planner.inputs.problem import Problem
@@ -48,10 +48,15 @@ def stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, mic
     inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
     # logits live on the last stage, and on the first (= second) too without a pipeline
     first_logits = np.where(pp == 1, logits, 0.0)
+    acts = [per_layer_act * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)]
+    off = memory.offloaded_module_bytes(problem, tok, tp, k["rc"])
+    if np.any(off):  # offloaded tensors the host cannot hold: the layout does not fit
+        acts = [np.where(activation_offload.host_bytes_over(problem, off, n, in_flight), np.inf, a)
+                for a, n, in_flight in zip(acts, counts, inflight, strict=True)]
     return StageParts(states_s, memory.fsdp_buffer_bytes(zero, params["per_layer"], prof),
                       [memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8) for held in held_s],
                       memory.p2p_buffer_bytes(tok, problem.model.hidden_size, tp, sp, pp),
-                      [per_layer_act * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)],
+                      acts,
                       [first_logits, first_logits, logits], per_layer_act, counts[0])
 
 

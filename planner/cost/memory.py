@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import expert
+from planner.cost import expert, module_offload
 from planner.cost.profiles import FrameworkProfile, profile_for
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
@@ -210,8 +210,23 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
     h = problem.model.hidden_size
     act_per_token = activation_bytes_per_token(problem, tp, sp, rc)
     layer_input = np.where(sp == 1, 2.0 * h / tp, 2.0 * h)
-    per_layer_act = np.where(rc == Recompute.FULL, layer_input, act_per_token) * tok
-    return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0)
+    off = offloaded_module_bytes(problem, tok, tp, rc)
+    per_layer_act = np.where(rc == Recompute.FULL, layer_input, act_per_token) * tok - off
+    # offload-modules reloads one module group ahead of the backward: about one layer's share is back on the GPU
+    return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0) + off
+
+
+def offloaded_module_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, rc: np.ndarray) -> np.ndarray:
+    """Bytes per layer and micro-batch that recompute=offload-modules keeps in host memory
+    (module_offload.offloaded_bytes_per_token on layer_activation_terms' attention term); 0 in other modes."""
+    on = rc == Recompute.OFFLOAD_MODULES
+    if not np.any(on):
+        return np.zeros(np.broadcast(tok, tp, rc).shape)
+    fp8 = problem.training.precision in ("fp8", "fp4")
+    attention = layer_activation_terms(problem.model, tp, tp * 0, False, False, fp8)["attention"]
+    per_token = module_offload.offloaded_bytes_per_token(problem.model, attention, tp, fp8,
+                                                         expert.routed_memory_load(problem.training))
+    return np.where(on, per_token * tok, 0.0)
 
 
 def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

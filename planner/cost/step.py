@@ -139,12 +139,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         problem.cluster.gpu.host_link_gbps)
     stages = _stages(problem, k, x.tok, micro, c, zero, shard_group, params)
     offloaded = stages[0].offloaded
-    offload_mb = np.zeros(np.shape(t_mb))
-    if np.any(offloaded):
-        per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, sp, k["rc"])
-        busy = activation_offload.nic_busy(problem, zero, shard_group, tp, *x.fsdp_collectives, lt.fwd, lt.bwd)
-        offload_mb = activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
-                                                      x.rates.hbm, *busy)
+    offload_mb = _offload_stalls(problem, x, offloaded, layers, np.shape(t_mb))
     step = pipeline.step_time(micro, t_mb + offload_mb, bubble, dp_exposed, optim_time)
 
     mem = memory.report(*stages, memory.active_groups(tp, pp, dp, cp, ep))
@@ -179,6 +174,23 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "offloaded_layers": np.broadcast_to(offloaded, np.shape(step)).astype(float),
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
     }
+
+
+def _offload_stalls(problem: Problem, x: _Layer, offloaded: np.ndarray, layers: np.ndarray,
+                    shape: tuple[int, ...]) -> np.ndarray:
+    """Seconds one micro-batch loses to host copies: recompute=offload's `offloaded` layers
+    (activation_offload.offload_stall) or offload-modules' module inputs (activation_offload.modules_stall)."""
+    tp, rc, lt = x.k["tp"], x.k["rc"], x.lt
+    moved = memory.offloaded_module_bytes(problem, x.tok, tp, rc)
+    out = np.zeros(shape)
+    if not (np.any(offloaded) or np.any(moved)):
+        return out
+    busy = activation_offload.nic_busy(problem, x.zero, x.shard_group, tp, *x.fsdp_collectives, lt.fwd, lt.bwd)
+    if np.any(offloaded):
+        per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, x.k["sp"], rc)
+        out = out + activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
+                                                     x.rates.hbm, *busy)
+    return out + activation_offload.modules_stall(problem, moved, layers, lt.fwd, lt.bwd, x.rates.hbm, *busy)
 
 
 def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication: bool = True) -> np.ndarray:

@@ -81,7 +81,9 @@ TERMS: tuple[Term, ...] = (
          "m·L·(full: layer forward; selective: attention core or memory-bound modules) (Korthikanti et al. 2022)"),
     Term("offload_s", "activation offload stalls per step", "s", _C + "activation_offload.offload_stall",
          "m·(max(0, k·a/B - (L-2)·t_f) + max(0, k·a/B - (L-2)·t_b) + 2·k·a/HBM), k layers' activations a over the "
-         "host link B (Transformer Engine CPU offloading schedule; Megatron-Core --cpu-offloading-num-layers)"),
+         "host link B (Transformer Engine CPU offloading schedule; Megatron-Core --cpu-offloading-num-layers); "
+         "offload-modules: m·L·(max(0, o/B - t_f) + max(0, o/B - t_b) + 2·o/HBM), o a layer's offloaded module "
+         "inputs (activation_offload.modules_stall; Megatron-Core fine-grained activation offloading)"),
     Term("offloaded_layers", "layers offloaded to host memory", "count", _C + "activation_offload.offloaded_layers",
          "recompute=offload: fewest layers that fit capacity·(1 - headroom), 1..L-2, within host memory"),
     Term("mem_weights_gib", "weights", "GiB", _C + "memory.state_bytes",

@@ -13,7 +13,7 @@ from planner.errors import PlanInputError
 from planner.inputs.catalog import data_dir, load_cluster, model_catalog, model_from_mapping
 from planner.inputs.files import pydantic_error, read_structured_file
 from planner.inputs.frameworks import SUCCESSOR, beyond_era, canonical_framework, capabilities_for
-from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Schedule, encode
+from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Recompute, Schedule, encode
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 
@@ -195,6 +195,10 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     unstated = tuple(int(s) for s in Schedule if s not in EP_OVERLAP_SCHEDULES)
     if tr.get("micro_batch") is not None:
         fixed["mbs"] = encode("mbs", str(tr["micro_batch"]), "training.micro_batch")[1]
+    # Recomputation not stated is any mode but fine-grained activation offloading: off by default in Megatron-Core
+    # (TransformerConfig.fine_grained_activation_offloading), its module list is a recipe's choice, and no published
+    # row states it, so pricing it where a run does not name it would credit runs with a feature they did not use.
+    recompute = tuple(int(r) for r in Recompute if r != Recompute.OFFLOAD_MODULES)
     # a published run happened: no headroom reorders its unstated knobs (the fit check still applies)
     return Problem(model, cluster, training, fixed=fixed, trust_pins=True, schedule_choices=unstated,
-                   memory_headroom=0.0)
+                   recompute_choices=recompute, memory_headroom=0.0)

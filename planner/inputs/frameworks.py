@@ -17,10 +17,17 @@ _ALL_SCHEDULES = tuple(Schedule)
 _ALL_ZERO = tuple(Zero)
 _ALL_CP = tuple(CpComm)
 _ALL_RECOMPUTE = tuple(Recompute)
-# Layer-level CPU activation offloading is Megatron-Core's (transformer_block.py get_cpu_offload_context, through
-# Transformer Engine); paper-era Megatron-LM, torchtitan (activation_checkpoint modes only) and DeepSpeed's pipe
+# Layer-level CPU activation offloading (transformer_block.py get_cpu_offload_context, through Transformer Engine)
+# and fine-grained module offloading (pipeline_parallel/fine_grained_activation_offload.py, core_v0.16) are
+# Megatron-Core's; paper-era Megatron-LM, torchtitan (activation_checkpoint modes only) and DeepSpeed's pipe
 # engine have no such switch.
 _RECOMPUTE_NO_OFFLOAD = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+# Fine-grained offloading (recompute=offload-modules) states one module set (planner.cost.module_offload says why):
+# the attention pair on every layer, expert fc1 on MoE layers; MCORE_OFFLOAD_MODULES is every name core_v0.16.1
+# accepts (transformer_config.py __post_init__ asserts).
+OFFLOAD_ATTENTION_MODULES = ("core_attn", "attn_proj")
+OFFLOAD_EXPERT_MODULES = ("expert_fc1",)
+MCORE_OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
 _ALL_PRECISIONS = ("bf16", "fp8", "fp4")
 _MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
 # Megatron-Core adds the EP-overlap "combined 1F1B" (pipeline_parallel/combined_1f1b.py) for MoE.
@@ -247,6 +254,12 @@ def offload_refusal(framework: str, fraction: float) -> str | None:
 
 def _labels(values: tuple, empty: str = "-") -> str:
     return ", ".join(v.label for v in values) if values else empty
+
+
+def offload_modules(moe: bool) -> tuple[str, ...]:
+    """TransformerConfig.offload_modules for recompute=offload-modules on a model with (`moe`) or without routed
+    experts."""
+    return OFFLOAD_ATTENTION_MODULES + (OFFLOAD_EXPERT_MODULES if moe else ())
 
 
 def capability_table() -> str:

@@ -43,12 +43,15 @@ class Recompute(_Labelled):
     memory-bound modules), re-run whole (full: each layer's forward again; Korthikanti et al. 2022), or kept in host
     memory (offload: Megatron-Core's layer-level CPU activation offloading, `--cpu-offloading-num-layers`, which runs
     without recomputation; the planner offloads the fewest layers that make the layout fit,
-    planner.cost.activation_offload)."""
+    planner.cost.activation_offload), or every layer kept but a fixed set of modules' saved tensors in host memory
+    (offload-modules: Megatron-Core's fine-grained activation offloading, `--fine-grained-activation-offloading
+    --offload-modules`, which also runs with pipelining; planner.cost.module_offload)."""
 
     NONE = 0, "none"
     SELECTIVE = 1, "selective"
     FULL = 2, "full"
     OFFLOAD = 3, "offload"
+    OFFLOAD_MODULES = 4, "offload-modules"
 
 
 class Schedule(_Labelled):

@@ -31,6 +31,9 @@ class Problem:
     # Schedules the search may choose (codes); None: every schedule the framework ships. Validation narrows it when
     # a case does not state its schedule (opt-in schedules are priced only when a run names them).
     schedule_choices: tuple[int, ...] | None = None
+    # Recompute modes the search may choose (codes); None: all. Validation leaves out the opt-in fine-grained
+    # activation offloading where a case states no recompute, as it does the opt-in schedules.
+    recompute_choices: tuple[int, ...] | None = None
     # Share of GPU memory a plan should leave free: plans predicted above (1 - headroom) x capacity are "tight",
     # ranked after every plan with room, and marked (planner.search.search). The memory model's median error on
     # published runs is ~7% (plan validate), so a plan within 5% of the capacity may well not fit.

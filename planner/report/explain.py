@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from planner.cost import compute, memory, pipeline
 from planner.cost.step import layer_terms, memory_stages
+from planner.inputs.frameworks import offload_modules
 from planner.inputs.layout import CpComm, Recompute, Schedule, Zero, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
@@ -90,7 +92,25 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
     }
     if metrics.get("offloaded_layers", 0) > 0:
         out["offload"] = offload_summary(problem, cols, metrics)
+    elif int(cols["recompute"][0]) == Recompute.OFFLOAD_MODULES:
+        out["offload"] = modules_summary(problem, cols, metrics)
     return out
+
+
+def modules_summary(problem: Problem, cols: dict[str, np.ndarray], metrics: dict[str, float]) -> dict[str, Any]:
+    """recompute=offload-modules: the modules whose saved tensors sit in host memory, their bytes per layer and
+    micro-batch, the host memory the busiest rank's in-flight micro-batches take against what the node has per GPU,
+    and what the copies cost per step (planner.cost.module_offload, activation_offload.modules_stall)."""
+    k = {x: cols[x].astype(float) for x in ("tp", "pp", "vpp", "cp", "mbs", "dp")}
+    tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
+    moved = float(memory.offloaded_module_bytes(problem, tok, k["tp"], cols["recompute"])[0])
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, k["pp"], k["vpp"])
+    micro = np.floor(pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"]))
+    host = max(float(n[0] * pipeline.inflight_microbatches(cols["schedule"], k["pp"], k["vpp"], micro, rank)[0])
+               for n, rank in ((first, 0), (last, int(k["pp"][0]) - 1)))
+    return {"modules": list(offload_modules(problem.model.is_moe and problem.model.moe_layers > 0)),
+            "per_layer_gib": round(moved / 2**30, 4), "host_gib": round(host * moved / 2**30, 3),
+            "host_capacity_gib": problem.cluster.gpu.host_memory_gib, "copies_s": round(metrics["offload_s"], 6)}
 
 
 def offload_summary(problem: Problem, cols: dict[str, np.ndarray], metrics: dict[str, float]) -> dict[str, Any]:
@@ -156,7 +176,9 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
         console.print("[yellow]tight[/]: the device total leaves less than the memory headroom free")
     if "offload" in out:
         off = out["offload"]
-        console.print(f"offload: {off['layers']} layers' activations in host memory, {off['host_gib']:.1f} of "
+        what = (f"{off['layers']} layers' activations" if "layers" in off else
+                f"{', '.join(off['modules'])} inputs ({off['per_layer_gib'] * 1024:.0f} MiB per layer and micro-batch)")
+        console.print(f"offload: {what} in host memory, {off['host_gib']:.1f} of "
                       f"{off['host_capacity_gib']:g} GiB per GPU; their copies cost {off['copies_s']:.3f} s per step")
     console.print(out["timeline"], highlight=False, markup=False)
     for text in texts:

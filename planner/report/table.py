@@ -16,7 +16,7 @@ from planner.search.search import Plan, SearchResult, is_tight
 # Compact layout tokens (`tp4 pp8 v6 dp32 m1 z1 sele sp il`) so that a ranked table fits 80 columns; every
 # abbreviation a table prints is explained by its legend line (LEGEND), keyed by the token's name.
 _RECOMPUTE_SHORT = {Recompute.NONE: "norc", Recompute.SELECTIVE: "sele", Recompute.FULL: "full",
-                    Recompute.OFFLOAD: "offl"}
+                    Recompute.OFFLOAD: "offl", Recompute.OFFLOAD_MODULES: "offm"}
 _CP_COMM_SHORT = {CpComm.RING: "", CpComm.A2A: "u", CpComm.HYBRID: "h"}
 _SCHEDULE_SHORT = {Schedule.ONE_F_ONE_B: "1f1b", Schedule.INTERLEAVED: "il", Schedule.ZB_H1: "zbh1",
                    Schedule.ZB_H2: "zbh2", Schedule.ZB_V: "zbv", Schedule.SEQ1F1B: "s1f1b",
@@ -28,6 +28,7 @@ LEGEND = {
     "cpu": "cpNu = all-to-all (Ulysses) context parallelism", "cph": "cpNh = hybrid a2a+p2p context parallelism",
     "norc": "norc = no recompute", "sele": "sele = selective recompute", "full": "full = full recompute",
     "offl": "offl = no recompute, some layers' activations offloaded to host memory",
+    "offm": "offm = no recompute, attention (and expert fc1) inputs offloaded to host memory",
     "sp": "sp = sequence parallel", "1f1b": "1f1b = 1F1B schedule", "il": "il = interleaved 1F1B",
     "zbh1": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2", "zbh2": "zbh1/zbh2 = zero-bubble ZB-H1/ZB-H2",
     "zbv": "zbv = zero-bubble ZB-V", "s1f1b": "s1f1b = Seq1F1B",

@@ -203,6 +203,15 @@ RULES: tuple[Rule, ...] = (
          "Megatron-Core transformer_config.py (\"no support for Pipeline parallelism with CPU offloading\"; "
          "ecosystem.md M30); Transformer Engine cpu_offloading docs: the default schedule assumes all forwards then "
          "all backwards, num_layers <= model_layers - 2 for overlap"),
+    Rule("offload_modules_needs_mcore_schedule", ("recompute", "schedule"),
+         lambda c, p: (c["recompute"] != Recompute.OFFLOAD_MODULES)
+         | _among(c["schedule"], [int(Schedule.ONE_F_ONE_B), int(Schedule.INTERLEAVED),
+                                  int(Schedule.COMBINED_1F1B)]),
+         "fine-grained activation offloading (offload-modules) is driven by Megatron-Core's own schedules: 1F1B, "
+         "interleaved 1F1B and the combined 1F1B", "use schedule=1f1b|interleaved|combined-1f1b, or another recompute",
+         "Megatron-Core core_v0.16.1 pipeline_parallel/schedules.py (its three forward-backward functions reset the "
+         "offload manager of fine_grained_activation_offload.py); combined 1F1B through "
+         "models/gpt/fine_grained_callables.py"),
     Rule("dualpipe_shape", ("pp", "schedule", "mbs", "dp"),
          lambda c, p: ~_among(c["schedule"], [Schedule.DUALPIPE, Schedule.DUALPIPE_V])
          | ((c["pp"] % 2 == 0) & (_microbatches(c, p) % 2 == 0) & (_microbatches(c, p) >= 2 * c["pp"])),
@@ -315,9 +324,10 @@ RULES: tuple[Rule, ...] = (
     Rule("framework_recompute", ("recompute",),
          lambda c, p: _among(c["recompute"], [int(r) for r in _caps(p).recompute]) | _trusted("recompute", p),
          "the chosen training framework cannot switch on this activation recomputation or offloading",
-         "use a recompute the framework runs (README, frameworks table), or megatron-core / nemo, which run all four",
+         "use a recompute the framework runs (README, frameworks table), or megatron-core / nemo, which run all five",
          "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch; "
-         "activation offloading is Megatron-Core's (--cpu-offloading-num-layers)"),
+         "activation offloading is Megatron-Core's (--cpu-offloading-num-layers; --fine-grained-activation-offloading "
+         "with --offload-modules, core_v0.16)"),
     Rule("framework_fp8_needs_zero", ("zero",),
          lambda c, p: (p.training.precision != "fp8") | (not _caps(p).fp8_needs_zero) | (c["zero"] != Zero.NONE)
          | _trusted("zero", p),

@@ -163,12 +163,13 @@ def has_plan(problem: Problem) -> bool:
 
 def _undominated(parent: np.ndarray, fits: np.ndarray, tight: np.ndarray, rc: np.ndarray) -> np.ndarray:
     """Rows that fit and carry their sibling group's (one parent: rows that differ only in recompute, the last knob)
-    least recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE). Offloading is not on
-    that ladder (it can beat full recompute or lose to it): it is kept wherever it fits and keeping every activation
-    (recompute none) does not fit with headroom, since otherwise it only adds copies to the same layout."""
+    least recompute that fits, or the least that fits with headroom (RECOMPUTE_DOMINANCE). Offloading (of layers
+    or of modules) is not on that ladder (it can beat full recompute or lose to it): it is kept wherever it fits and
+    keeping every activation (recompute none) does not fit with headroom, since otherwise it only adds copies to the
+    same layout."""
     if not fits.any():
         return fits
-    ladder = rc != Recompute.OFFLOAD
+    ladder = (rc != Recompute.OFFLOAD) & (rc != Recompute.OFFLOAD_MODULES)
     on = fits & ladder
     keep = on & (_least_recompute(parent, on) | _least_recompute(parent, on & ~tight))
     offload = fits & ~ladder

@@ -64,7 +64,7 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "vpp": sorted({d for n in (m.num_hidden_layers, m.num_hidden_layers + 2) for d in divisors(n) if d <= 16}),
         "mbs": [d for d in divisors(problem.training.global_batch) if d <= MAX_MICRO_BATCH],
         "zero": _choices("zero"),
-        "recompute": _choices("recompute"),
+        "recompute": list(problem.recompute_choices) if problem.recompute_choices else _choices("recompute"),
         "sp": [0, 1],
         "schedule": _schedules(problem),
         "cp_comm": _choices("cp_comm"),

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import PlanInputError
-from planner.inputs.layout import ExpertTp, encode
+from planner.inputs.frameworks import MCORE_OFFLOAD_MODULES, OFFLOAD_ATTENTION_MODULES, OFFLOAD_EXPERT_MODULES
+from planner.inputs.layout import ExpertTp, Recompute, encode
 
 # First comment line of every commented launcher format (planner/report/launchers/_plan.py header()).
 _HEADER = re.compile(r"^#\s*plan \S+ \| (?P<model>\S+) on (?P<cluster>\S+) \((?P<gpus>\d+) GPUs\)", re.M)
@@ -50,6 +51,24 @@ class LaunchConfig:
             raise PlanInputError(f"expert tensor-parallel size {size} is neither 1 nor the tensor-parallel size {tp}",
                                  field=flag, source=self.source, fix="plan prices expert TP 1 or equal to tp")
         self.layout["etp"] = int(ExpertTp.TP if size == tp else ExpertTp.ONE)
+
+
+def read_fine_grained_offload(cfg: LaunchConfig, modules: list[str], flag: str) -> None:
+    """Megatron-Core's fine-grained activation offloading, switched on with `modules` as its offload_modules (read
+    after the recompute granularity): recompute=offload-modules where nothing is recomputed. The planner prices its
+    one module set (planner.cost.module_offload); another set, or offloading beside selective recompute, is priced
+    as that set or as the recompute alone, and said so in the warning."""
+    unknown = sorted(set(modules) - set(MCORE_OFFLOAD_MODULES))
+    if not modules or unknown:
+        raise PlanInputError(f"offload_modules {'/'.join(unknown)[:60] or '(empty)'} are not modules Megatron-Core "
+                             "offloads", field=flag, source=cfg.source, fix=f"use {', '.join(MCORE_OFFLOAD_MODULES)}")
+    if cfg.layout.get("recompute", Recompute.NONE) != Recompute.NONE:
+        cfg.ignored.append(f"{flag} beside recomputation (priced as the recomputation alone)")
+        return
+    cfg.set_knob("recompute", Recompute.OFFLOAD_MODULES.label, flag)
+    if set(modules) - set(OFFLOAD_EXPERT_MODULES) != set(OFFLOAD_ATTENTION_MODULES):  # (expert_fc1: MoE layers)
+        planned = "+".join((*OFFLOAD_ATTENTION_MODULES, *OFFLOAD_EXPERT_MODULES))
+        cfg.ignored.append(f"{flag}={'+'.join(modules)} (priced as {planned})")
 
 
 def read_header(cfg: LaunchConfig, text: str) -> None:

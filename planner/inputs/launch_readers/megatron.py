@@ -18,6 +18,7 @@ from planner.inputs.launch_readers._common import (
     as_int,
     as_share,
     moments_dtype,
+    read_fine_grained_offload,
     read_header,
     token_drop,
 )
@@ -59,6 +60,7 @@ _HANDLED = {
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute", "--moe-flex-dispatcher-backend",
     "--recompute-modules", "--cpu-offloading-num-layers", "--cpu-offloading", "--moe-router-score-function",
+    "--fine-grained-activation-offloading", "--offload-modules",
     "--moe-router-pre-softmax", "--moe-router-num-groups", "--moe-router-group-topk",
     "--bf16", "--fp16", "--fp8-format", "--fp4-format", "--nnodes", "--nproc-per-node", "--nproc_per_node",
     "--expert-tensor-parallel-size", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
@@ -238,6 +240,8 @@ def _memory_and_schedule(cfg: LaunchConfig, found: dict[str, list[str]], value) 
     if "--cpu-offloading-num-layers" in found and as_int(value("--cpu-offloading-num-layers"),
                                                          "--cpu-offloading-num-layers", src, minimum=0) > 0:
         cfg.set_knob("recompute", "offload", "--cpu-offloading-num-layers")
+    if "--fine-grained-activation-offloading" in found:
+        read_fine_grained_offload(cfg, found.get("--offload-modules", []), "--offload-modules")
     _optimizer(cfg, found, value)
     tp = cfg.layout.get("tp", 1)
     cfg.layout["sp"] = int("--sequence-parallel" in found and tp > 1)

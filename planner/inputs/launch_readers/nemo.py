@@ -14,6 +14,7 @@ from planner.inputs.launch_readers._common import (
     as_share,
     is_null,
     moments_dtype,
+    read_fine_grained_offload,
     read_header,
     token_drop,
 )
@@ -35,6 +36,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size",
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
             "model.recompute_modules", "model.cpu_offloading", "model.cpu_offloading_num_layers",
             "model.cpu_offloading_activations", "model.cpu_offloading_weights", "model.moe_token_dispatcher_type",
+            "model.fine_grained_activation_offloading", "model.offload_modules",
             "model.moe_flex_dispatcher_backend", "model.moe_router_score_function", "model.moe_router_pre_softmax",
             "model.moe_router_num_groups", "model.moe_router_group_topk", "model.mtp_num_layers",
             "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
@@ -126,6 +128,10 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
     if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
+    if flag("model.fine_grained_activation_offloading"):  # a Hydra list: [core_attn,attn_proj]
+        raw = str(found.get("model.offload_modules", "")).strip("[] ")
+        read_fine_grained_offload(cfg, [x.strip(" '\"") for x in raw.split(",") if x.strip(" '\"")],
+                                  "model.offload_modules")
     # Megatron-Core OptimizerConfig: optimizer_cpu_offload with optimizer_offload_fraction (default 0.0, nothing
     # moves), exp_avg_dtype / exp_avg_sq_dtype (default fp32)
     if flag("optimizer.optimizer_cpu_offload"):

@@ -7,6 +7,7 @@ Rule numbers refer to shared/reference/ecosystem.md section 1.3.
 
 from __future__ import annotations
 
+from planner.inputs.frameworks import offload_modules as _modules
 from planner.report.launchers._plan import ModelShape, PlanView, refuse, require_stage_split
 
 # Recompute as Megatron spells it: granularity, method, layers per recompute unit.
@@ -17,6 +18,7 @@ RECOMPUTE = {
     "selective": ("selective", None, None),
     "full": ("full", "uniform", 1),
     "offload": (None, None, None),  # no recomputation: activations go to host memory (offload_layers)
+    "offload-modules": (None, None, None),  # no recomputation: some modules' saved tensors go to host memory
 }
 
 # Data-parallel sharding for ZeRO stages 2 and 3: Megatron has it only through Megatron-FSDP.
@@ -99,6 +101,19 @@ def offload_layers(view: PlanView) -> int:
     """Layers whose activations the plan keeps in host memory (recompute=offload; plan document offload_layers)."""
     assert view.layout.offload_layers is not None  # check() refuses an offload plan without it
     return view.layout.offload_layers
+
+
+def offload_modules(view: PlanView) -> list[str]:
+    """TransformerConfig.offload_modules of a recompute=offload-modules plan (planner.cost.module_offload); empty
+    for other plans (fine_grained_activation_offloading off)."""
+    return list(_modules(view.model.is_moe)) if view.layout.recompute == "offload-modules" else []
+
+
+def offload_env_note(view: PlanView) -> str:
+    """The environment fine-grained offloading needs: with Transformer Engine >= 2.10 Megatron-LM asserts
+    NVTE_CPU_OFFLOAD_V1=1 (arguments.py validate_args, so TE does not offload weights too)."""
+    return "# env: export NVTE_CPU_OFFLOAD_V1=1 (fine-grained activation offloading with TE >= 2.10)" \
+        if offload_modules(view) else ""
 
 
 def check(view: PlanView, launcher: str) -> None:

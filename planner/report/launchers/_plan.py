@@ -11,11 +11,10 @@ from typing import Any, NoReturn
 
 from planner import __version__
 from planner.errors import PlanInputError
-from planner.inputs.layout import SCHEDULES
+from planner.inputs.layout import RECOMPUTE, SCHEDULES
 from planner.inputs.specs import FP8_RECIPES, ModelSpec
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
-RECOMPUTE = ("none", "selective", "full", "offload")
 PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
 
 

@@ -40,7 +40,7 @@ def render(view: PlanView) -> str:
     else:
         _check_layer_kinds(view)
     flags = _parallel(view) + _batch(view) + _model(view) + _recompute(view) + _data_parallel(view) + _precision(view)
-    lines = [header(view, HYBRID_TARGET if hybrid else TARGET), _env_note(view),
+    lines = [header(view, HYBRID_TARGET if hybrid else TARGET), _env_note(view), _mcore.offload_env_note(view),
              f"# run with {_hybrid.SCRIPT} (hybrid Mamba model)" if hybrid else "",
              "# flags cover layout, batch and model shape; add data, tokenizer, optimizer and norm/rope flags"]
     lines += [" ".join(shlex.quote(part) for part in flag) for flag in flags]
@@ -273,6 +273,8 @@ def _recompute(view: PlanView) -> list[Flag]:
         flags += [("--recompute-method", method), ("--recompute-num-layers", str(num_layers))]
     if view.layout.recompute == "offload":  # arguments.py: a positive count switches cpu_offloading on
         flags.append(("--cpu-offloading-num-layers", str(_mcore.offload_layers(view))))
+    if _mcore.offload_modules(view):  # TransformerConfig fields, flags by argument_utils (list: nargs "+")
+        flags += [("--fine-grained-activation-offloading",), ("--offload-modules", *_mcore.offload_modules(view))]
     return flags
 
 

@@ -38,9 +38,10 @@ def render(view: PlanView) -> str:
     items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
                                                                   ("mixed_precision.grad_reduce_in_fp32", False)]
     lines = [header(view, TARGET),
-             f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>"]
+             f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>",
+             _mcore.offload_env_note(view)]
     lines += [f"{key}={_value(value)}" for key, value in items]
-    return "\n".join(lines) + "\n"
+    return "\n".join(line for line in lines if line) + "\n"
 
 
 def _model(view: PlanView) -> list[Item]:
@@ -102,7 +103,11 @@ def _model(view: PlanView) -> list[Item]:
 
 
 def _offload_items(view: PlanView) -> list[Item]:
-    """Megatron-Core's layer-level activation offloading (TransformerConfig cpu_offloading*), activations only."""
+    """Megatron-Core's layer-level activation offloading (TransformerConfig cpu_offloading*), activations only, or its
+    fine-grained offloading of some modules' saved tensors."""
+    if _mcore.offload_modules(view):  # fine-grained: Megatron-Bridge perf recipes set the same two fields
+        return [("model.fine_grained_activation_offloading", True),
+                ("model.offload_modules", "[" + ",".join(_mcore.offload_modules(view)) + "]")]
     if view.layout.recompute != "offload":
         return []
     return [("model.cpu_offloading", True), ("model.cpu_offloading_num_layers", _mcore.offload_layers(view)),

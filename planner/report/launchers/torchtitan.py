@@ -42,7 +42,7 @@ def render(view: PlanView) -> str:
         refuse(view, NAME, "inputs.training.optimizer_offload", "torchtitan's CPU offload (FSDP2 CPUOffloadPolicy) "
                "moves parameters and gradients too, not the optimizer share the plan prices",
                "re-plan with --optimizer-offload 0, or use --format megatron")
-    if view.layout.recompute == "offload":
+    if view.layout.recompute in ("offload", "offload-modules"):
         refuse(view, NAME, "recompute", f"{NAME} has no activation offloading to host memory (its "
                "activation_checkpoint modes are none, selective and full)",
                "re-plan with --framework torchtitan, or use --format megatron")
