@@ -105,8 +105,10 @@ def test_host_memory_bounds_the_offload() -> None:
     p = Problem(load_model("llama3-70b"), load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
     assert np.isfinite(evaluate(p, _layout(recompute=OFFM))["memory_peak_gib"][0])
     small = Problem(p.model, _with_host(p.cluster, host_memory_gib=2.0), p.training)
-    with np.errstate(invalid="ignore"):  # (the reserve's 0 x inf)
-        assert np.isinf(evaluate(small, _layout(recompute=OFFM))["memory_peak_gib"][0])
+    roomy = evaluate(p, _layout(recompute=OFFM))["memory_peak_gib"][0]
+    cramped = evaluate(small, _layout(recompute=OFFM))["memory_peak_gib"][0]
+    # what the host cannot hold stays on the device: a finite, larger total (so JSON and explain stay readable)
+    assert np.isfinite(cramped) and cramped > roomy
     assert np.isfinite(evaluate(small, _layout())["memory_peak_gib"][0])  # nothing offloaded, nothing needed
 
 

@@ -131,6 +131,7 @@ def modules_stall(problem: Problem, offloaded: np.ndarray, layers: np.ndarray, t
 
 def host_bytes_over(problem: Problem, offloaded: np.ndarray, layers: np.ndarray,
                     inflight: np.ndarray) -> np.ndarray:
-    """Where recompute=offload-modules needs more host memory than the GPU's share ([HOST]): every in-flight
-    micro-batch's offloaded tensors of every layer on the stage sit there (offloaded x layers x in-flight)."""
-    return offloaded * layers * inflight > problem.cluster.gpu.host_memory_gib * GIB
+    """Bytes of recompute=offload-modules' tensors beyond the GPU's share of host memory ([HOST]), 0 where they fit:
+    every in-flight micro-batch's offloaded tensors of every layer on the stage sit there (offloaded x layers x
+    in-flight)."""
+    return np.maximum(offloaded * layers * inflight - problem.cluster.gpu.host_memory_gib * GIB, 0.0)

@@ -50,8 +50,8 @@ def stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, mic
     first_logits = np.where(pp == 1, logits, 0.0)
     acts = [per_layer_act * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)]
     off = memory.offloaded_module_bytes(problem, tok, tp, k["rc"])
-    if np.any(off):  # offloaded tensors the host cannot hold: the layout does not fit
-        acts = [np.where(activation_offload.host_bytes_over(problem, off, n, in_flight), np.inf, a)
+    if np.any(off):  # offloaded tensors the host cannot hold stay on the device (a finite total the fit check refuses)
+        acts = [a + activation_offload.host_bytes_over(problem, off, n, in_flight)
                 for a, n, in_flight in zip(acts, counts, inflight, strict=True)]
     return StageParts(states_s, memory.fsdp_buffer_bytes(zero, params["per_layer"], prof),
                       [memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8) for held in held_s],
