@@ -112,7 +112,7 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
 
 def dumps(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False)
 
 
