@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_plan_in_process
+from conftest import cols, run_plan_in_process
 
 from planner.cost import activation_offload, memory
 from planner.cost.step import evaluate, memory_stages
@@ -73,10 +73,8 @@ def test_copy_stall_hand_worked() -> None:
 
 
 def _layout(**kw: int) -> dict[str, np.ndarray]:
-    base = {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 1, "etp": 0, "vpp": 1, "mbs": 1, "zero": 1,
-            "recompute": int(Recompute.NONE), "sp": 1, "schedule": 0, "cp_comm": 0}
-    base.update(kw)
-    return {k: np.array([v]) for k, v in base.items()}
+    """Llama 3 70B's tp 8 pp 4 dp 2 layout with sequence parallelism and ZeRO-1 (conftest.cols fills the rest)."""
+    return cols(**{"tp": 8, "pp": 4, "dp": 2, "zero": 1, "sp": 1, **kw})
 
 
 def test_every_in_flight_microbatch_is_off_the_device() -> None:
