@@ -17,7 +17,7 @@ from planner.cost.stages import stage_memory_gib
 from planner.inputs.layout import KNOBS, SEQ1F1B_SEGMENTS, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
-from planner.report.table import compact_layout, legend, why
+from planner.report.table import compact_layout, legend, precision_label, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
 from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, PipelineSimResult, simulate_layout
@@ -154,7 +154,7 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
                      ("NVLink domain", f"{c.nvlink_domain} GPUs"), ("GPU memory", f"{c.gpu.memory_gib:g} GiB"),
                      ("scale-out", f"{c.network_gbps:g} GB/s per GPU")]),
         ("Training", [("sequence length", f"{tr.seq_len:,}"), ("global batch", f"{tr.global_batch:,} sequences"),
-                      ("precision", tr.precision), ("framework", tr.framework), ("pinned knobs", fixed)]),
+                      ("precision", precision_label(tr)), ("framework", tr.framework), ("pinned knobs", fixed)]),
         ("Search", [("candidates", f"{search['candidates']:,}"), ("feasible", f"{search['feasible']:,}"),
                     ("proven best", "yes" if search["proven_best"] else "no (time limit)")]),
     ], pruned or "nothing"
