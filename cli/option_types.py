@@ -27,3 +27,12 @@ MoeCapacityOpt = Annotated[float | None, typer.Option(
 MoePadOpt = Annotated[bool, typer.Option(
     "--moe-pad-to-capacity", help="with --moe-capacity-factor: pad every expert's input to its capacity (static "
     "shapes; priced as a full capacity of work)")]
+OptOffloadOpt = Annotated[float, typer.Option(
+    "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory; "
+    "priced as host-link traffic per step (PCIe or NVLink-C2C)")]
+OptMomentsOpt = Annotated[str, typer.Option(
+    "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (Megatron-Core's precision-aware "
+    "optimizer; halves them)")]
+Fp8RecipeOpt = Annotated[str, typer.Option(
+    "--fp8-recipe", help="with --precision fp8: tensorwise (one scale per tensor) | blockwise (1x128 / 128x128 "
+    "block scales as DeepSeek-V3 trains; slower GEMMs on Hopper)")]

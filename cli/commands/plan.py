@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from cli.option_types import GbsOpt, MoeCapacityOpt, MoePadOpt, PlanFwOpt, PrecOpt, SeqOpt
+from cli.option_types import (
+    Fp8RecipeOpt,
+    GbsOpt,
+    MoeCapacityOpt,
+    MoePadOpt,
+    OptMomentsOpt,
+    OptOffloadOpt,
+    PlanFwOpt,
+    PrecOpt,
+    SeqOpt,
+)
 from cli.plan_run import run_plan
 
 
@@ -36,15 +46,9 @@ def main(
     memory_headroom: Annotated[float, typer.Option(
         "--memory-headroom", min=0.0, max=0.5, help="share of GPU memory a plan should leave free; plans above "
         "(1 - headroom) x capacity rank last and are marked tight")] = 0.05,
-    optimizer_offload: Annotated[float, typer.Option(
-        "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory; "
-        "priced as host-link traffic per step (PCIe or NVLink-C2C)")] = 0.0,
-    optimizer_moments: Annotated[str, typer.Option(
-        "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (Megatron-Core's precision-aware "
-        "optimizer; halves them)")] = "fp32",
-    fp8_recipe: Annotated[str, typer.Option(
-        "--fp8-recipe", help="with --precision fp8: tensorwise (one scale per tensor) | blockwise (1x128 / 128x128 "
-        "block scales as DeepSeek-V3 trains; slower GEMMs on Hopper)")] = "tensorwise",
+    optimizer_offload: OptOffloadOpt = 0.0,
+    optimizer_moments: OptMomentsOpt = "fp32",
+    fp8_recipe: Fp8RecipeOpt = "tensorwise",
     timings: Annotated[bool, typer.Option("--timings", help="record search seconds in JSON/YAML (off by default "
                                           "so output is byte-identical across runs)")] = False,
     moe_capacity_factor: MoeCapacityOpt = None,

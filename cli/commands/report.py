@@ -8,7 +8,18 @@ from typing import Annotated
 
 import typer
 
-from cli.option_types import ClusterOpt, GbsOpt, ModelOpt, PrecOpt, SeqOpt
+from cli.option_types import (
+    ClusterOpt,
+    Fp8RecipeOpt,
+    GbsOpt,
+    ModelOpt,
+    MoeCapacityOpt,
+    MoePadOpt,
+    OptMomentsOpt,
+    OptOffloadOpt,
+    PrecOpt,
+    SeqOpt,
+)
 from cli.options import build_problem, stderr
 from planner.errors import NoFeasiblePlan, PlanInputError
 
@@ -55,6 +66,11 @@ def report(
     time_limit: Annotated[float | None, typer.Option("--time-limit", min=0.01, help="cap the search (seconds)")] = None,
     compress: Annotated[list[str] | None, typer.Option(
         "--compress", help="what-if: compress each dimension's traffic by a ratio, e.g. dp=4,tp=1.5")] = None,
+    optimizer_offload: OptOffloadOpt = 0.0,
+    optimizer_moments: OptMomentsOpt = "fp32",
+    fp8_recipe: Fp8RecipeOpt = "tensorwise",
+    moe_capacity_factor: MoeCapacityOpt = None,
+    moe_pad_to_capacity: MoePadOpt = False,
 ) -> None:
     """Plan MODEL on CLUSTER and write an HTML report: inputs, ranked plans, every feasible layout (throughput vs
     memory, Pareto front), time breakdown, memory per pipeline stage and the simulated pipeline timeline."""
@@ -63,7 +79,9 @@ def report(
 
     out = writable_path(output, "--output", ".html")
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix,
-                            allow_tp_across_nodes, compress=compress)
+                            allow_tp_across_nodes, compress=compress, optimizer_offload=optimizer_offload,
+                            optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe,
+                            moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
     try:
         result = search(problem, top=top, time_limit_s=time_limit, keep_priced=True)
     except NoFeasiblePlan as exc:
