@@ -106,6 +106,10 @@ CASES = {
                               dict(tp=8, pp=2, vpp=2, dp=4, schedule=1), dict(tp=8, pp=2, dp=4)),
     "framework_mamba_stack_no_full_recompute": (prob(HF / "nemotron-h-56b.json", "h100x64", framework="megatron-core"),
                                                 dict(tp=8, dp=8, recompute=2), dict(tp=8, dp=8, recompute=1)),
+    # Nemotron-H: 256 Mamba heads in 8 groups; tp 8 leaves 32 heads and one group per rank, which cp 64 cannot split
+    # (mamba_context_parallel.py: nheads_local_tp % cp == 0); cp 8 splits the heads and repeats the group
+    "mamba_heads_divisible_by_cp": (prob(HF / "nemotron-h-56b.json", "h100x512"), dict(tp=8, cp=64),
+                                    dict(tp=8, cp=8, dp=8)),
 }
 
 

@@ -2,9 +2,8 @@
 
 A rule names the knobs it reads and a vectorised predicate over candidate columns (numpy arrays) that is True where
 the layout is allowed. The search filters with these predicates (counting what each one prunes), `explain` lists the
-ones a layout breaks, and `planner.search.cpsat`
-compiles the same predicates into CP-SAT table constraints to find which
-rules conflict when nothing is feasible. Sources are in ../shared/reference/ecosystem.md §1.3 (Megatron-LM asserts,
+ones a layout breaks, and `planner.search.cpsat` compiles the same predicates into CP-SAT table constraints to find
+which rules conflict when nothing is feasible. Sources: ../shared/reference/ecosystem.md §1.3 (Megatron-LM asserts,
 numbered M1..M32 there) and §2.2 (torchtitan).
 """
 
@@ -53,6 +52,18 @@ def _mixer_heads(m: ModelSpec) -> int:
     heads = [m.linear_num_key_heads, m.linear_num_value_heads] if "linear_attention" in kinds else []
     heads += [h for h in (m.mamba_num_heads, m.n_groups) if h] if "mamba" in kinds else []
     return math.gcd(*heads) if heads else 0
+
+
+def _mamba_cp_split(c: Mapping[str, np.ndarray], m: ModelSpec) -> np.ndarray:
+    """Mamba-2 layers under context parallelism: each TP rank's heads split over cp, and its groups either split over
+    cp or repeat across it (groups per TP rank g: cp % g == 0 when g < cp, else g % cp == 0)."""
+    tp, cp = c["tp"], c["cp"]
+    if "mamba" not in m.mixer_kinds or not m.mamba_num_heads:
+        return np.ones(len(cp), dtype=bool)
+    groups = m.n_groups or 1
+    local = np.maximum(groups // np.maximum(tp, 1), 1)
+    spread = np.where(local < cp, cp % local, local % cp) == 0
+    return (cp == 1) | (_divides(tp * cp, m.mamba_num_heads) & spread)
 
 
 def _mixer_features(m: ModelSpec) -> tuple[str, ...]:
@@ -135,6 +146,11 @@ RULES: tuple[Rule, ...] = (
          "linear-attention key/value heads and Mamba heads and groups must divide evenly across tensor-parallel ranks",
          "use a tp that divides them", "Megatron-Core transformer_config.py (linear_num_key_heads and "
          "linear_num_value_heads % tp == 0); ssm/mamba_mixer.py (nheads and ngroups % tp == 0)"),
+    Rule("mamba_heads_divisible_by_cp", ("tp", "cp"), lambda c, p: _mamba_cp_split(c, p.model),
+         "context parallelism splits each tensor-parallel rank's Mamba heads, and its groups or their copies, over cp",
+         "use a cp dividing the Mamba heads per TP rank (or cp=1)",
+         "Megatron-Core ssm/mamba_context_parallel.py (core_v0.16.1: heads % (tp x cp) == 0; groups per TP rank "
+         "divide cp or are divided by it)"),
     Rule("framework_cp_mixers", ("cp",),
          lambda c, p: (c["cp"] == 1) | (not set(_mixer_features(p.model)) & set(_caps(p).cp_excludes)),
          "the chosen training framework runs no context parallelism for this model's token mixer (DeepSeek "

@@ -96,7 +96,8 @@ def _check_layers(view: PlanView, launcher: str) -> None:
 
 def _check_mixer_split(view: PlanView, launcher: str) -> None:
     """MambaMixer splits heads and groups over TP (mamba_mixer.py:249-262) and heads again over CP
-    (mamba_context_parallel.py:97-125); the search rule mixer_heads_divisible_by_tp states the TP half."""
+    (mamba_context_parallel.py:97-125); the search rules mixer_heads_divisible_by_tp and mamba_heads_divisible_by_cp
+    state both, so a searched plan passes here."""
     assert view.model.mamba is not None  # _check_layers refuses a Mamba model without its shapes
     heads, head_dim, state, groups = view.model.mamba
     tp, cp = view.layout.tp, view.layout.cp
