@@ -150,3 +150,19 @@ def test_progress_goes_to_stderr_only_for_slow_sweeps(monkeypatch, capsys):
         report(4, 4, "")
     captured = capsys.readouterr()
     assert captured.err == "sweep: 1/4 done, searching h100x8\n" and captured.out == ""
+
+
+def test_the_training_recipe_reaches_every_point_and_the_inputs() -> None:
+    """plan's recipe options (here bf16 Adam moments and token dropping) price every swept point and are recorded."""
+    from planner.inputs.catalog import load_model
+    from planner.report.sweep import SweepSpec, price_point, sweep_document
+
+    m = load_model("qwen3-30b-a3b")
+    plain = SweepSpec(m, ["h100"], [64], 10**12, 16_000_000, seq_len=4096)
+    recipe = SweepSpec(m, ["h100"], [64], 10**12, 16_000_000, seq_len=4096,
+                       recipe={"optimizer_moments": "bf16", "moe_capacity_factor": 1.0})
+    a, b = price_point(plain, "h100", 64), price_point(recipe, "h100", 64)
+    assert a.feasible and b.feasible and a.days != b.days  # the busiest expert rank computes 1.0, not 1.1, shares
+    inputs = sweep_document(recipe, [b])["inputs"]
+    assert (inputs["optimizer_moments"], inputs["moe_capacity_factor"]) == ("bf16", 1.0)
+    assert sweep_document(plain, [a])["inputs"]["moe_capacity_factor"] is None  # every recipe key, defaults too

@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from cli.option_types import ModelOpt, PrecOpt, SeqOpt
+from cli.option_types import (
+    Fp8RecipeOpt,
+    ModelOpt,
+    MoeCapacityOpt,
+    MoePadOpt,
+    OptMomentsOpt,
+    OptOffloadOpt,
+    PrecOpt,
+    SeqOpt,
+)
 from cli.options import build_problem, check_format, stderr, table_console
 
 PROGRESS_AFTER_S = 2.0  # a sweep quicker than this prints no progress at all
@@ -62,11 +71,16 @@ def sweep(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     chart: Annotated[str | None, typer.Option("--chart", help="also write days vs cost (or GPU-hours) as an SVG "
                                               "chart to this file")] = None,
+    optimizer_offload: OptOffloadOpt = 0.0,
+    optimizer_moments: OptMomentsOpt = "fp32",
+    fp8_recipe: Fp8RecipeOpt = "tensorwise",
+    moe_capacity_factor: MoeCapacityOpt = None,
+    moe_pad_to_capacity: MoePadOpt = False,
 ) -> None:
     """Best layout, days, GPU-hours and cost to train a token budget at every (GPU kind, count); frontier starred."""
     from planner.inputs.sweep_args import global_batch_for, parse_amount, parse_counts, parse_gpus, parse_prices
     from planner.report import document
-    from planner.report.sweep import SweepSpec, run_sweep, sweep_document
+    from planner.report.sweep import RECIPE_KEYS, SweepSpec, run_sweep, sweep_document
 
     check_format(fmt, ("table", "json", "yaml"))
     gpu_keys, count_list = parse_gpus(gpus), parse_counts(counts)
@@ -79,8 +93,13 @@ def sweep(
         check_chart_path(chart)
     # One problem built the usual way checks model, precision, framework and sequence length before any search.
     first = build_problem(model, f"{gpu_keys[0]}x{count_list[0]}", seq_len,
-                          global_batch_for(per_batch, seq_len, count_list[0]), precision, framework, None)
-    spec = SweepSpec(first.model, gpu_keys, count_list, tokens, per_batch, seq_len, precision, framework, prices)
+                          global_batch_for(per_batch, seq_len, count_list[0]), precision, framework, None,
+                          optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments,
+                          fp8_recipe=fp8_recipe, moe_capacity_factor=moe_capacity_factor,
+                          moe_pad_to_capacity=moe_pad_to_capacity)
+    recipe = {key: getattr(first.training, key) for key in RECIPE_KEYS}
+    spec = SweepSpec(first.model, gpu_keys, count_list, tokens, per_batch, seq_len, precision, framework, prices,
+                     recipe)
     with _progress() as progress:
         points = run_sweep(spec, progress)
     if chart:

@@ -40,6 +40,9 @@ class SweepSpec:
     precision: str = "bf16"
     framework: str = "generic"
     prices: dict[str, float] = field(default_factory=dict)  # dollars per GPU-hour, by GPU key
+    # The training recipe beyond precision (fp8 scaling, Adam moments and offload, token dropping): TrainingSpec
+    # fields other than seq_len, global_batch, precision and framework, as `plan` takes them.
+    recipe: dict[str, Any] = field(default_factory=dict)
 
     def clusters(self) -> list[tuple[str, int]]:
         return [(gpu, count) for gpu in self.gpus for count in self.counts]
@@ -74,7 +77,7 @@ class SweepPoint:
 
 def _problem(spec: SweepSpec, gpu: str, count: int, global_batch: int) -> Problem:
     training = TrainingSpec(seq_len=spec.seq_len, global_batch=global_batch, precision=spec.precision,
-                            framework=spec.framework)
+                            framework=spec.framework, **spec.recipe)
     return Problem(spec.model, load_cluster(f"{gpu}x{count}"), training)
 
 
@@ -159,6 +162,15 @@ def point_dict(point: SweepPoint, layers: int, framework: str | None = None) -> 
     }
 
 
+RECIPE_KEYS = ("fp8_recipe", "optimizer_offload", "optimizer_moments", "moe_capacity_factor", "moe_pad_to_capacity")
+
+
+def recipe_inputs(spec: SweepSpec) -> dict[str, Any]:
+    """The recipe keys of the sweep's inputs, every one present (defaults where the sweep set none): a stable schema."""
+    defaults = TrainingSpec()
+    return {key: spec.recipe.get(key, getattr(defaults, key)) for key in RECIPE_KEYS}
+
+
 def sweep_document(spec: SweepSpec, points: list[SweepPoint]) -> dict[str, Any]:
     """The sweep for scripts (`plan sweep --format json|yaml`): deterministic, no timings."""
     return {
@@ -168,7 +180,7 @@ def sweep_document(spec: SweepSpec, points: list[SweepPoint]) -> dict[str, Any]:
         "inputs": {
             "model": spec.model.model_dump(exclude_none=True), "gpus": list(spec.gpus), "counts": list(spec.counts),
             "train_tokens": spec.train_tokens, "tokens_per_batch": spec.tokens_per_batch, "seq_len": spec.seq_len,
-            "precision": spec.precision, "framework": spec.framework,
+            "precision": spec.precision, "framework": spec.framework, **recipe_inputs(spec),
             "gpu_hour_price_usd": dict(sorted(spec.prices.items())),
         },
         "frontier_axis": frontier_axis(points),
