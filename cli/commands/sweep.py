@@ -10,16 +10,8 @@ from typing import Annotated
 
 import typer
 
-from cli.option_types import (
-    Fp8RecipeOpt,
-    ModelOpt,
-    MoeCapacityOpt,
-    MoePadOpt,
-    OptMomentsOpt,
-    OptOffloadOpt,
-    PrecOpt,
-    SeqOpt,
-)
+from cli import option_types as opts
+from cli.option_types import ModelOpt, PrecOpt, SeqOpt
 from cli.options import build_problem, check_format, stderr, table_console
 
 PROGRESS_AFTER_S = 2.0  # a sweep quicker than this prints no progress at all
@@ -71,11 +63,11 @@ def sweep(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     chart: Annotated[str | None, typer.Option("--chart", help="also write days vs cost (or GPU-hours) as an SVG "
                                               "chart to this file")] = None,
-    optimizer_offload: OptOffloadOpt = 0.0,
-    optimizer_moments: OptMomentsOpt = "fp32",
-    fp8_recipe: Fp8RecipeOpt = "tensorwise",
-    moe_capacity_factor: MoeCapacityOpt = None,
-    moe_pad_to_capacity: MoePadOpt = False,
+    optimizer_offload: opts.OptOffloadOpt = 0.0,
+    optimizer_moments: opts.OptMomentsOpt = "fp32",
+    fp8_recipe: opts.Fp8RecipeOpt = "tensorwise",
+    moe_capacity_factor: opts.MoeCapacityOpt = None,
+    moe_pad_to_capacity: opts.MoePadOpt = False,
 ) -> None:
     """Best layout, days, GPU-hours and cost to train a token budget at every (GPU kind, count); frontier starred."""
     from planner.inputs.sweep_args import global_batch_for, parse_amount, parse_counts, parse_gpus, parse_prices
