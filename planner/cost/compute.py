@@ -186,6 +186,7 @@ def head_dim_factor(m: ModelSpec) -> float:
 # short convolutions are chunked GEMM/scan kernels of their own, and DeepSeek sparse attention gathers its top-k keys
 # (FlashMLA's sparse kernels): neither is on FlashAttention's length curve, so they keep the catalog rate.
 _WINDOWED = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
+_FLASH_KINDS = ("full_attention", *_WINDOWED)
 
 
 def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 1.0) -> np.ndarray:
@@ -199,13 +200,13 @@ def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 
         return full
     time = 0.0 * full
     for kind, core in by_kind:
-        if kind in _WINDOWED and not m.index_topk:
+        if m.index_topk or kind not in _FLASH_KINDS:
+            time = time + core
+        elif kind in _WINDOWED:
             keys = getattr(m, _WINDOWED[kind]) or seq_len
             time = time + core / attention_length_factor(float(min(keys, seq_len)))
-        elif kind in ("full_attention", "sliding_attention", "chunked_attention") and not m.index_topk:
-            time = time + core / full
         else:
-            time = time + core
+            time = time + core / full
     return total / time
 
 

@@ -95,10 +95,9 @@ def core_flops_by_kind(m: ModelSpec, seq_len: int) -> tuple[tuple[str, float], .
     return tuple(sums.items())
 
 
-@lru_cache(maxsize=256)
 def attention_core_sum(m: ModelSpec, seq_len: int) -> float:
     """Forward mixer-core FLOPs per token summed over all layers (each layer's own kind)."""
-    return sum(mixers.layer_core_flops(m, seq_len, i) for i in range(m.num_hidden_layers))
+    return sum(core for _, core in core_flops_by_kind(m, seq_len))
 
 
 def dense_layer_params(m: ModelSpec) -> int:

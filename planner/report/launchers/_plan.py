@@ -358,6 +358,13 @@ def _token_drop(training: dict) -> tuple[float | None, bool]:
     return (None if capacity is None else float(capacity)), padded
 
 
+def refuse_token_drop(view: PlanView, launcher: str) -> None:
+    """Refuse a token-dropping MoE plan for a launcher whose stack routes experts dropless."""
+    if view.model.is_moe and view.moe_capacity_factor is not None:
+        refuse(view, launcher, "inputs.training.moe_capacity_factor", f"{launcher} routes experts dropless: it has no "
+               "capacity factor", "re-plan without --moe-capacity-factor, or use --format megatron / nemo")
+
+
 def load(doc: dict | PlanDocument, rank: int) -> PlanView:
     """The `rank`-th plan (1-based) of `doc`, checked for internal consistency."""
     pd = loose_plan_document(doc)
@@ -370,6 +377,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         raise PlanInputError(f"unsupported precision {precision!r}", field="inputs.training.precision",
                              fix=f"use one of {', '.join(PRECISIONS)}")
     doc = pd.raw
+    capacity, padded = _token_drop(training)
     view = PlanView(
         planner_version=str(doc.get("planner_version") or __version__),
         rank=rank,
@@ -385,8 +393,8 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         optimizer_offload=_offload(training),
         optimizer_moments=_moments(training),
         fp8_recipe=_fp8_recipe(training),
-        moe_capacity_factor=_token_drop(training)[0],
-        moe_pad_to_capacity=_token_drop(training)[1],
+        moe_capacity_factor=capacity,
+        moe_pad_to_capacity=padded,
     )
     _check(view)
     return view

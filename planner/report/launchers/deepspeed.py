@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from planner.report.launchers._plan import PlanView, refuse
+from planner.report.launchers._plan import PlanView, refuse, refuse_token_drop
 
 NAME = "DeepSpeed ds_config"
 
@@ -24,9 +24,7 @@ def render(view: PlanView) -> str:
     if lay.zero >= 1:
         # The cost model overlaps gradient reduction with backward; DeepSpeed only does so with overlap_comm.
         zero.update(overlap_comm=True, contiguous_gradients=True)
-    if view.model.is_moe and view.moe_capacity_factor is not None:
-        refuse(view, NAME, "inputs.training.moe_capacity_factor", f"{NAME} routes experts dropless: it has no "
-               "capacity factor", "re-plan without --moe-capacity-factor, or use --format megatron / nemo")
+    refuse_token_drop(view, NAME)
     if view.optimizer_moments != "fp32":
         refuse(view, NAME, "inputs.training.optimizer_moments", f"{NAME} has no switch for bf16 Adam moments",
                "re-plan with --optimizer-moments fp32, or use --format megatron / nemo")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from planner.report.launchers._plan import PlanView, header, refuse, require_stage_split
+from planner.report.launchers._plan import PlanView, header, refuse, refuse_token_drop, require_stage_split
 
 TARGET = "torchtitan v0.2.2 (TOML job config)"
 NAME = "torchtitan"
@@ -32,9 +32,7 @@ def render(view: PlanView) -> str:
     if view.optimizer_moments != "fp32":
         refuse(view, NAME, "inputs.training.optimizer_moments", f"{NAME} has no switch for bf16 Adam moments",
                "re-plan with --optimizer-moments fp32, or use --format megatron / nemo")
-    if view.model.is_moe and view.moe_capacity_factor is not None:
-        refuse(view, NAME, "inputs.training.moe_capacity_factor", f"{NAME} routes experts dropless: it has no "
-               "capacity factor", "re-plan without --moe-capacity-factor, or use --format megatron / nemo")
+    refuse_token_drop(view, NAME)
     if view.fp8_recipe == "blockwise":
         refuse(view, NAME, "inputs.training.fp8_recipe", f"{NAME}'s float8 recipes scale per tensor or per row, not "
                "in 128 x 128 blocks", "re-plan with --fp8-recipe tensorwise, or use --format megatron / nemo")
