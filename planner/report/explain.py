@@ -18,7 +18,7 @@ from planner.search.search import is_tight, price_layout
 
 
 def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
-    """Fill the knobs a user left out with the defaults documented in README (dp from the GPU count)."""
+    """Fill the knobs a user left out with the defaults documented in docs/commands.md (dp from the GPU count)."""
     lay = dict(given)
     lay.setdefault("tp", 1)
     lay.setdefault("pp", 1)
