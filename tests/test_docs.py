@@ -16,6 +16,7 @@ TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest'
 
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^()\s]+)\)")
+HTML_LINK = re.compile(r'(?:href|src)="([^"]+)"')
 
 
 def _pages() -> list[Path]:
@@ -54,7 +55,8 @@ def _links(path: Path) -> list[str]:
     found = []
     for line in _prose(path.read_text()):
         line = re.sub(r"`[^`]*`", "", line)  # inline code is not a link
-        found += [t for t in LINK.findall(line) if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
+        targets = LINK.findall(line) + HTML_LINK.findall(line)
+        found += [t for t in targets if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
     return found
 
 
@@ -80,8 +82,8 @@ def test_relative_links_resolve(page: Path) -> None:
 def test_link_checker_sees_a_broken_link_and_a_broken_anchor(tmp_path: Path) -> None:
     """The checker itself can fail: a missing file and a missing heading are both caught."""
     (tmp_path / "a.md").write_text("# Title: `x` here\n\n[ok](#title-x-here) [gone](b.md) [bad](#nope)\n"
-                                   "```\n[in code](c.md)\n```\n")
-    assert _links(tmp_path / "a.md") == ["#title-x-here", "b.md", "#nope"]
+                                   '<img src="pic.png">\n```\n[in code](c.md)\n```\n')
+    assert _links(tmp_path / "a.md") == ["#title-x-here", "b.md", "#nope", "pic.png"]
     assert _anchors(tmp_path / "a.md") == {"title-x-here"}
 
 
