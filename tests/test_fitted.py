@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 import statistics
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 
@@ -31,6 +32,11 @@ def _fit_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@cache
+def _cases_by_id() -> dict[str, dict]:
+    return {c["id"]: c for c in load_cases(None)}
 
 
 def _kernel_value(name: str) -> float:
@@ -106,7 +112,7 @@ def test_kernel_entries_are_complete_in_range_and_name_their_cases(name: str) ->
     entry = KERNEL["profiles"][name]
     low, high = KERNEL["range"]
     assert low <= entry["value"] <= high
-    by_id = {c["id"]: c for c in load_cases(None)}
+    by_id = _cases_by_id()
     cases = [by_id[i] for i in entry["fitted_on"]]
     assert all(c["tier"] == "dense" and c["measured"]["tokens_per_s_per_gpu"] for c in cases)
     assert all((c["training"]["framework"] if c["training"]["framework"] in PROFILE_NAMES else "other") == name
@@ -126,7 +132,7 @@ def test_moe_entries_are_complete_in_range_and_name_their_cases() -> None:
         _assert_described(MOE[key])
         low, high = MOE[key]["range"]
         assert low <= MOE[key]["value"] <= high
-    by_id = {c["id"]: c for c in load_cases(None)}
+    by_id = _cases_by_id()
     cases = [by_id[i] for i in MOE["fitted_on"]]
     assert all(c["tier"] == "moe" for c in cases)
     _assert_fit_fields(MOE, cases)
@@ -159,7 +165,7 @@ def test_fit_script_prints_a_diff_and_writes_only_with_write(tmp_path: Path) -> 
     assert doc["kernel_efficiency"]["profiles"]["nemo"] == KERNEL["profiles"]["nemo"]  # only what was fitted
     assert doc["moe"] == MOE
     # The score at the kept value, recomputed here case by case.
-    by_id = {c["id"]: c for c in load_cases(None)}
+    by_id = _cases_by_id()
     errs = [abs(np.log(run_case(by_id[i], "fit")["predicted"]["tokens_per_s_per_gpu"]
                        / by_id[i]["measured"]["tokens_per_s_per_gpu"])) for i in entry["fitted_on"]]
     assert entry["score"]["median_abs_log_error"] == round(statistics.median(errs), 4)
