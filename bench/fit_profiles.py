@@ -84,15 +84,18 @@ def leave_one_source_out(table: Errors, source: dict[str, str]) -> tuple[float |
     return round(statistics.median(held), ROUND), len(sources)
 
 
-def fit(cases: list[Case], candidates: list[fitted.Fitted], stored: int, label: str) -> tuple[dict[str, Any], int]:
-    """The fit fields of one entry (fitted_on, score) and the index of the refit candidate."""
+def fit(cases: list[Case], candidates: list[fitted.Fitted], stored: int, label: str,
+        adopt: bool) -> tuple[dict[str, Any], int]:
+    """The fit fields of one entry (fitted_on, score) and the index of the refit candidate. The score is that of the
+    stored candidate, or of the refit one when it is being adopted."""
     table = error_table(cases, candidates, label)
     ids = sorted(table)
     if not ids:
         raise SystemExit(f"{label}: no case to fit on")
     loso, n_sources = leave_one_source_out(table, {c["id"]: short_source(c) for c in cases})
     pick = best(table, ids)
-    score = {"median_abs_log_error": round(statistics.median(table[i][stored] for i in ids), ROUND),
+    value = pick if adopt else stored
+    score = {"median_abs_log_error": round(statistics.median(table[i][value] for i in ids), ROUND),
              "loso_median_abs_log_error": loso, "loso_sources": n_sources}
     refit_score = round(statistics.median(table[i][pick] for i in ids), ROUND)
     return {"score": score, "refit_error": refit_score, "fitted_on": ids}, pick
@@ -115,7 +118,7 @@ def fit_kernel(doc: dict[str, Any], cases: list[Case], names: list[str] | None, 
             continue
         values = sorted({*grid, entry["value"]})
         candidates = [with_kernel(base, name, v) for v in values]
-        fields, pick = fit(dense_cases(cases, name), candidates, values.index(entry["value"]), name)
+        fields, pick = fit(dense_cases(cases, name), candidates, values.index(entry["value"]), name, adopt)
         update(entry, fields, {"value": values[pick]})
         if adopt:
             entry["value"] = values[pick]
@@ -133,7 +136,7 @@ def fit_moe(doc: dict[str, Any], cases: list[Case], adopt: bool) -> None:
         pairs.append(stored)
     candidates = [replace(base, moe_host_overhead_s=h, expert_imbalance=i) for h, i in pairs]
     group = [c for c in cases if c.get("tier") == "moe" and c["measured"].get("tokens_per_s_per_gpu")]
-    fields, pick = fit(group, candidates, pairs.index(stored), "moe")
+    fields, pick = fit(group, candidates, pairs.index(stored), "moe", adopt)
     refit = {"expert_imbalance": pairs[pick][1], "moe_host_overhead_s": pairs[pick][0]}
     update(moe, fields, refit)
     if adopt:

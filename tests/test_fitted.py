@@ -174,6 +174,8 @@ def test_fit_script_prints_a_diff_and_writes_only_with_write(tmp_path: Path) -> 
 
     assert fit.main([*args, "--write", "--adopt"], out=printed.append) == 0
     assert fitted.read(path).kernel_efficiency["megatron"] == entry["refit"]["value"]
+    adopted = yaml.safe_load(path.read_text(encoding="utf-8"))["kernel_efficiency"]["profiles"]["megatron"]
+    assert adopted["score"]["median_abs_log_error"] == adopted["refit"]["median_abs_log_error"]  # scored at the value
 
 
 def test_fit_script_reproduces_the_stored_fit_on_a_cut_grid(tmp_path: Path) -> None:
