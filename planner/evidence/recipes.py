@@ -248,7 +248,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             schedules = (int(Schedule.COMBINED_1F1B),) if value else tuple(
                 s for s in (schedules or tuple(int(x) for x in Schedule)) if s not in EP_OVERLAP_SCHEDULES)
         elif knob == "fp8_recipe":
-            training = replace(training, fp8_recipe="blockwise" if value == "blockwise" else "tensorwise")
+            training = training.model_copy(update={"fp8_recipe": "blockwise" if value == "blockwise" else "tensorwise"})
         elif knob == "recompute":
             fixed["recompute"] = int(Recompute.from_label(value))
             recompute_choices = None
