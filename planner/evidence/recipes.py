@@ -20,6 +20,7 @@ from typing import Any
 from planner.cost.expert import dispatcher_profile
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.errors import PlanInputError
+from planner.evidence.cases import case_token_drop
 from planner.inputs.catalog import data_dir
 from planner.inputs.files import read_structured_file
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Recompute, Schedule, encode
@@ -58,6 +59,12 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "moe_dispatcher": KnobSpec("MoE token dispatcher (Megatron-Core moe_token_dispatcher_type; flex with the DeepEP or "
                                "HybridEP backend)", _word("alltoall", "allgather", "flex-deepep", "flex-hybridep"),
                                "alltoall | allgather | flex-deepep | flex-hybridep"),
+    "moe_token_drop": KnobSpec("MoE token dropping: dropless, or the expert capacity factor (with `padded`: inputs "
+                               "padded to capacity)", lambda v: v == "dropless" or (
+                                   isinstance(v, int | float) and not isinstance(v, bool) and v > 0),
+                               "dropless | a positive capacity factor"),
+    "moe_force_balance": KnobSpec("router forced to balance tokens evenly over experts (Megatron-Core "
+                                  "moe_router_force_load_balancing, a benchmarking switch)", _flag, "true | false"),
     "tp_comm_overlap": KnobSpec("tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers, "
                                 "torchtitan async TP)", _flag, "true | false"),
     "overlap_grad_reduce": KnobSpec("data-parallel gradient reduction overlapped with the backward pass", _flag,
@@ -156,6 +163,9 @@ def _stated(case: dict[str, Any]) -> dict[str, Any]:
               "vpp": lay.get("vpp"), "micro_batch": tr.get("micro_batch")}
     if lay.get("schedule") is not None:
         stated["ep_overlap"] = lay["schedule"]
+    capacity = case_token_drop(case)[0]
+    if capacity is not None:
+        stated["moe_token_drop"] = capacity
     return {k: v for k, v in stated.items() if v is not None}
 
 
@@ -172,7 +182,8 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
     prof = stack_profile(problem.training)
     sharded = lay.get("zero") not in (0, "0") or prof.optimizer_always_sharded
     on = {"ep_overlap": problem.model.is_moe and may_exceed_one("ep"),
-          "moe_dispatcher": problem.model.is_moe and may_exceed_one("ep"),
+          "moe_dispatcher": problem.model.is_moe and may_exceed_one("ep"), "moe_token_drop": problem.model.is_moe,
+          "moe_force_balance": problem.model.is_moe and may_exceed_one("ep"),
           "tp_comm_overlap": may_exceed_one("tp"), "sequence_parallel": may_exceed_one("tp"),
           "overlap_grad_reduce": may_exceed_one("dp"), "overlap_param_gather": may_exceed_one("dp") and sharded,
           "cuda_graphs": True, "recompute": True, "fp8_recipe": problem.training.precision == "fp8",
@@ -185,14 +196,15 @@ def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
     return {"tp_comm_overlap": prof.tp_overlap > 0, "overlap_grad_reduce": prof.dp_overlap > 0,
             "overlap_param_gather": prof.dp_overlap > 0, "cuda_graphs": "none", "torch_compile": False,
-            "moe_dispatcher": "flex" if prof.deepep else "alltoall"}[knob]
+            "moe_dispatcher": "flex" if prof.deepep else "alltoall",
+            "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
 
 
 def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[str, str | None]:
     """How the model takes a resolved knob: priced with it, its fixed assumption agrees (assumed), priced as the
     nearest value it has (approximate), or not at all (not priced)."""
     value = block["value"]
-    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch"):
+    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop"):
         return "priced", None
     if knob == "recompute":
         modules = set(block.get("modules") or ())
@@ -249,6 +261,10 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
                 s for s in (schedules or tuple(int(x) for x in Schedule)) if s not in EP_OVERLAP_SCHEDULES)
         elif knob == "fp8_recipe":
             training = training.model_copy(update={"fp8_recipe": "blockwise" if value == "blockwise" else "tensorwise"})
+        elif knob == "moe_token_drop":
+            dropless = value == "dropless"
+            training = training.model_copy(update={"moe_capacity_factor": None if dropless else float(value),
+                                                   "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
         elif knob == "recompute":
             fixed["recompute"] = int(Recompute.from_label(value))
             recompute_choices = None

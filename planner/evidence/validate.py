@@ -76,11 +76,11 @@ def _search_case(problem: Problem, bare: Problem, applied: tuple[str, ...],
 
     names = ", ".join(r.name for r in diagnose(problem).core) or "memory"
     if applied:  # the run's knobs break a rule of this layout as the planner knows it: price without them
+        found = _search_case(bare, bare, (), knobs)
+        if isinstance(found, str):  # the stated layout breaks without them too: not the knobs' doing
+            return found
         for k in applied:
             knobs[k] = {**knobs[k], "status": "not priced", "reason": f"the stated layout with it breaks: {names}"}
-        found = _search_case(bare, bare, (), knobs)
-        if isinstance(found, str):
-            return found
         ran = ", ".join(applied)
         return found[0], "; ".join(n for n in (f"priced without {ran}: with it the layout breaks {names}",
                                                 found[1]) if n)
