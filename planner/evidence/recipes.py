@@ -90,6 +90,8 @@ PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{
 PLANNER_SELECTIVE_MODULES = frozenset({"layernorm", "moe_act", "mla_up_proj"})
 # Stacks that compile the model with torch.compile when asked; Megatron-based stacks fuse with their own kernels and
 # Transformer Engine, JAX stacks are compiled by XLA whatever the config says.
+# Schedules that run one model chunk per rank (rules.schedule_matches_vpp).
+_ONE_CHUNK_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.ZB_H1, Schedule.ZB_H2, Schedule.SEQ1F1B, Schedule.DUALPIPE)
 _COMPILING_STACKS = frozenset({"torchtitan", "llm-foundry", "automodel", "deepspeed", "metaseq", "gpt-neox"})
 
 
@@ -163,6 +165,9 @@ def _stated(case: dict[str, Any]) -> dict[str, Any]:
               "vpp": lay.get("vpp"), "micro_batch": tr.get("micro_batch")}
     if lay.get("schedule") is not None:
         stated["ep_overlap"] = lay["schedule"]
+        schedule = Schedule(encode("schedule", str(lay["schedule"]), "layout.schedule")[1])
+        if schedule in _ONE_CHUNK_SCHEDULES and stated.get("vpp") is None:
+            stated["vpp"] = 1  # the schedule runs one model chunk per pipeline rank
     capacity = case_token_drop(case)[0]
     if capacity is not None:
         stated["moe_token_drop"] = capacity
