@@ -75,8 +75,8 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                             _word("none", "per-layer", "full-iteration"), "none | per-layer | full-iteration"),
     "recompute": KnobSpec("activation recomputation (with its module list where selective) or host offloading",
                           _word("none", "selective", "full", "offload"), "none | selective | full | offload"),
-    "fp8_recipe": KnobSpec("fp8 scaling recipe", _word("delayed", "tensorwise", "blockwise", "mxfp8"),
-                           "delayed | tensorwise | blockwise | mxfp8"),
+    "fp8_recipe": KnobSpec("fp8 scaling recipe", _word("delayed", "tensorwise", "blockwise", "rowwise", "mxfp8"),
+                           "delayed | tensorwise | blockwise | rowwise | mxfp8"),
     "torch_compile": KnobSpec("torch.compile of the model", _flag, "true | false"),
     "sequence_parallel": KnobSpec("sequence parallelism beside tensor parallelism", _flag, "true | false"),
     "vpp": KnobSpec("model chunks per pipeline rank", _count, "a positive integer"),
@@ -209,6 +209,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
     """How the model takes a resolved knob: priced with it, its fixed assumption agrees (assumed), priced as the
     nearest value it has (approximate), or not at all (not priced)."""
     value = block["value"]
+    if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
+        return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop"):
         return "priced", None
     if knob == "recompute":
@@ -265,7 +267,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             schedules = (int(Schedule.COMBINED_1F1B),) if value else tuple(
                 s for s in (schedules or tuple(int(x) for x in Schedule)) if s not in EP_OVERLAP_SCHEDULES)
         elif knob == "fp8_recipe":
-            training = training.model_copy(update={"fp8_recipe": "blockwise" if value == "blockwise" else "tensorwise"})
+            finer = value in ("blockwise", "rowwise")
+            training = training.model_copy(update={"fp8_recipe": "blockwise" if finer else "tensorwise"})
         elif knob == "moe_token_drop":
             dropless = value == "dropless"
             training = training.model_copy(update={"moe_capacity_factor": None if dropless else float(value),
