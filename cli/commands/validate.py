@@ -13,6 +13,9 @@ from cli.options import check_format, stdout
 def validate(
     cases: Annotated[str | None, typer.Option("--cases", help="case file (schema_version 1); default: the "
                                               "published runs shipped with plan")] = None,
+    recipes: Annotated[str | None, typer.Option("--recipes", help="knob file: what each run ran beyond its row "
+                                                "(default: case_recipes.yaml beside the case file, else the one "
+                                                "shipped with plan)")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json")] = "table",
 ) -> None:
     """Score the cost model against measured, published training runs."""
@@ -20,7 +23,7 @@ def validate(
     from planner.report import document
 
     check_format(fmt, ("table", "json", "yaml"))
-    report = run_validate(cases)
+    report = run_validate(cases, recipes)
     if fmt == "table":
         from planner.report.table import render_validation
 

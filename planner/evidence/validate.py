@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from planner.cost.profiles import MEMORY_METRIC, profile_for
@@ -20,6 +21,14 @@ from planner.evidence.cases import (
     case_token_drop,
     default_cases_path,
     load_cases,
+)
+from planner.evidence.recipes import (
+    apply_knobs,
+    case_knobs,
+    default_recipes_path,
+    knob_summary,
+    load_recipes,
+    recipe_entry,
 )
 from planner.inputs.problem import Problem
 from planner.report.document import layout_dict, sig
@@ -53,28 +62,46 @@ def measurement_conflict(case: dict[str, Any], problem: Problem) -> str | None:
             f"training.global_batch = {tr.global_batch:,}")
 
 
-def run_case(case: dict[str, Any], source: str) -> dict[str, Any]:
+def _search_case(problem: Problem, bare: Problem, applied: tuple[str, ...],
+                 knobs: dict[str, dict[str, Any]]) -> tuple[Any, str | None] | str:
+    """The best plan of a case priced with what its run ran, and a note where it was priced otherwise (over memory,
+    or without run knobs that break a rule of the stated layout); a reason string when no layout is left."""
+    for prob, note in ((problem, None), (replace(problem, enforce_memory=False),
+                                         "predicted to exceed GPU memory; priced anyway")):
+        try:
+            return search(prob, top=1), note
+        except NoFeasiblePlan:
+            pass
+    from planner.search.cpsat import diagnose
+
+    names = ", ".join(r.name for r in diagnose(problem).core) or "memory"
+    if applied:  # the run's knobs break a rule of this layout as the planner knows it: price without them
+        found = _search_case(bare, bare, (), knobs)
+        if isinstance(found, str):  # the stated layout breaks without them too: not the knobs' doing
+            return found
+        for k in applied:
+            knobs[k] = {**knobs[k], "status": "not priced", "reason": f"the stated layout with it breaks: {names}"}
+        ran = ", ".join(applied)
+        return found[0], "; ".join(n for n in (f"priced without {ran}: with it the layout breaks {names}",
+                                                found[1]) if n)
+    return f"the stated layout breaks: {names}"
+
+
+def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     measured = case.get("measured")
     out: dict[str, Any] = {"id": case.get("id"), "tier": case.get("tier"), "source": short_source(case),
                            "measured": measured if isinstance(measured, dict) else {}}
     try:
-        problem = case_problem(case, source)
+        bare = case_problem(case, source)
     except PlanInputError as exc:
         return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
-    note = None
-    try:
-        result = search(problem, top=1)
-    except NoFeasiblePlan:
-        try:
-            result = search(replace(problem, enforce_memory=False), top=1)
-            note = "predicted to exceed GPU memory; priced anyway"
-        except NoFeasiblePlan:
-            from planner.search.cpsat import diagnose
-
-            core = diagnose(problem)
-            names = ", ".join(r.name for r in core.core) or "memory"
-            return {**out, "layout": None, "predicted": None, "error": None,
-                    "reason": f"the stated layout breaks: {names}"}
+    knobs = case_knobs(case, recipe_entry(recipes or {}, case), bare)
+    problem, applied = apply_knobs(bare, knobs)
+    found = _search_case(problem, bare, applied, knobs)
+    out["knobs"] = knobs
+    if isinstance(found, str):
+        return {**out, "layout": None, "predicted": None, "error": None, "reason": found}
+    result, note = found
     read = (case_framework(case)[1], case_precision(case)[1], case_token_drop(case)[2])
     note = "; ".join(n for n in (*read, note) if n) or None
     plan = result.plans[0]
@@ -200,6 +227,8 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
                        if r["predicted"] is not None and r.get("reason")],
         # how a case was read or priced where that is not what it says (another profile, fp16 as bf16, over memory)
         "notes": [{"id": r["id"], "note": r["note"]} for r in results if r.get("note")],
+        # what the runs ran beyond their rows: resolved, unresolved, and knobs the model does not price
+        "knobs": knob_summary(results),
         "groups": table,
         "worst": [{"id": r["id"], "tier": r["tier"], "throughput_ape": r["error"]["throughput"],
                    "predicted": r["predicted"]["tokens_per_s_per_gpu"],
@@ -211,8 +240,11 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
     }
 
 
-def validate(path: str | None = None) -> dict[str, Any]:
+def validate(path: str | None = None, recipes_path: str | None = None) -> dict[str, Any]:
+    """Every case of the case file priced and scored; the knobs its run ran read from the knob file (`recipes_path`,
+    else recipes.default_recipes_path) and the case's own `ran:` block."""
     cases = load_cases(path)
     source = path or str(default_cases_path().name)
-    results = [run_case(c if isinstance(c, dict) else {}, source) for c in cases]
+    recipes = load_recipes(Path(recipes_path) if recipes_path else default_recipes_path(path))
+    results = [run_case(c if isinstance(c, dict) else {}, source, recipes) for c in cases]
     return {"schema_version": 1, "cases": results, "summary": summarize(cases, results)}

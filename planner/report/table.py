@@ -208,6 +208,16 @@ def render_validation(report: dict, console: Console) -> None:
         worst.add_row(w["id"], w["tier"], f"{w['throughput_ape']:.1%}", f"{w['predicted']:,.0f}",
                       "-" if w["measured"] is None else f"{w['measured']:,.0f}")
     console.print(worst)
+    kn = s.get("knobs")
+    if kn:
+        def top(counts: dict) -> str:
+            return ", ".join(f"{k} {n}" for k, n in list(counts.items())[:4])
+
+        console.print(f"what the runs ran beyond their rows: {kn['all_resolved']} of {kn['cases']} cases "
+                      f"have every cost-relevant knob resolved; {kn['on_unresolved']} rest on unresolved knobs "
+                      f"({top(kn['unresolved_by_knob'])}); {kn['ran_unpriced']} ran a knob the model does not price "
+                      f"({top(kn['unpriced_by_knob'])}); {kn['priced_approximately']} priced approximately "
+                      f"({top(kn['approximate_by_knob'])})")
     if s["not_modelled"]:
         console.print(f"not modelled ({len(s['not_modelled'])}): "
                       + "; ".join(f"{x['id']} ({x['reason']})" for x in s["not_modelled"][:8]), style="dim")

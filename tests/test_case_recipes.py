@@ -1,0 +1,113 @@
+"""What each published run ran (validation/case_recipes.yaml) and how `plan validate` prices and counts it."""
+
+import copy
+
+import pytest
+
+from planner.errors import PlanInputError
+from planner.evidence.cases import load_cases
+from planner.evidence.recipes import (
+    KNOB_SPECS,
+    PINNED_SOURCE,
+    check_ran,
+    default_recipes_path,
+    knob_summary,
+    load_recipes,
+)
+from planner.evidence.validate import run_case
+
+
+@pytest.fixture(scope="module")
+def recipes():
+    return load_recipes(default_recipes_path(None))
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return {c["id"]: c for c in load_cases(None)}
+
+
+def test_every_entry_names_a_case_of_the_same_run(recipes, cases):
+    assert recipes, "the knob file is shipped beside the published runs"
+    for cid, entry in recipes.items():
+        assert cid in cases, cid
+        case = cases[cid]
+        assert entry["model"] == case["model"]["name"] and entry["cluster"] == case["cluster"], cid
+
+
+def test_every_knob_is_a_legal_value_with_a_pinned_source_or_unresolved_with_a_reason(recipes):
+    for cid, entry in recipes.items():
+        for knob, block in entry["ran"].items():
+            assert knob in KNOB_SPECS, (cid, knob)
+            if "unresolved" in block:
+                assert str(block["unresolved"]).strip(), (cid, knob)
+                continue
+            assert KNOB_SPECS[knob].legal(block["value"]), (cid, knob, block["value"])
+            for part in str(block["source"]).split("; "):
+                assert PINNED_SOURCE.fullmatch(part.strip()), (cid, knob, part)
+
+
+@pytest.mark.parametrize("ran, fragment", [
+    ({"cuda_graph": {"value": "none", "source": "a/b@abcdef1:x.py#L1"}}, "unknown knob"),
+    ({"cuda_graphs": {"value": "sometimes", "source": "a/b@abcdef1:x.py#L1"}}, "is not none | per-layer"),
+    ({"ep_overlap": {"value": True, "source": "the recipe says so"}}, "pinned to a commit"),
+    ({"ep_overlap": {"value": True, "source": "a/b@main:x.py#L1"}}, "pinned to a commit"),
+    ({"recompute": {"unresolved": " "}}, "needs its reason"),
+    ({"vpp": {"value": 0, "source": "a/b@abcdef1:x.py#L1"}}, "positive integer"),
+    ({"moe_token_drop": {"value": "some", "source": "a/b@abcdef1:x.py#L1"}}, "dropless"),
+])
+def test_bad_knob_blocks_are_one_line_errors(ran, fragment):
+    with pytest.raises(PlanInputError) as err:
+        check_ran(ran, "test#X")
+    assert fragment in err.value.one_line()
+
+
+def test_mb141_is_priced_with_the_ep_overlap_schedule_its_recipe_ran(recipes, cases):
+    """Megatron-Bridge's Qwen3-235B H100 preset sets moe_a2a_overlap (overlap_moe_expert_parallel_comm and
+    delay_wgrad_compute): the planner's combined 1F1B."""
+    out = run_case(cases["MB-141"], "test", recipes)
+    knob = out["knobs"]["ep_overlap"]
+    assert knob["value"] is True and knob["status"] == "priced" and "@" in knob["source"]
+    assert out["layout"]["schedule"] == "combined-1f1b"
+    without = run_case(cases["MB-141"], "test", {})
+    assert without["knobs"]["ep_overlap"]["status"] == "unresolved"
+    assert without["layout"]["schedule"] != "combined-1f1b"
+
+
+def test_summary_counts_are_computed_from_the_knobs(recipes, cases):
+    ids = ("MB-141", "MB-268", "N21-001")
+    full = [run_case(cases[i], "test", recipes) for i in ids]
+    fewer = {k: v for k, v in recipes.items() if k != "MB-141"}
+    cut = [run_case(cases[i], "test", fewer) for i in ids]
+    before, after = knob_summary(full), knob_summary(cut)
+    assert before["cases"] == after["cases"] == len(ids)
+    assert after["on_unresolved"] == before["on_unresolved"] + 1
+    assert after["unresolved_by_knob"].get("ep_overlap", 0) == before["unresolved_by_knob"].get("ep_overlap", 0) + 1
+    assert after["all_resolved"] == before["all_resolved"] - 1
+
+
+def test_a_knob_the_model_does_not_price_is_counted(recipes, cases):
+    """MB-141 ran TP without userbuffer overlap while the nemo profile prices TP overlap: recorded, not priced."""
+    out = run_case(cases["MB-141"], "test", recipes)
+    assert out["knobs"]["tp_comm_overlap"]["status"] == "not priced"
+    assert knob_summary([out])["unpriced_by_knob"]["tp_comm_overlap"] == 1
+
+
+def test_a_case_can_carry_its_own_ran_block(cases):
+    case = copy.deepcopy(cases["MB-141"])
+    case["ran"] = {"ep_overlap": {"value": False, "source": "NVIDIA-NeMo/Megatron-Bridge@0fbfe7d3e:x.py#L1"}}
+    out = run_case(case, "test", {})
+    assert out["knobs"]["ep_overlap"]["status"] == "priced"
+    assert out["layout"]["schedule"] != "combined-1f1b"
+
+
+def test_an_entry_for_another_run_is_not_applied(recipes, cases):
+    case = copy.deepcopy(cases["MB-141"])
+    case["cluster"] = "h100x512"
+    out = run_case(case, "test", recipes)
+    assert out["knobs"]["ep_overlap"]["status"] == "unresolved"
+
+
+def test_stated_knobs_come_from_the_row(recipes, cases):
+    out = run_case(cases["N21-004"], "test", recipes)
+    assert out["knobs"]["recompute"] == {"value": "full", "source": "stated by the case", "status": "stated"}
