@@ -23,7 +23,7 @@ from planner.errors import PlanInputError
 from planner.evidence.cases import case_token_drop
 from planner.inputs.catalog import data_dir
 from planner.inputs.files import read_structured_file
-from planner.inputs.layout import EP_OVERLAP_SCHEDULES, Recompute, Schedule, encode
+from planner.inputs.layout import EP_OVERLAP_SCHEDULES, RECOMPUTE, Schedule, encode
 from planner.inputs.problem import Problem
 
 DEFAULT_RECIPES = "case_recipes.yaml"
@@ -274,7 +274,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             training = training.model_copy(update={"moe_capacity_factor": None if dropless else float(value),
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
         elif knob == "recompute":
-            fixed["recompute"] = int(Recompute.from_label(value))
+            fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
         else:
             name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs"}[knob], str(value),
