@@ -30,6 +30,10 @@ OptOffloadOpt = Annotated[float, typer.Option(
 OptMomentsOpt = Annotated[str, typer.Option(
     "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (Megatron-Core's precision-aware "
     "optimizer; halves them)")]
+CudaGraphsOpt = Annotated[str, typer.Option(
+    "--cuda-graphs", help="CUDA graph capture the recipe runs: none (eager, the frameworks' default) | per-layer "
+    "(attention, router and dispatch preprocessing of dropless MoE layers; whole dense layers) | full-iteration; "
+    "removes the host time of what it captures, per-layer graphs keep static buffers")]
 Fp8RecipeOpt = Annotated[str, typer.Option(
     "--fp8-recipe", help="with --precision fp8: tensorwise (one scale per tensor) | blockwise (1x128 / 128x128 "
     "block scales as DeepSeek-V3 trains; slower GEMMs on Hopper)")]

@@ -70,7 +70,7 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
                   compress: list[str] | None = None, memory_headroom: float | None = None,
                   optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
                   fp8_recipe: str = "tensorwise", *, moe_capacity_factor: float | None = None,
-                  moe_pad_to_capacity: bool = False) -> Problem:
+                  moe_pad_to_capacity: bool = False, cuda_graphs: str = "none") -> Problem:
     """The planning problem the command-line options describe; one PlanInputError for any bad option."""
     from planner.inputs.catalog import load_cluster, load_model
 
@@ -78,7 +78,7 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
     return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
                        allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload,
                        optimizer_moments, fp8_recipe, moe_capacity_factor=moe_capacity_factor,
-                       moe_pad_to_capacity=moe_pad_to_capacity)
+                       moe_pad_to_capacity=moe_pad_to_capacity, cuda_graphs=cuda_graphs)
 
 
 def _check_names(precision: str, framework: str) -> None:
@@ -106,6 +106,14 @@ def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:
                              fix="use --fp8-recipe tensorwise, or --framework megatron-core / nemo")
 
 
+def _check_cuda_graphs(cuda_graphs: str) -> None:
+    from planner.cost.host import GRAPH_SCOPES
+
+    if cuda_graphs not in GRAPH_SCOPES:
+        raise PlanInputError(f"unknown CUDA graph scope '{cuda_graphs}'", field="--cuda-graphs",
+                             fix=f"use {' | '.join(GRAPH_SCOPES)}")
+
+
 def _check_token_drop(m: ModelSpec, framework: str, capacity: float | None, padded: bool) -> None:
     from planner.inputs.frameworks import capabilities_for
 
@@ -130,7 +138,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
                 compress: list[str] | None = None, memory_headroom: float | None = None,
                 optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
                 fp8_recipe: str = "tensorwise", *, moe_capacity_factor: float | None = None,
-                moe_pad_to_capacity: bool = False) -> Problem:
+                moe_pad_to_capacity: bool = False, cuda_graphs: str = "none") -> Problem:
     """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
     from pydantic import ValidationError
 
@@ -158,11 +166,12 @@ def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, p
                              fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
     _check_fp8_recipe(fp8_recipe, precision, framework)
     _check_token_drop(m, framework, moe_capacity_factor, moe_pad_to_capacity)
+    _check_cuda_graphs(cuda_graphs)
     try:
         tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
                           optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments,
                           fp8_recipe=fp8_recipe, moe_capacity_factor=moe_capacity_factor,
-                          moe_pad_to_capacity=moe_pad_to_capacity)
+                          moe_pad_to_capacity=moe_pad_to_capacity, cuda_graphs=cuda_graphs)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and seq_len > m.max_position_embeddings:

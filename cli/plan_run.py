@@ -20,7 +20,7 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
              time_limit: float | None = None, compress: list[str] | None = None, memory_headroom: float = 0.05,
              optimizer_offload: float = 0.0, optimizer_moments: str = "fp32", fp8_recipe: str = "tensorwise",
              timings: bool = False, moe_capacity_factor: float | None = None,
-             moe_pad_to_capacity: bool = False) -> None:
+             moe_pad_to_capacity: bool = False, cuda_graphs: str = "none") -> None:
     """Plan the best parallel layouts for `model` on `cluster` and write them to stdout in `fmt`."""
     if model is None or cluster is None:
         missing = "--model" if model is None else "--cluster"
@@ -33,7 +33,8 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
     problem = build_problem(model, cluster, seq_len, global_batch, precision, framework, fix, allow_tp_across_nodes,
                             compress=compress, memory_headroom=memory_headroom, optimizer_offload=optimizer_offload,
                             optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe,
-                            moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
+                            moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity,
+                            cuda_graphs=cuda_graphs)
     try:
         result = search(problem, top=max(top, rank), time_limit_s=time_limit)
     except NoFeasiblePlan as exc:

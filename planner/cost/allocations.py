@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import activation_offload, compute, memory, pipeline
+from planner.cost import activation_offload, compute, host, memory, pipeline
 from planner.cost.profiles import stack_profile
 from planner.cost.sharding import stage_state_bytes
 from planner.inputs.problem import Problem
@@ -48,7 +48,8 @@ def stage_parts(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, mic
     inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(micro))
     # logits live on the last stage, and on the first (= second) too without a pipeline
     first_logits = np.where(pp == 1, logits, 0.0)
-    acts = [per_layer_act * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)]
+    held = per_layer_act + host.graph_buffer_bytes(problem, tok, tp, sp)  # and per-layer CUDA graphs' static buffers
+    acts = [held * n * in_flight + working for n, in_flight in zip(counts, inflight, strict=True)]
     off = memory.offloaded_module_bytes(problem, tok, tp, k["rc"])
     if np.any(off):  # offloaded tensors the host cannot hold stay on the device (a finite total the fit check refuses)
         acts = [a + activation_offload.host_bytes_over(problem, off, n, in_flight)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import expert, flops
+from planner.cost import expert, flops, host
 from planner.cost.profiles import profile_for
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
@@ -23,7 +23,7 @@ from planner.inputs.hardware import (
     KERNELS_PER_LAYER_FWD,
     NVFP4_CAST_BYTES,
 )
-from planner.inputs.layout import Recompute
+from planner.inputs.layout import Recompute, Schedule
 from planner.inputs.problem import Problem
 from planner.inputs.specs import GPUSpec, ModelSpec
 
@@ -121,7 +121,7 @@ def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
 def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
     """Forward GEMMs of an average layer: tok·((1-f_moe)·dense + f_moe·moe)/tp / (peak·eff); the MoE share carries
     the busiest expert's extra load, and its routed-expert part runs at the grouped-GEMM rate of its tokens per
-    expert (planner.cost.expert)."""
+    expert and its contraction depths (planner.cost.expert)."""
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
@@ -129,7 +129,7 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: n
     moe_layer = expert.moe_layer_flops(m, tf, load)
     if m.is_moe:
         routed = load * flops.routed_flops(m)
-        slow = 1.0 / expert.grouped_gemm_rate(m, tok, tp, ep) - 1.0
+        slow = 1.0 / (expert.grouped_gemm_rate(m, tok, tp, ep) * expert.expert_depth_rate(m, tok, tp, ep)) - 1.0
         moe_layer = moe_layer + routed * slow
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
     return gemm_flops / (r.peak * r.eff)
@@ -250,12 +250,15 @@ def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
 
 
 def launch_time(problem: Problem, ep: np.ndarray) -> np.ndarray | float:
-    """Kernel launches of one layer's forward (KERNEL_OVERHEAD_S each), plus MoE grouped-GEMM launches and the
-    host-side overhead."""
+    """GPU-side gaps of one layer's forward kernel launches (KERNEL_OVERHEAD_S each), plus a MoE layer's grouped-GEMM
+    launches and its router's, dispatcher's and experts' other kernels."""
     m = problem.model
     launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
     if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
-        launch_f = launch_f + expert.moe_launch_time(m, ep)
+        prof = profile_for(problem.training.framework)
+        deepep = expert.dispatcher_profile(prof, problem.training).deepep
+        launch_f = launch_f + expert.moe_launch_time(m, ep, host.moe_extra_kernels(problem, prof.moe_router_fusion,
+                                                                                    deepep))
     return launch_f
 
 
@@ -270,6 +273,7 @@ class LayerTimes:
     attn_b: np.ndarray
     elem_f: np.ndarray  # memory-bound forward kernels
     launch_f: np.ndarray | float
+    moe_f: np.ndarray | float = 0.0  # the MoE block's share of the forward GPU time (expert.moe_block_time)
 
 
 def local_layer_weights(problem: Problem, tp: np.ndarray, ep: np.ndarray,
@@ -301,9 +305,12 @@ def weight_stream_times(problem: Problem, r: Rates, weights: np.ndarray) -> tupl
 
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
                 ep: np.ndarray, ring: np.ndarray | float = 1.0,
-                etp: np.ndarray | None = None) -> LayerTimes:
-    """t_f = max(gemm, weight read) + attn + elem + launch; t_b = max(gemm, weight read) (dgrad) + W + attn_b +
-    2·elem_bytes/HBM + 2·launch; W = max(gemm, gradient accumulate) (`weight_stream_times`)."""
+                etp: np.ndarray | None = None, sched: np.ndarray | None = None) -> LayerTimes:
+    """GPU: g_f = max(gemm, weight read) + attn + elem + launch; g_b = max(gemm, weight read) (dgrad) + W + attn_b +
+    2·elem_bytes/HBM + 2·launch; W = max(gemm, gradient accumulate) (`weight_stream_times`). Each pass runs at the
+    slower of the GPU and the host issuing its kernels (planner.cost.host; `sched` marks the rows whose layers are
+    issued as combined-1F1B schedule nodes): t_f = max(g_f, host_f) + the GPU's idle time after a host sync,
+    t_b = max(g_b, host_b)."""
     gemm_f = gemm_time(problem, r, tok, tp, ep)
     read_s, accumulate_s = weight_stream_times(problem, r, local_layer_weights(problem, tp, ep, etp))
     gemm_io = np.maximum(gemm_f, read_s)
@@ -312,9 +319,15 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
     launch_f = launch_time(problem, ep)
-    layer_f = gemm_io + attn_f + elem_f + launch_f
-    layer_b = gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f
-    return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f)
+    prof = profile_for(problem.training.framework)
+    deepep = expert.dispatcher_profile(prof, problem.training).deepep
+    combined = False if sched is None else sched == Schedule.COMBINED_1F1B
+    issue = host.layer_host_time(problem, ep, prof.moe_router_fusion, deepep, combined)
+    layer_f = np.maximum(gemm_io + attn_f + elem_f + launch_f, issue.fwd) + issue.sync_bubble
+    layer_b = np.maximum(gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f, issue.bwd)
+    moe_f = expert.moe_block_time(problem.model, problem.training, tok, tp, ep, r.peak * r.eff, r.hbm,
+                                  elementwise_bytes_per_token(problem.model)[2])
+    return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f, moe_f)
 
 
 def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray,

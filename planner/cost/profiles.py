@@ -39,6 +39,11 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   torch.cuda.max_memory_reserved (torchtitan's step log `memory: X GiB` is `reserved_bytes.all.peak`,
   components/metrics.py DeviceMemoryMonitor). "device": everything on the GPU (nvidia-smi), allocator + CUDA
   context + NCCL buffers.
+- moe_router_fusion: the MoE router runs as Transformer Engine's fused kernels (Megatron-Core --moe-router-fusion):
+  fewer host-side ops per MoE layer (planner.cost.host). Off in Megatron-Core's TransformerConfig and in
+  Megatron-Bridge's MoE recipes (recipes/qwen/qwen3_moe.py, gpt_oss/gpt_oss.py, deepseek/deepseek_v3.py set
+  moe_router_fusion = False); on in the generic profile, as Megatron-Core's MoE README lists it among the flags
+  that "help to achieve higher performance on almost all workloads".
 - kernel_efficiency: achieved fraction of the GPU's best-case GEMM/attention rate (MAMF) in a full training step
   (launch gaps, unfused kernels, clocks under sustained load). The one fitted number per profile, so it lives in
   planner/cost/fitted.yaml with the cases it was fitted on and its score (bench/fit_profiles.py writes it);
@@ -78,11 +83,12 @@ class FrameworkProfile:
     # (DeepSeek-V3 report §3.3.3 caches it in FP8 and recomputes the output; Megatron-Core exposes the same as
     # activation_func_fp8_input_store, off by default and not set by the Megatron-Bridge recipes).
     fp8_activation_store: bool = False
+    moe_router_fusion: bool = False  # fused router kernels: fewer host ops per MoE layer (planner.cost.host)
 
 
 # kernel_efficiency is left at its default below: `profile_for` fills it in from fitted.yaml.
 _GENERIC = FrameworkProfile("generic", deepep=True, fp8_dispatch=True, moe_weighted_activation=True,
-                            fp8_activation_store=True)
+                            fp8_activation_store=True, moe_router_fusion=True)
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 _STACKS: dict[str, FrameworkProfile] = {
@@ -104,7 +110,7 @@ _STACKS: dict[str, FrameworkProfile] = {
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
     "metaseq": FrameworkProfile("metaseq", **_FSDP),
     # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
-    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False),
+    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False, moe_router_fusion=False),
 }
 
 # The metric each `memory_reported` figure is predicted by (planner.cost.memory.report).

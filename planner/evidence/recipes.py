@@ -200,7 +200,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
 def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
     return {"tp_comm_overlap": prof.tp_overlap > 0, "overlap_grad_reduce": prof.dp_overlap > 0,
-            "overlap_param_gather": prof.dp_overlap > 0, "cuda_graphs": "none", "torch_compile": False,
+            "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False,
             "moe_dispatcher": "flex" if prof.deepep else "alltoall",
             "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
 
@@ -211,7 +211,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
     value = block["value"]
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
-    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop"):
+    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop",
+                "cuda_graphs"):
         return "priced", None
     if knob == "recompute":
         modules = set(block.get("modules") or ())
@@ -273,6 +274,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             dropless = value == "dropless"
             training = training.model_copy(update={"moe_capacity_factor": None if dropless else float(value),
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
+        elif knob == "cuda_graphs":
+            training = training.model_copy(update={"cuda_graphs": value})
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None

@@ -302,6 +302,9 @@ class GPUSpec(_Spec):
         "fp8 GEMMs with 1x128 / 128x128 block scales (DeepSeek-V3 recipe) / fp8 peak, on GPUs whose tensor cores "
         "lack block scaling and promote partial sums on CUDA cores (Hopper); None = block scaling is native"))
     attention_efficiency: Efficiency = Field(default=0.5, description="fused attention kernel / peak")
+    host_cpu: Literal["x86", "grace"] = Field(default="x86", description=(
+        "the node's host CPU, which issues the GPU's kernels: x86 (Intel Xeon / AMD EPYC in HGX, DGX and MI300X "
+        "nodes) or grace (Arm Neoverse V2 in GH200, GB200 and GB300 superchips); planner.cost.host prices it"))
     sm_count: int | None = Field(default=None, gt=0, le=10_000,
                                  description="streaming multiprocessors (AMD: compute units) for GEMM wave "
                                              "quantisation; None = no wave model")
@@ -359,6 +362,11 @@ class TrainingSpec(_Spec):
         "token dropping: each expert takes at most this many times its even share of a micro-batch's routed tokens "
         "and drops the rest (Megatron-Core --moe-expert-capacity-factor; Switch Transformer's capacity factor); "
         "None = dropless, every routed token is computed"))
+    cuda_graphs: Literal["none", "per-layer", "full-iteration"] = Field(default="none", description=(
+        "CUDA graph capture of the training step: none (eager, Megatron-Core's and Megatron-Bridge's default); "
+        "per-layer (Transformer Engine make_graphed_callables or Megatron-Core's CudaGraphManager per layer: the whole "
+        "layer, or attention + router + dispatch preprocessing of a dropless MoE layer); full-iteration (Megatron-Core "
+        "--cuda-graph-impl full_iteration: forward and backward of every micro-batch in one graph)"))
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
