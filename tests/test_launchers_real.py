@@ -44,6 +44,9 @@ def _plan_json(*args: str) -> str:
     return proc.stdout
 
 
+MCORE = ("--framework", "megatron-core")
+
+
 def plan_doc(*args: str) -> dict:
     return json.loads(_plan_json(*args))
 
@@ -741,23 +744,24 @@ def test_megatron_router_gate_reaches_megatron_core(mcore, tmp_path):
     """The router's gate is the model's: DeepSeek-V3 (config scoring_func) and Llama 4 (sigmoid in HF's Llama4TextMoe,
     no key) launch with --moe-router-score-function sigmoid; Llama 4's top-1 router would otherwise trip Megatron-Core's
     "Please use --moe-router-pre-softmax when topk is 1"; a softmax top-1 model gets the pre-top-k softmax; Mixtral's
-    softmax top-2 neither."""
-    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1")
+    softmax top-2 neither. Planned for Megatron-Core, so that the first pick is a plan it can launch (no DualPipe)."""
+    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1", *MCORE)
     flags = megatron_check(doc)
     assert flags["--moe-router-score-function"] == ["sigmoid"] and flags["--moe-router-topk"] == ["1"]
-    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1"))
+    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1",
+                                    *MCORE))
     assert flags["--moe-router-score-function"] == ["sigmoid"]
     # node-limited routing, as the all-to-all was priced: 8 groups, 4 per token (DeepSeek-V3 report §2.1.2)
     assert flags["--moe-router-num-groups"] == ["8"] and flags["--moe-router-group-topk"] == ["4"]
     config, _ = megatron_configs(flags)
     assert (config.moe_router_num_groups, config.moe_router_group_topk) == (8, 4)
-    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1"))
+    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1", *MCORE))
     assert "--moe-router-score-function" not in flags and "--moe-router-pre-softmax" not in flags
     switch = tmp_path / "top1-softmax.yaml"
     switch.write_text("name: top1-softmax\nhidden_size: 4096\nnum_hidden_layers: 32\nnum_attention_heads: 32\n"
                       "num_key_value_heads: 8\nintermediate_size: 14336\nvocab_size: 32000\nnum_local_experts: 16\n"
                       "num_experts_per_tok: 1\n")
-    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1"))
+    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1", *MCORE))
     assert "--moe-router-pre-softmax" in flags and "--moe-router-score-function" not in flags
 
 

@@ -59,7 +59,7 @@ def test_token_drop_runs_on_the_plain_alltoall_dispatcher() -> None:
 
 def test_padded_capacity_prices_a_full_capacity_of_routed_gemms() -> None:
     """Padding to capacity c: the routed-expert GEMMs of a MoE layer cost c times the even share, so going from
-    c = 1 to c = 2 adds exactly one even share: tok·f_moe·routed / (grouped-GEMM rate·peak·eff)."""
+    c = 1 to c = 2 adds exactly one even share: tok·f_moe·routed / (grouped-GEMM rate·depth rate·peak·eff)."""
     m, cl = load_model("qwen3-30b-a3b"), load_cluster("h100x64")
     tok, one, ep = np.array([4096.0]), np.array([1.0]), np.array([8.0])
 
@@ -68,7 +68,8 @@ def test_padded_capacity_prices_a_full_capacity_of_routed_gemms() -> None:
         return float(compute.gemm_time(p, compute.rates(p), tok, one, ep)[0])
 
     r = compute.rates(Problem(m, cl, _training()))
-    share = 4096.0 * compute.moe_fraction(m) * flops.routed_flops(m) / expert.grouped_gemm_rate(m, tok, one, ep)[0]
+    rate = expert.grouped_gemm_rate(m, tok, one, ep)[0] * expert.expert_depth_rate(m, tok, one, ep)[0]
+    share = 4096.0 * compute.moe_fraction(m) * flops.routed_flops(m) / rate
     assert gemm(2.0) - gemm(1.0) == pytest.approx(share / (r.peak * r.eff), rel=1e-6)
 
 

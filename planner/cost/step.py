@@ -208,7 +208,9 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, sched=k["sched"])
+    # the layout's expert tp in both variants: a pass bound by its host keeps its time whatever its weights, and a
+    # zero-bubble schedule's W (wgrad) must then be the one `evaluate` prices, or the floor's bubble could exceed it
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, etp=groups.expert_tp(c), sched=k["sched"])
     layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
     none = np.zeros_like(tp)
     lc: pipeline.LayerComm | None = None
