@@ -37,12 +37,12 @@ def test_host_time_is_counted_ops_times_the_time_per_op() -> None:
     assert t.sync_bubble[0] == 0.0  # no MoE dispatcher, no host sync
 
 
-def test_a_grace_host_takes_the_measured_ratio_longer() -> None:
-    """TransformerEngine issue #2053: torch.nn.Linear's forward, 13.48 us of CPU on a DGX H100, 37.08 us on GB200."""
+def test_a_grace_host_takes_the_fitted_ratio_longer() -> None:
+    """Same layer, same ops: a GB200's Grace host takes GRACE_HOST_SLOWDOWN times a B200 node's x86 host."""
     x86 = _host(_problem("qwen3-30b-a3b", "b200x8", framework="nemo"))
     grace = _host(_problem("qwen3-30b-a3b", "gb200x8", framework="nemo"))
     assert load_cluster("gb200x8").gpu.host_cpu == "grace" and load_cluster("b200x8").gpu.host_cpu == "x86"
-    assert grace.fwd[0] / x86.fwd[0] == pytest.approx(37.08 / 13.48)
+    assert grace.fwd[0] / x86.fwd[0] == pytest.approx(host.GRACE_HOST_SLOWDOWN)
 
 
 def test_moe_layers_cost_more_host_time_with_more_local_experts() -> None:
@@ -108,3 +108,18 @@ def test_validate_prices_the_cuda_graphs_the_runs_ran() -> None:
     cases = _validated()
     for cid in ("MB-044", "MB-046", "MB-141"):
         assert cases[cid]["knobs"]["cuda_graphs"]["status"] == "priced"
+
+
+def test_gpt_oss_biased_experts_run_as_their_kernels() -> None:
+    """gpt-oss's per-expert fc2 bias: eager ops per local expert on the host (TEGroupedMLP._apply_bias) and each
+    routed copy's output read, written and concatenated on the GPU (8·h bytes); its sinks and clamped SwiGLU run
+    inside fused kernels and add neither."""
+    m = load_model("gpt-oss-120b")
+    plain = m.model_copy(update={"mlp_bias": False})
+    assert m.mlp_bias and m.attention_sinks and m.swiglu_limit
+    extra = compute.elementwise_bytes_per_token(m)[2] - compute.elementwise_bytes_per_token(plain)[2]
+    assert extra == 8.0 * m.num_experts_per_tok * m.hidden_size
+    biased = Problem(m, load_cluster("b300x64"), TrainingSpec(seq_len=4096, global_batch=512))
+    unbiased = Problem(plain, load_cluster("b300x64"), TrainingSpec(seq_len=4096, global_batch=512))
+    ops = (_host(biased).fwd[0] - _host(unbiased).fwd[0]) / current().host_op_s
+    assert ops == pytest.approx(host.EXPERT_BIAS.cost(128 / 8))

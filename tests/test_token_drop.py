@@ -102,14 +102,16 @@ def replace_training(case: dict, **values: object) -> dict:
 
 def test_dropping_to_capacity_prices_the_alltoall_dispatcher_slower_across_nodes() -> None:
     """Qwen3-235B on 256 H100 (EP 32 over 4 nodes): with token drop the plain alltoall sends every routed copy
-    across the network, where DeepEP sends a token once per node; the expert GEMMs lose their imbalance."""
+    across the network, where DeepEP sends a token once per node. The expert GEMMs compute one even share either way
+    (capacity 1.0 padded; dropless at the fitted imbalance, 1.0 on the force-balanced rows it is fitted on), so the
+    compute differs only by the two dispatchers' kernels."""
     m, cl = load_model("qwen3-235b-a22b"), load_cluster("h100x256")
     lay = {k: int(v[0]) for k, v in cols(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1,
                                           schedule=int(Schedule.INTERLEAVED)).items()}
     dropless = price_layout(Problem(m, cl, _training(precision="fp8")), lay)
     dropping = price_layout(Problem(m, cl, _training(1.0, True, precision="fp8")), lay)
     assert dropping["ep_comm_s"] > 1.5 * dropless["ep_comm_s"]
-    assert dropping["compute_s"] < dropless["compute_s"]
+    assert dropping["compute_s"] == pytest.approx(dropless["compute_s"], rel=0.05)
 
 
 def test_token_drop_knobs_change_nothing_on_dense_models() -> None:
