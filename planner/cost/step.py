@@ -2,8 +2,9 @@
 
 Per pipeline stage and micro-batch, each layer's kernels (planner.cost.compute) plus what its TP, CP, EP and ZeRO-3
 communication leaves exposed (tensor, context, expert, sharding); the stage's micro-batches, bubble and hand-offs
-(pipeline); the data-parallel reduction and optimizer (data); memory per stage (memory). Every number returned is
-named, with its formula and source, in planner.cost.terms.
+(pipeline); the data-parallel reduction and optimizer (data); memory per stage (allocations' per-stage sum, read
+out by memory_terms). Every number returned is named, with its formula, source and the one function that returns
+it, in planner.cost.terms.
 """
 
 from __future__ import annotations
