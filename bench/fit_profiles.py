@@ -1,80 +1,235 @@
-"""Fit each framework profile's `kernel_efficiency` to the published runs (reproducible; prints, writes nothing).
+"""Fit the cost model's fitted constants to the published runs and record the fit in planner/cost/fitted.yaml.
 
-For every training framework in the case file, scan kernel_efficiency over a grid and keep the value that minimises
-the median absolute log error of predicted throughput over that framework's dense and MoE cases. This is the only
-fitted number per framework; everything else in the cost model comes from cited sources. Usage:
+Each framework profile's kernel_efficiency is fitted on that framework's dense cases, the MoE pair (expert imbalance,
+host overhead per MoE layer) jointly on the MoE cases; everything else in the cost model carries a cited source.
+Candidates are priced inside `fitted.using(...)`, so nothing outside this script changes while it runs. Usage:
 
-    python bench/fit_profiles.py [--cases validation/published_runs.yaml]
+    python bench/fit_profiles.py [--only kernel|moe] [--profiles a,b] [--write [--adopt]] [--file PATH]
+
+Without --write it prints the diff it would make to the file. --write records the fit (cases, scores, the refit
+result, date) and keeps each value; --adopt also makes the refit result the value. --max-cases N and --grid V,...
+make a quick partial run (tests). The file's header says what each field means.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import difflib
 import math
 import statistics
-from collections import defaultdict
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
-import planner.cost.profiles as profiles
-from planner.evidence.validate import load_cases, run_case
+import yaml
 
-GRID = [round(0.40 + 0.025 * i, 3) for i in range(25)]  # 0.40 .. 1.00
+# Run as a script, Python puts bench/ on the path, not this checkout: without this line the planner of whatever
+# checkout the environment installed would be fitted instead of this one.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from planner.cost import fitted  # noqa: E402
+from planner.cost.profiles import PROFILE_NAMES  # noqa: E402
+from planner.evidence.validate import load_cases, run_case, short_source  # noqa: E402
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default=None)
-    ap.add_argument("--moe", action="store_true", help="fit the expert imbalance on the MoE tier instead")
-    args = ap.parse_args()
-    cases = load_cases(args.cases)
-    if args.moe:
-        fit_moe(cases)
-        return
-    by_fw: dict[str, list[dict]] = defaultdict(list)
-    for c in cases:
-        if c.get("tier") == "dense" and c["measured"].get("tokens_per_s_per_gpu"):
-            by_fw[c["training"]["framework"]].append(c)
-    original = dict(profiles.PROFILES)
-    for fw, group in sorted(by_fw.items()):
-        name = fw if fw in original else "other"
-        best = None
-        for value in GRID:
-            profiles.PROFILES[name] = replace(original[name], kernel_efficiency=value)
-            errs = []
-            for c in group:
-                r = run_case(c, "fit")
-                if r["predicted"]:
-                    errs.append(abs(math.log(r["predicted"]["tokens_per_s_per_gpu"]
-                                             / c["measured"]["tokens_per_s_per_gpu"])))
-            score = statistics.median(errs) if errs else math.inf
-            if best is None or score < best[1]:
-                best = (value, score, len(errs))
-        profiles.PROFILES[name] = original[name]
-        print(f"{fw:20s} cases {best[2]:3d}  kernel_efficiency {best[0]:.3f}  median |log err| {best[1]:.3f}")
+KERNEL_GRID = tuple(round(0.40 + 0.025 * i, 3) for i in range(25))  # 0.400 .. 1.000
+HOST_GRID = (0.0, 2e-4, 4e-4, 8e-4, 1.2e-3, 1.5e-3)  # seconds per MoE layer and pass
+IMBALANCE_GRID = (1.0, 1.1, 1.2, 1.4, 1.6, 1.8)
+ROUND = 4  # decimals kept of a score
+
+Case = dict[str, Any]
+Errors = dict[str, list[float]]  # case id -> |ln(predicted / measured)| at each candidate, in candidate order
 
 
-def fit_moe(cases: list[dict]) -> None:
-    """Joint grid over the two MoE constants: expert load imbalance and the per-layer host overhead."""
-    import planner.cost.expert as step
+def log_error(case: Case, candidate: fitted.Fitted) -> float | None:
+    """|ln(predicted / measured tokens/s per GPU)| of one case priced with `candidate`; None where validate does not
+    score it (no prediction, or a measurement that contradicts itself)."""
+    with fitted.using(candidate):
+        r = run_case(case, "fit")
+    if not r["predicted"] or r.get("reason"):
+        return None
+    return abs(math.log(r["predicted"]["tokens_per_s_per_gpu"] / case["measured"]["tokens_per_s_per_gpu"]))
 
+
+def error_table(cases: list[Case], candidates: Sequence[fitted.Fitted], label: str) -> Errors:
+    """Each scored case's errors over every candidate (cases priced once per candidate)."""
+    table: Errors = {}
+    for i, case in enumerate(cases, 1):
+        errs = [log_error(case, c) for c in candidates]
+        print(f"  {label}: case {i}/{len(cases)} {case['id']}", file=sys.stderr, end="\r")
+        if all(e is not None for e in errs):
+            table[case["id"]] = errs
+    print(file=sys.stderr)
+    return table
+
+
+def best(table: Errors, ids: Sequence[str]) -> int:
+    """Index of the candidate with the least median error over `ids` (the first of equals)."""
+    scores = [statistics.median(table[i][j] for i in ids) for j in range(len(next(iter(table.values()))))]
+    return scores.index(min(scores))
+
+
+def leave_one_source_out(table: Errors, source: dict[str, str]) -> tuple[float | None, int]:
+    """(median error of every held-out case, sources): each source's cases priced at the fit on the other sources."""
+    sources = sorted({source[i] for i in table})
+    if len(sources) < 2:
+        return None, len(sources)
+    held: list[float] = []
+    for s in sources:
+        pick = best(table, [i for i in table if source[i] != s])
+        held += [table[i][pick] for i in table if source[i] == s]
+    return round(statistics.median(held), ROUND), len(sources)
+
+
+def fit(cases: list[Case], candidates: list[fitted.Fitted], stored: int, label: str,
+        adopt: bool) -> tuple[dict[str, Any], int]:
+    """The fit fields of one entry (fitted_on, score) and the index of the refit candidate. The score is that of the
+    stored candidate, or of the refit one when it is being adopted."""
+    table = error_table(cases, candidates, label)
+    ids = sorted(table)
+    if not ids:
+        raise SystemExit(f"{label}: no case to fit on")
+    loso, n_sources = leave_one_source_out(table, {c["id"]: short_source(c) for c in cases})
+    pick = best(table, ids)
+    value = pick if adopt else stored
+    score = {"median_abs_log_error": round(statistics.median(table[i][value] for i in ids), ROUND),
+             "loso_median_abs_log_error": loso, "loso_sources": n_sources}
+    refit_score = round(statistics.median(table[i][pick] for i in ids), ROUND)
+    return {"score": score, "refit_error": refit_score, "fitted_on": ids}, pick
+
+
+def dense_cases(cases: list[Case], profile: str) -> list[Case]:
+    return [c for c in cases if c.get("tier") == "dense" and c["measured"].get("tokens_per_s_per_gpu")
+            and (c["training"]["framework"] if c["training"]["framework"] in PROFILE_NAMES else "other") == profile]
+
+
+def with_kernel(base: fitted.Fitted, profile: str, value: float) -> fitted.Fitted:
+    return replace(base, kernel_efficiency=MappingProxyType({**base.kernel_efficiency, profile: value}))
+
+
+def fit_kernel(doc: dict[str, Any], cases: list[Case], names: list[str] | None, grid: Sequence[float],
+               adopt: bool) -> None:
+    base = fitted.from_document(doc)
+    for name, entry in doc["kernel_efficiency"]["profiles"].items():
+        if "borrowed_from" in entry or (names and name not in names):
+            continue
+        values = sorted({*grid, entry["value"]})
+        candidates = [with_kernel(base, name, v) for v in values]
+        fields, pick = fit(dense_cases(cases, name), candidates, values.index(entry["value"]), name, adopt)
+        update(entry, fields, {"value": values[pick]})
+        if adopt:
+            entry["value"] = values[pick]
+        print(f"{name:20s} cases {len(fields['fitted_on']):3d}  value {entry['value']:.3f}  "
+              f"refit {values[pick]:.3f}  score {entry['score']}")
+
+
+def fit_moe(doc: dict[str, Any], cases: list[Case], adopt: bool) -> None:
+    """Joint grid over the two MoE constants (host overhead outer, imbalance inner: the order ties resolve in)."""
+    moe = doc["moe"]
+    base = fitted.from_document(doc)
+    pairs = [(h, i) for h in HOST_GRID for i in IMBALANCE_GRID]
+    stored = (moe["moe_host_overhead_s"]["value"], moe["expert_imbalance"]["value"])
+    if stored not in pairs:
+        pairs.append(stored)
+    candidates = [replace(base, moe_host_overhead_s=h, expert_imbalance=i) for h, i in pairs]
     group = [c for c in cases if c.get("tier") == "moe" and c["measured"].get("tokens_per_s_per_gpu")]
-    best = None
-    for sync in (0.0, 2e-4, 4e-4, 8e-4, 1.2e-3, 1.5e-3):
-        for imbalance in (1.0, 1.1, 1.2, 1.4, 1.6, 1.8):
-            step.MOE_HOST_OVERHEAD_S, step.EXPERT_IMBALANCE = sync, imbalance
-            errs = []
-            for c in group:
-                r = run_case(c, "fit")
-                if r["predicted"]:
-                    ratio = r["predicted"]["tokens_per_s_per_gpu"] / c["measured"]["tokens_per_s_per_gpu"]
-                    errs.append(abs(math.log(ratio)))
-            score = statistics.median(errs)
-            print(f"  host overhead {sync * 1e3:.1f} ms  imbalance {imbalance:.1f}  median |log err| {score:.3f}")
-            if best is None or score < best[2]:
-                best = (sync, imbalance, score, len(errs))
-    print(f"moe cases {best[3]}  best host overhead {best[0] * 1e3:.1f} ms, imbalance {best[1]:.2f}, "
-          f"median |log err| {best[2]:.3f} (a flat valley: prefer the physically plausible point near it)")
+    fields, pick = fit(group, candidates, pairs.index(stored), "moe", adopt)
+    refit = {"expert_imbalance": pairs[pick][1], "moe_host_overhead_s": pairs[pick][0]}
+    update(moe, fields, refit)
+    if adopt:
+        for key, value in refit.items():
+            moe[key]["value"] = value
+    print(f"moe cases {len(fields['fitted_on'])}  imbalance {moe['expert_imbalance']['value']}  host overhead "
+          f"{moe['moe_host_overhead_s']['value']} s  refit {refit}  score {moe['score']}")
+
+
+def update(entry: dict[str, Any], fields: dict[str, Any], refit: dict[str, float]) -> None:
+    """Write one entry's fit fields after its own, in a fixed order, dating them only when they change."""
+    new = {"refit": {**refit, "median_abs_log_error": fields["refit_error"]}, "score": fields["score"],
+           "fitted_on": fields["fitted_on"]}
+    changed = any(entry.get(k) != v for k, v in new.items())
+    date = datetime.date.today() if changed or "date" not in entry else entry["date"]
+    for key in ("refit", "score", "date", "fitted_on"):
+        entry.pop(key, None)
+    entry.update({"refit": new["refit"], "score": new["score"], "date": date, "fitted_on": new["fitted_on"]})
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, except on one (wrapped) line: a list of plain values (case ids, a range) and a mapping of numbers
+    (a score)."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flat = all(not isinstance(x, dict | list) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flat)
+
+
+def _represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.Node:
+    numbers = all(isinstance(v, int | float) or v is None for v in data.values())
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=numbers)
+
+
+_Dumper.add_representer(list, _represent_list)
+_Dumper.add_representer(dict, _represent_dict)
+
+
+def header(text: str) -> str:
+    """The file's leading comment block, kept verbatim."""
+    lines = text.splitlines(keepends=True)
+    return "".join(line for line in lines[:next(i for i, s in enumerate(lines) if not s.startswith("#"))])
+
+
+def render(doc: dict[str, Any], head: str) -> str:
+    return head + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True,
+                            default_flow_style=False)
+
+
+def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=None, help="case file (default: validation/published_runs.yaml)")
+    ap.add_argument("--file", type=Path, default=fitted.FITTED_FILE, help="the fitted-constants file")
+    ap.add_argument("--only", choices=("kernel", "moe"), default=None)
+    ap.add_argument("--profiles", default=None, help="comma-separated profiles to fit (kernel part)")
+    ap.add_argument("--grid", default=None, help="comma-separated kernel_efficiency values instead of the grid")
+    ap.add_argument("--max-cases", type=int, default=None, help="fit on the first N cases per entry (quick check)")
+    ap.add_argument("--write", action="store_true", help="write the file (default: print the diff)")
+    ap.add_argument("--adopt", action="store_true", help="with --write: the refit results become the values")
+    args = ap.parse_args(argv)
+    text = args.file.read_text(encoding="utf-8")
+    doc = yaml.safe_load(text)
+    cases = load_cases(args.cases)
+    if args.max_cases:
+        cases = _first_per_group(cases, args.max_cases)
+    grid = tuple(float(v) for v in args.grid.split(",")) if args.grid else KERNEL_GRID
+    if args.only in (None, "kernel"):
+        fit_kernel(doc, cases, args.profiles.split(",") if args.profiles else None, grid, args.adopt)
+    if args.only in (None, "moe"):
+        fit_moe(doc, cases, args.adopt)
+    new = render(doc, header(text))
+    if args.write:
+        args.file.write_text(new, encoding="utf-8")
+        out(f"wrote {args.file}")
+    else:
+        diff = difflib.unified_diff(text.splitlines(keepends=True), new.splitlines(keepends=True),
+                                    str(args.file), f"{args.file} (refit)")
+        out("".join(diff) or f"{args.file}: no change")
+    return 0
+
+
+def _first_per_group(cases: list[Case], n: int) -> list[Case]:
+    """The first n cases of each (tier, framework): a quick run still reaches every entry."""
+    seen: dict[tuple[str, str], int] = {}
+    kept = []
+    for c in cases:
+        key = (c.get("tier"), c["training"]["framework"])
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= n:
+            kept.append(c)
+    return kept
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,9 +13,6 @@ ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="{gpu}x{count} 
 SeqOpt = Annotated[int, typer.Option("--seq-len", help="tokens per sequence")]
 GbsOpt = Annotated[int, typer.Option("--global-batch", help="sequences per optimizer step")]
 PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
-FwOpt = Annotated[str, typer.Option("--framework", help="training stack whose behaviour and schedules to "
-                                    "model: generic, megatron-core, megatron (paper era), nemo, torchtitan, "
-                                    "deepspeed, llm-foundry, ...")]
 PlanFwOpt = Annotated[str | None, typer.Option(
     "--framework", help="training stack to plan for: its capabilities limit the search and its behaviour prices it "
     "(generic, megatron-core, megatron (paper era), nemo, torchtitan, deepspeed, llm-foundry, ...); default: the "

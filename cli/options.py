@@ -82,13 +82,13 @@ def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, pre
 
 
 def _check_names(precision: str, framework: str) -> None:
-    from planner.cost.profiles import PROFILES
+    from planner.cost.profiles import PROFILE_NAMES
 
     if precision not in ("bf16", "fp8", "fp4"):
         raise PlanInputError(f"unknown precision '{precision}'", field="--precision", fix="use bf16, fp8 or fp4")
-    if framework not in PROFILES:
+    if framework not in PROFILE_NAMES:
         raise PlanInputError(f"unknown framework '{framework}'", field="--framework",
-                             fix=f"use one of {', '.join(sorted(PROFILES))}")
+                             fix=f"use one of {', '.join(sorted(PROFILE_NAMES))}")
 
 
 def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:

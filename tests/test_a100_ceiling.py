@@ -90,7 +90,7 @@ def test_megatron_a100_plans_stay_under_published_a100_mfu(cluster: str) -> None
 @pytest.mark.xfail(strict=True, reason="not done: the generic profile's top-1 on A100 still claims up to ~65 % MFU "
                    "(llama3-405b on a100x1024) after the SM-contention term; its kernel efficiency (0.875 of MAMF) is "
                    "fitted on H100/GB200 NeMo-recipe runs and no published A100 run of such a stack exists to check "
-                   "it (README, Accuracy, known gaps)")
+                   "it (docs/accuracy.md, known gaps)")
 @pytest.mark.parametrize("cluster", A100_CLUSTERS)
 def test_generic_a100_plans_stay_under_published_a100_mfu(cluster: str) -> None:
     ceiling, case = best_published_a100_mfu()

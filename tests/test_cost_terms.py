@@ -265,3 +265,14 @@ def test_few_tokens_per_micro_batch_stream_the_weights_and_the_fp32_gradient_acc
     assert few.wgrad[0] == pytest.approx(weights * 8.0 / r.hbm)  # memory-bound: the accumulate, not the FLOPs
     assert few.wgrad[0] > 3 * compute.gemm_time(p, r, np.array([128.0]), one, one)[0]
     assert many.wgrad[0] == pytest.approx(compute.gemm_time(p, r, np.array([8192.0]), one, one)[0])  # compute-bound
+
+
+def test_catalog_sm_counts_set_the_collectives_share_of_the_gpu() -> None:
+    """The catalog's SM counts (NVIDIA H100/Blackwell whitepapers, AMD CDNA 3) and the share of them a collective
+    takes from overlapped compute, COLLECTIVE_SMS / SMs."""
+    counts = {"a100": 108, "h100": 132, "h800": 132, "h200": 132, "b200": 148, "b300": 160, "gb200": 148,
+              "gb300": 160, "mi300x": 304}
+    for key, sms in counts.items():
+        cluster = load_cluster(f"{key}x8")
+        assert cluster.gpu.sm_count == sms
+        assert comm.collective_sm_share(cluster) == pytest.approx(comm.COLLECTIVE_SMS / sms)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import cols
 
-from planner.cost import expert, pipeline
+from planner.cost import expert, fitted, pipeline
 from planner.cost.fabric import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY, Fabric
 from planner.cost.fit_check import state_memory_floor_gib
 from planner.cost.profiles import profile_for
@@ -20,6 +20,8 @@ from planner.inputs.specs import TrainingSpec
 from planner.search.search import price_layout, search
 from planner.strategies.pipeline_orders import orders_dualpipe
 from planner.strategies.pipeline_sim import simulate_schedule
+
+IMBALANCE = fitted.current().expert_imbalance  # the dropless busiest-rank load the cost model prices with
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,19 +67,20 @@ def test_node_limited_routing_caps_the_domains_a_token_reaches():
 def test_deduplicated_dispatch_sends_a_token_once_per_remote_node():
     """EP 64 over 8 H800 nodes, 4096 tokens, hidden 7168, top-8, bf16, no fp8 dispatch (nemo profile):
     network bytes = tokens x h x 2 B x remote nodes; NVLink carries the k copies x 7/8; the busiest rank receives
-    (dispatch) and sends back (combine) EXPERT_IMBALANCE times the mean, and everyone waits for it."""
+    (dispatch) and sends back (combine) the fitted expert imbalance times the mean, and everyone waits for it."""
     m, cl = load_model("deepseek-v3"), load_cluster("h800x2048")
     fab = Fabric(cl, {}, 3.35e12)
     prof = profile_for("nemo")
     one = np.array([1.0])
-    t = expert.a2a_pass_time(m, fab, prof, np.array([4096.0]), one, np.array([64.0]), one, fp8=False)
+    t = expert.a2a_pass_time(m, fab, prof, np.array([4096.0]), one, np.array([64.0]), one, fp8=False,
+                             load=IMBALANCE)
     remote = expert.domains_reached(m, np.array([8.0]))[0] * 7 / 8
     net = 4096 * 7168 * 2.0 * remote / (50e9 * NETWORK_EFFICIENCY)
     nvl = 4096 * 8 * 7168 * 2.0 * 7 / 8 / (200e9 * NVLINK_EFFICIENCY)
-    per_exchange = expert.EXPERT_IMBALANCE * max(net, nvl)
+    per_exchange = IMBALANCE * max(net, nvl)
     assert t[0] == pytest.approx(2 * per_exchange, rel=0.01)  # dispatch + combine, latency is microseconds
     plain = expert.a2a_pass_time(m, fab, profile_for("torchtitan"), np.array([4096.0]), one, np.array([64.0]), one,
-                                 fp8=False)
+                                 fp8=False, load=IMBALANCE)
     assert plain[0] > 1.5 * t[0]  # every copy of every token crosses the network without deduplication
 
 
@@ -85,13 +88,13 @@ def test_fp8_dispatch_halves_dispatch_bytes_only_where_the_stack_does_it():
     m, cl = load_model("deepseek-v3"), load_cluster("h800x2048")
     fab, one, tok, ep = Fabric(cl, {}, 3.35e12), np.array([1.0]), np.array([4096.0]), np.array([64.0])
     generic = profile_for("generic")
-    bf16 = expert.a2a_pass_time(m, fab, generic, tok, one, ep, one, fp8=False)[0]
-    fp8 = expert.a2a_pass_time(m, fab, generic, tok, one, ep, one, fp8=True)[0]
+    bf16 = expert.a2a_pass_time(m, fab, generic, tok, one, ep, one, fp8=False, load=IMBALANCE)[0]
+    fp8 = expert.a2a_pass_time(m, fab, generic, tok, one, ep, one, fp8=True, load=IMBALANCE)[0]
     # dispatch at 1 + 4/128 bytes, combine at 2: (1.03 + 2) / 4 of the bf16 time
     assert fp8 == pytest.approx(bf16 * (expert.FP8_DISPATCH_BYTES + 2) / 4, rel=0.02)
     nemo = profile_for("nemo")
-    assert expert.a2a_pass_time(m, fab, nemo, tok, one, ep, one, fp8=True)[0] == pytest.approx(
-        expert.a2a_pass_time(m, fab, nemo, tok, one, ep, one, fp8=False)[0])
+    assert expert.a2a_pass_time(m, fab, nemo, tok, one, ep, one, fp8=True, load=IMBALANCE)[0] == pytest.approx(
+        expert.a2a_pass_time(m, fab, nemo, tok, one, ep, one, fp8=False, load=IMBALANCE)[0])
 
 
 def test_overlap_hides_the_all_to_all_behind_the_other_micro_batch():
@@ -99,7 +102,7 @@ def test_overlap_hides_the_all_to_all_behind_the_other_micro_batch():
     m, cl = load_model("mixtral-8x7b"), load_cluster("h100x64")
     fab, prof = Fabric(cl, {}, 3.35e12), profile_for("megatron-core")
     one, tok, ep = np.array([1.0]), np.array([8192.0]), np.array([8.0])
-    a2a = 2 * expert.a2a_pass_time(m, fab, prof, tok, one, ep, one, fp8=False)[0]
+    a2a = 2 * expert.a2a_pass_time(m, fab, prof, tok, one, ep, one, fp8=False, load=IMBALANCE)[0]
     plain, _ = expert.dispatch_exposed(m, fab, prof, tok, one, ep, one, False)
     assert plain[0] == pytest.approx(a2a)
     sigma = expert.COMM_SM_SHARE

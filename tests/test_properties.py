@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from planner.cost.profiles import PROFILES
+from planner.cost.profiles import PROFILE_NAMES
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import gpu_catalog, load_cluster, load_model
 from planner.inputs.frameworks import capabilities_for
@@ -72,7 +72,8 @@ clusters = st.builds(lambda g, n: load_cluster(f"{g}x{n}"), st.sampled_from(sort
                      st.sampled_from(GPU_COUNTS))
 trainings = st.builds(TrainingSpec, seq_len=st.sampled_from([1, 128, 1000, 2048, 4096, 8192, 32768]),
                       global_batch=st.sampled_from([1, 2, 3, 7, 8, 16, 64, 100, 128, 512]),
-                      precision=st.sampled_from(["bf16", "fp8", "fp4"]), framework=st.sampled_from(sorted(PROFILES)))
+                      precision=st.sampled_from(["bf16", "fp8", "fp4"]),
+                      framework=st.sampled_from(sorted(PROFILE_NAMES)))
 PIN_VALUES = {"tp": [1, 2, 4, 8], "pp": [1, 2, 4], "dp": [1, 2, 8], "cp": [1, 2], "ep": [1, 2, 8], "vpp": [1, 2],
               "mbs": [1, 2, 4], "zero": [0, 1, 2, 3], "recompute": [0, 1, 2], "sp": [0, 1], "schedule": [0, 1, 2, 3]}
 PIN_VALUES.update({k: [0, 1] for k in KNOBS if k not in PIN_VALUES})  # a knob added later: its first two codes

@@ -1,5 +1,5 @@
 """planner.cost.terms names every number `evaluate` returns, each row the one function that returns it (checked by
-value on sample layouts), and docs/architecture.md shows that table."""
+value on sample layouts), and docs/cost-model.md shows that table."""
 
 import importlib
 from collections import Counter
@@ -39,20 +39,20 @@ def test_every_row_names_an_importable_function() -> None:
         assert t.label and t.unit and t.formula and "|" not in t.formula
 
 
-def test_architecture_doc_embeds_the_rendered_table() -> None:
-    doc = (ROOT / "docs" / "architecture.md").read_text()
+def test_cost_model_doc_embeds_the_rendered_table() -> None:
+    doc = (ROOT / "docs" / "cost-model.md").read_text()
     assert terms.embedded(doc) == terms.render_markdown(), "regenerate with planner.cost.terms.splice"
 
 
-def test_readme_numbers_are_terms() -> None:
-    """Every metric README's "What the numbers mean" explains is a row of the terms table."""
+def test_explained_numbers_are_terms() -> None:
+    """Every metric docs/cost-model.md's "What the numbers mean" explains is a row of the terms table."""
     import re
-    from pathlib import Path
 
     from planner.cost.terms import TERMS
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("### What the numbers mean"):text.index("### JSON output")]
+    text = (ROOT / "docs" / "cost-model.md").read_text()
+    start = text.index("## What the numbers mean")
+    section = text[start:text.index("\n## ", start + 1)]
     keys = set(re.findall(r"`([a-z_]+_(?:s|gpu|gib)|mfu)`", section))
     assert keys and keys <= {t.key for t in TERMS}, keys - {t.key for t in TERMS}
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import cols
 from pydantic import ValidationError
 
-from planner.cost import compute, expert, flops, memory
+from planner.cost import compute, expert, fitted, flops, memory
 from planner.cost.profiles import profile_for
 from planner.evidence.cases import case_token_drop
 from planner.evidence.validate import case_problem, load_cases
@@ -33,7 +33,7 @@ def _training(capacity: float | None = None, padded: bool = False, **kw: object)
 
 
 def test_busiest_rank_load_by_drop_policy() -> None:
-    imbalance = expert.EXPERT_IMBALANCE
+    imbalance = fitted.current().expert_imbalance
     assert expert.busiest_rank_load(_training()) == imbalance  # dropless: the busiest rank computes all it gets
     assert expert.busiest_rank_load(_training(1.0)) == 1.0  # capped at its capacity, the excess dropped
     assert expert.busiest_rank_load(_training(2.0)) == imbalance  # a loose cap drops nothing

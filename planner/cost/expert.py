@@ -1,7 +1,8 @@
 """Mixture-of-experts terms: the busiest expert's extra load, grouped-GEMM launches and host overhead, and the token
 all-to-all (dispatch and combine) with the share of it the schedule hides.
 
-The fitted constants are read at call time (bench/fit_profiles.py --moe sets them while fitting).
+Two constants here are fitted on the MoE cases (the busiest rank's load imbalance and the host-side time per MoE
+layer): their values, meaning, range and fit live in fitted.yaml, read through planner.cost.fitted.
 """
 
 from __future__ import annotations
@@ -10,30 +11,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.cost import flops
+from planner.cost import fitted, flops
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
 from planner.inputs.layout import Schedule
 from planner.inputs.specs import ModelSpec, TrainingSpec
 
-# Dropless MoE: the busiest expert-parallel rank receives more than the average k/E share of tokens and everyone
-# waits for it. Factor on the routed-expert GEMM time, fitted on the MoE cases of validation/published_runs.yaml
-# (bench/fit_profiles.py --moe, refitted once the grouped-GEMM rate below took over the small-token slowdown it had
-# absorbed: 1.2 -> 1.1); it lands where Switch Transformer's capacity factors do (Fedus et al. 2021 §2.2: 1.0-1.25
-# drops only ~1% of tokens, i.e. the busiest expert sees up to ~1.25x the mean load). The same rank also receives and
-# returns that many tokens in the all-to-all (a2a_pass_time). A caveat on the fit: the Megatron-Bridge and NeMo runs
-# it rests on force-balance their routing (the cases' notes), where counting statistics put the busiest rank within
-# ~1-2 % of the mean (32k routed copies per rank and micro-batch: sqrt(N)/N ~ 0.6 %), so on those runs the factor
-# also carries MoE-layer costs the model does not itemise; learned routing (DeepSeek-V3's auxiliary-loss-free bias)
-# is where the Switch range applies.
-EXPERT_IMBALANCE = 1.1
-# Host-side time per MoE layer and pass that the GPU waits for: eager PyTorch issues the router, permutation and
-# dispatcher ops (~50-100 launches at ~10 us each), and dropless dispatch also copies the per-expert token counts to
-# the host (Megatron-Core MoEAlltoAllTokenDispatcher's cuda_sync_point), draining the queue. Fitted together with
-# EXPERT_IMBALANCE on the MoE cases (bench/fit_profiles.py --moe): 0.8 ms. Not only the sync: the Megatron-Bridge
-# token-drop rows, padded to capacity and so free of it ("no_sync", token_dispatcher.py), are as slow per layer.
-MOE_HOST_OVERHEAD_S = 0.8e-3
 # While the all-to-all overlaps the other micro-batch's compute, its kernels occupy SMs the GEMMs then lack:
 # DeepSeek-V3 dedicates 20 of H800's 132 SMs to dispatch/combine (report §3.2.2); DeepEP's example reserves 24.
 COMM_SM_SHARE = 20 / 132
@@ -44,14 +28,16 @@ FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 def busiest_rank_load(training: TrainingSpec) -> float:
     """Routed tokens the busiest expert-parallel rank computes, in units of the even share k·tokens/E.
 
-    Dropless: EXPERT_IMBALANCE. With a capacity factor c each expert keeps at most c times its share and drops the
-    rest (Megatron-Core get_capacity, moe_utils.py), so min(EXPERT_IMBALANCE, c); padded to capacity every expert
-    computes exactly c times its share, however the router spread the tokens (token_dispatcher.py drop_and_pad:
-    num_tokens_per_local_expert = capacity x tp x ep)."""
+    Dropless: the fitted expert imbalance I (fitted.yaml: the busiest rank gets more than the even k/E share and
+    everyone waits for it; the same rank also receives and returns that many tokens in `a2a_pass_time`). With a
+    capacity factor c each expert keeps at most c times its share and drops the rest (Megatron-Core get_capacity,
+    moe_utils.py), so min(I, c); padded to capacity every expert computes exactly c times its share, however the
+    router spread the tokens (token_dispatcher.py drop_and_pad: num_tokens_per_local_expert = capacity x tp x ep)."""
     c = training.moe_capacity_factor
+    imbalance = fitted.current().expert_imbalance
     if c is None:
-        return EXPERT_IMBALANCE
-    return c if training.moe_pad_to_capacity else min(EXPERT_IMBALANCE, c)
+        return imbalance
+    return c if training.moe_pad_to_capacity else min(imbalance, c)
 
 
 def routed_memory_load(training: TrainingSpec) -> float:
@@ -70,7 +56,7 @@ def dispatcher_profile(prof: FrameworkProfile, training: TrainingSpec) -> Framew
     return replace(prof, deepep=False, fp8_dispatch=False)
 
 
-def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops, load: float = EXPERT_IMBALANCE) -> float:
+def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops, load: float) -> float:
     """Forward GEMM FLOPs per token of a MoE layer as the busiest rank sees them:
     moe_gemm + (load - 1)·routed, routed = 2·k·(expert MLP params), load = `busiest_rank_load`."""
     routed = 2.0 * m.num_experts_per_tok * flops.mlp_params(m, m.expert_ffn) if m.is_moe else 0.0
@@ -101,10 +87,11 @@ def grouped_gemm_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndar
 
 
 def moe_launch_time(m: ModelSpec, ep: np.ndarray) -> np.ndarray:
-    """Per average layer and pass: f_moe·(launch·matrices·E/ep + MOE_HOST_OVERHEAD_S) (Megatron-Core GroupedMLP, one
-    launch/tail per local expert's GEMM)."""
+    """Per average layer and pass: f_moe·(launch·matrices·E/ep + host) (Megatron-Core GroupedMLP, one launch/tail per
+    local expert's GEMM; host: the fitted host-side time per MoE layer and pass, fitted.yaml)."""
     frac_moe = m.moe_layers / m.num_hidden_layers
-    return frac_moe * (KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep + MOE_HOST_OVERHEAD_S)
+    host = fitted.current().moe_host_overhead_s
+    return frac_moe * (KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep + host)
 
 
 def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
@@ -124,7 +111,7 @@ def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
 
 
 def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
-                  ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float = EXPERT_IMBALANCE) -> np.ndarray:
+                  ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> np.ndarray:
     """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of
     h values each, received (dispatch) and sent back (combine) by the busiest rank at `load` times the mean
     (`busiest_rank_load`; padded capacity buffers travel whole): the exchange ends when that rank's share has crossed
@@ -168,18 +155,21 @@ def overlapped_share(schedule: np.ndarray, micro: np.ndarray, pp: np.ndarray, vp
 def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
                      ep: np.ndarray, etp: np.ndarray, fp8: bool, share: np.ndarray | float = 0.0,
                      pair_compute: np.ndarray | float = 0.0,
-                     load: float = EXPERT_IMBALANCE) -> tuple[np.ndarray, np.ndarray]:
+                     load: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed all-to-all per average layer and micro-batch.
 
     A = a2a forward + backward (2 x `a2a_pass_time`). Unpaired passes expose all of it. A paired pass runs the
     communication kernels beside the other micro-batch's layer compute C (forward + backward kernels): they take a
     share σ of the SMs, enough to keep pace, σ = COMM_SM_SHARE·min(A/C, 1) (the share that saturates the links when
     A = C, DeepSeek-V3's 1:1 case), so the compute stretches to C/(1 - σ) and the pair takes max(A, C/(1 - σ)):
-    exposed = (1 - s)·A + s·(max(A, C/(1 - σ)) - C), s = `overlapped_share`.
+    exposed = (1 - s)·A + s·(max(A, C/(1 - σ)) - C), s = `overlapped_share`. `load`: `busiest_rank_load`, the
+    dropless fitted imbalance when not given.
     """
     if not m.is_moe:
         return np.zeros_like(tp), np.zeros_like(tp)
     frac_moe = m.moe_layers / m.num_hidden_layers
+    if load is None:
+        load = fitted.current().expert_imbalance
     a2a = 2.0 * a2a_pass_time(m, fab, prof, tok, tp, ep, etp, fp8, load)
     compute = np.maximum(pair_compute, 1e-12)
     sm_share = COMM_SM_SHARE * np.minimum(a2a / compute, 1.0)

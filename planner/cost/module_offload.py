@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.inputs.specs import ModelSpec
-
-# Attention mixers whose core is Megatron-Core's (fused) core attention; linear-time mixers have other modules.
-_ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
+from planner.inputs.specs import ATTENTION_KINDS, ModelSpec
 
 
 def offloaded_bytes_per_token(m: ModelSpec, attention: np.ndarray, tp: np.ndarray, fp8: bool,
@@ -39,7 +36,7 @@ def offloaded_bytes_per_token(m: ModelSpec, attention: np.ndarray, tp: np.ndarra
     core = attention - 4.0 * a / tp
     if m.is_mla:
         core = core - 2.0 * a * m.qk_nope_head_dim / tp
-    attn_share = sum(kind in _ATTENTION_KINDS for kind in m.mixer_kinds) / m.num_hidden_layers
+    attn_share = sum(kind in ATTENTION_KINDS for kind in m.mixer_kinds) / m.num_hidden_layers
     out = attn_share * core
     if m.is_moe and m.moe_layers:
         gemm_in = 1.0 if fp8 else 2.0

@@ -40,15 +40,18 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   components/metrics.py DeviceMemoryMonitor). "device": everything on the GPU (nvidia-smi), allocator + CUDA
   context + NCCL buffers.
 - kernel_efficiency: achieved fraction of the GPU's best-case GEMM/attention rate (MAMF) in a full training step
-  (launch gaps, unfused kernels, clocks under sustained load). The one fitted number per profile: fitted on the dense
-  cases of validation/published_runs.yaml by bench/fit_profiles.py; profiles with fewer than 8 cases borrow from the
-  closest stack (automodel from torchtitan: both PyTorch FSDP2).
+  (launch gaps, unfused kernels, clocks under sustained load). The one fitted number per profile, so it lives in
+  planner/cost/fitted.yaml with the cases it was fitted on and its score (bench/fit_profiles.py writes it);
+  `profile_for` fills it in. gpt-neox and metaseq have no entry there (no published run of theirs to fit, none
+  borrowed) and keep the field's default, 1.0 (MAMF itself).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
+from planner.cost import fitted
 from planner.inputs.specs import TrainingSpec
 
 
@@ -77,28 +80,27 @@ class FrameworkProfile:
     fp8_activation_store: bool = False
 
 
-_GENERIC = FrameworkProfile("generic", kernel_efficiency=0.875, deepep=True, fp8_dispatch=True,
-                            moe_weighted_activation=True, fp8_activation_store=True)
+# kernel_efficiency is left at its default below: `profile_for` fills it in from fitted.yaml.
+_GENERIC = FrameworkProfile("generic", deepep=True, fp8_dispatch=True, moe_weighted_activation=True,
+                            fp8_activation_store=True)
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
-PROFILES: dict[str, FrameworkProfile] = {
+_STACKS: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
-    "megatron": FrameworkProfile("megatron", kernel_efficiency=0.8, flash_attention=False),
+    "megatron": FrameworkProfile("megatron", flash_attention=False),
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
-    "megatron-core": FrameworkProfile("megatron-core", kernel_efficiency=0.775, deepep=True,
-                                      moe_weighted_activation=True),
-    "nemo": FrameworkProfile("nemo", kernel_efficiency=0.775, tp_overlap=0.6, optimizer_always_sharded=True,
-                             deepep=True, moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0),
-    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", kernel_efficiency=0.65, flash_attention=False,
-                                           dp_overlap=0.5),
-    "torchtitan": FrameworkProfile("torchtitan", kernel_efficiency=0.675, memory_reported="reserved", **_FSDP),
-    "llm-foundry": FrameworkProfile("llm-foundry", kernel_efficiency=0.675, grad_reduce_bytes=2.0, **_FSDP),
-    "automodel": FrameworkProfile("automodel", kernel_efficiency=0.675, deepep=True, **_FSDP),
+    "megatron-core": FrameworkProfile("megatron-core", deepep=True, moe_weighted_activation=True),
+    "nemo": FrameworkProfile("nemo", tp_overlap=0.6, optimizer_always_sharded=True, deepep=True,
+                             moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0),
+    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", flash_attention=False, dp_overlap=0.5),
+    "torchtitan": FrameworkProfile("torchtitan", memory_reported="reserved", **_FSDP),
+    "llm-foundry": FrameworkProfile("llm-foundry", grad_reduce_bytes=2.0, **_FSDP),
+    "automodel": FrameworkProfile("automodel", deepep=True, **_FSDP),
     # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
-    # borrows (no published ds_config run to fit); overlap_comm reduces early buckets during backward but leaves the
-    # last ones exposed, as in Megatron-DeepSpeed.
-    "deepspeed": FrameworkProfile("deepspeed", kernel_efficiency=0.675, dp_overlap=0.5),
+    # borrows in fitted.yaml (no published ds_config run to fit); overlap_comm reduces early buckets during backward
+    # but leaves the last ones exposed, as in Megatron-DeepSpeed.
+    "deepspeed": FrameworkProfile("deepspeed", dp_overlap=0.5),
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
     "metaseq": FrameworkProfile("metaseq", **_FSDP),
     # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
@@ -109,8 +111,20 @@ PROFILES: dict[str, FrameworkProfile] = {
 MEMORY_METRIC = {"allocated": "memory_allocated_gib", "reserved": "memory_reserved_gib", "device": "memory_peak_gib"}
 
 
+PROFILE_NAMES: tuple[str, ...] = tuple(_STACKS)
+
+
+@lru_cache(maxsize=4)
+def _fitted_profiles(values: fitted.Fitted) -> dict[str, FrameworkProfile]:
+    """Every profile with its fitted kernel efficiency (cached per set of fitted values, so per `fitted.using`)."""
+    return {name: replace(prof, kernel_efficiency=values.kernel_efficiency.get(name, prof.kernel_efficiency))
+            for name, prof in _STACKS.items()}
+
+
 def profile_for(framework: str) -> FrameworkProfile:
-    return PROFILES.get(framework, _GENERIC)
+    """The named stack's profile with its fitted kernel efficiency; an unknown name gets the generic profile."""
+    profiles = _fitted_profiles(fitted.current())
+    return profiles.get(framework, profiles["generic"])
 
 
 # Adam keeps two moments per parameter; bf16 moments (Megatron-Core precision-aware optimizer) hold 2 + 2 bytes

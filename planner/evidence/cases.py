@@ -1,4 +1,4 @@
-"""Reading a validation case (the format README's "Validation case format" defines) into a planning problem:
+"""Reading a validation case (the format docs/accuracy.md's "Validation case format" defines) into a planning problem:
 the case's model (a catalog config where the block abbreviates one), cluster, training and the knobs it states,
 in the spellings papers, tables and launch configs use. `plan validate` (planner.evidence.validate) prices them."""
 
@@ -31,7 +31,7 @@ def load_cases(path: str | None) -> list[dict[str, Any]]:
     doc = read_structured_file(src)
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise PlanInputError("expected 'schema_version: 1' and a 'cases:' list", source=str(src),
-                             fix="see README, 'Validation case format'")
+                             fix="see docs/accuracy.md, 'Validation case format'")
     if doc.get("schema_version") != 1:
         raise PlanInputError(f"unsupported schema_version {doc.get('schema_version')!r}", source=str(src),
                              field="schema_version", fix="use schema_version: 1")
@@ -157,18 +157,19 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
     where = f"{source}#{case.get('id', '?')}"
     for key in ("model", "cluster", "training", "layout", "measured"):
         if key not in case:
-            raise PlanInputError("missing", field=key, source=where, fix="see README, 'Validation case format'")
+            raise PlanInputError("missing", field=key, source=where,
+                                 fix="see docs/accuracy.md, 'Validation case format'")
     for key in ("model", "training", "layout", "measured"):
         if not isinstance(case[key], dict):
             raise PlanInputError(f"expected a mapping, got {type(case[key]).__name__}", field=key, source=where,
-                                 fix="see README, 'Validation case format'")
+                                 fix="see docs/accuracy.md, 'Validation case format'")
     model = model_from_mapping(catalog_architecture(case["model"]), where)
     cluster = load_cluster(str(case["cluster"]))
     tr = case["training"]
     for key in ("seq_len", "global_batch"):
         if tr.get(key) is None:
             raise PlanInputError("missing", field=f"training.{key}", source=where,
-                                 fix="see README, 'Validation case format'")
+                                 fix="see docs/accuracy.md, 'Validation case format'")
     precision = case_precision(case)[0]
     if precision is None:
         raise PlanInputError(f"'{str(tr.get('precision'))[:40]}' is not a training precision plan prices",

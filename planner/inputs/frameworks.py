@@ -263,8 +263,8 @@ def offload_modules(moe: bool) -> tuple[str, ...]:
 
 
 def capability_table() -> str:
-    """README's framework table (markdown), one row per planning target; tests/test_top_pick_launches.py keeps the
-    README copy equal to it."""
+    """docs/commands.md's framework table (markdown), one row per planning target; tests/test_top_pick_launches.py
+    keeps the copy there equal to it."""
     head = ("| framework | ZeRO stages | schedules | CP | TP / PP / EP | ZeRO with PP | uneven split | recompute "
             "| precision | launcher format |")
     rows = [head, "|" + " --- |" * 10]

@@ -30,13 +30,6 @@ class _Labelled(IntEnum):
     def labels(cls) -> tuple[str, ...]:
         return tuple(m.label for m in cls)
 
-    @classmethod
-    def from_label(cls, label: str) -> _Labelled:
-        for m in cls:
-            if m.label == label:
-                return m
-        raise ValueError(label)
-
 
 class Recompute(_Labelled):
     """What the backward pass gets its activations from: kept (none), partly re-run (selective: attention core /
@@ -144,7 +137,6 @@ RECOMPUTE = Recompute.labels()
 SCHEDULES = Schedule.labels()
 CP_COMM = CpComm.labels()
 EXPERT_TP = ExpertTp.labels()
-ZERO_STAGES = tuple(int(z) for z in Zero)
 HSDP = Zero.HSDP
 # Schedules that overlap one micro-batch's forward with another's backward (the expert all-to-all hides behind it).
 EP_OVERLAP_SCHEDULES = (Schedule.COMBINED_1F1B, Schedule.DUALPIPE, Schedule.DUALPIPE_V)

@@ -31,6 +31,7 @@ Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]
 MixerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "mamba", "mamba1",
                     "conv", "linear", "none"]
 MlpKind = Literal["dense", "moe", "linear", "none"]
+# Mixers that are softmax attention (full, sliding-window, chunked): Megatron-Core core attention runs them.
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 

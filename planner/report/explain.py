@@ -19,7 +19,7 @@ from planner.search.search import is_tight, price_layout
 
 
 def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
-    """Fill the knobs a user left out with the defaults documented in README (dp from the GPU count)."""
+    """Fill the knobs a user left out with the defaults documented in docs/commands.md (dp from the GPU count)."""
     lay = dict(given)
     lay.setdefault("tp", 1)
     lay.setdefault("pp", 1)
@@ -42,9 +42,14 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
 
 def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], width: int = 100) -> str:
     """The schedule's order of operations, simulated with this layout's per-stage times
-    (planner.strategies.pipeline_sim).
+    (planner.strategies.pipeline_sim), and a line saying how its bubble differs from the step's `bubble_s`.
 
-    Capped at 4 x pp micro-batches so the chart stays readable; the bubble does not grow past that point.
+    Capped at 4 x pp micro-batches so the chart stays readable. The two bubbles are measured differently, so the
+    text says so: the simulated one is the span less the busiest rank's work over the simulated micro-batches, every
+    hand-off between ranks a wait (so hand-offs in the steady state land in it too); `bubble_s` is the schedule's
+    closed form (planner.cost.pipeline.bubble_time) over all the step's micro-batches, one hand-off per pass, with
+    the steady state's hand-offs priced in `pp_comm_s`. With free hand-offs they are equal for 1F1B, interleaved,
+    ZB-H1 and ZB-H2 (tests/test_pipeline_sim.py).
     """
     from planner.report.timeline import render_timeline
     from planner.strategies.pipeline_sim import simulate_layout
@@ -57,10 +62,19 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
         return f"dualpipe needs an even number of pipeline ranks (pp = {p}): nothing to simulate"
     sim = simulate_layout(lay, metrics, max_microbatches=4 * p)
     assert sim is not None  # pp > 1 and a schedule it can run, checked above
-    m = sim.m
+    m, step_m = sim.m, int(round(metrics["num_microbatches"]))
+    if m == step_m:
+        over = f"all {m} micro-batches"
+    elif m < step_m:
+        over = f"{m} of the step's {step_m} micro-batches" + (" (at most 4 x pp)" if m == 4 * p else "")
+    else:  # DualPipe simulates at least 2 x pp
+        over = f"{m} micro-batches (the step has {step_m}; {name} needs {m})"
     head = (f"{name} timeline, {p} stages x {m} micro-batches (simulated): bubble {sim.bubble * 1e3:.1f} ms, "
             f"peak in-flight on stage 0 {sim.peak_inflight[0] / (1 if name == 'dualpipe' else v):.2f} micro-batches")
-    return head + "\n" + render_timeline(sim, width=width)
+    why = (f"that bubble is simulated over {over}, each hand-off a wait; the step's bubble "
+           f"{metrics['bubble_s']:.3f} s above is the {name} closed form over all {step_m} "
+           "(steady-state hand-offs in pp_comm)")
+    return head + "\n" + why + "\n" + render_timeline(sim, width=width)
 
 
 def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:

@@ -247,15 +247,15 @@ def _section(inputs: dict[str, Any], name: str, cls: type[BaseModel], source: st
 def problem_from_document(doc: Any, source: str | None = None) -> Problem:
     """Rebuild exactly the problem a plan document was made for, from its `inputs` (recorded figures, not today's
     catalog). A bad or foreign document raises one PlanInputError naming `source`, the field and the fix."""
-    from planner.cost.profiles import PROFILES
+    from planner.cost.profiles import PROFILE_NAMES
 
     inputs = check_header(doc, source)
     model = _section(inputs, "model", ModelSpec, source)
     cluster = _section(inputs, "cluster", ClusterSpec, source)
     training = _section(inputs, "training", TrainingSpec, source)
-    if training.framework not in PROFILES:
+    if training.framework not in PROFILE_NAMES:
         raise PlanInputError(f"unknown framework {training.framework!r:.60}", field="inputs.training.framework",
-                             source=source, fix=f"use one of {', '.join(sorted(PROFILES))}")
+                             source=source, fix=f"use one of {', '.join(sorted(PROFILE_NAMES))}")
     options = read_options(inputs["options"], source)
     extra: dict[str, Any] = {"compress": options.compress} if options.compress else {}
     if options.memory_headroom is not None:

@@ -235,7 +235,7 @@ def render_clusters(catalog: dict[str, dict], console: Console) -> None:
         t.add_row(key, g["name"], f"{g['memory_gib']:g}", f"{g['bf16_tflops']:g}", f"{g.get('fp8_tflops', '-')}",
                   f"{g['hbm_tbps']:g}", f"{g['nvlink_gbps']:g}", str(g["nvlink_domain"]), f"{g['network_gbps']:g}")
     console.print(t)
-    console.print("Use any count: h100x512, gb200x256, a100-40gx64. Or describe a cluster in YAML (README).")
+    console.print("Use any count: h100x512, gb200x256, a100-40gx64. Or describe a cluster in YAML (docs/commands.md).")
 
 
 def training_text(tr: TrainingSpec) -> str:

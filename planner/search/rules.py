@@ -340,7 +340,7 @@ RULES: tuple[Rule, ...] = (
     Rule("framework_recompute", ("recompute",),
          lambda c, p: _among(c["recompute"], [int(r) for r in _caps(p).recompute]) | _trusted("recompute", p),
          "the chosen training framework cannot switch on this activation recomputation or offloading",
-         "use a recompute the framework runs (README, frameworks table), or megatron-core / nemo, which run all five",
+         "use a recompute the framework runs (docs/commands.md), or megatron-core / nemo, which run all five",
          "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch; "
          "activation offloading is Megatron-Core's (--cpu-offloading-num-layers; --fine-grained-activation-offloading "
          "with --offload-modules, core_v0.16)"),

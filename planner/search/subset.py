@@ -17,7 +17,7 @@ from planner.inputs.problem import Problem
 from planner.search.search import search
 
 # A smaller job is named only when it trains this much faster in all, a margin well above the cost model's error
-# between two layouts of one problem (README, Accuracy: Kendall tau over ranking groups).
+# between two layouts of one problem (docs/accuracy.md, Ranking: Kendall tau over ranking groups).
 MIN_GAIN = 1.10
 
 

@@ -166,10 +166,6 @@ class OsdpPlan:
     speedup_vs_best_uniform: float  # fastest uniform that fits / OSDP (inf when neither fits)
     optimal: bool
 
-    @property
-    def sharded_layers(self) -> int:
-        return sum(d.sharded_fraction > 0 for d in self.decisions if d.name.startswith("layer "))
-
 
 def _uniform(problem: Problem, layout: dict[str, int], table: OsdpTable, pick: int, name: str, zero: int) -> Uniform:
     priced = price_choice(table, [pick] * len(table.items))

@@ -77,26 +77,13 @@ def segment_factor(seg: int, k: int, attn_frac: float) -> float:
     Explicit approximation for Seq1F1B (Sun et al. 2024, arXiv 2406.03488): token-linear work (GEMMs, norms) splits
     evenly, 1/k per segment; causal attention of segment j (1-based) attends to j-1 full earlier blocks plus half its
     own diagonal block, so its share of the attention work is (2j-1)/k^2 (sums to 1 over j). `attn_frac` is the share
-    of causal attention in the layer's compute (see `causal_attention_share`). Applied to F and to the input-grad B;
-    the weight-grad part (no attention weights) always splits 1/k. Seq1F1B's own computation-wise partition (unequal
-    segment lengths) would flatten this imbalance; we model the simpler equal-token split.
+    of causal attention in the layer's compute (for MHA 2sh / (8h^2 + 4hF + 2sh), cost_model.md §1.2). Applied to F
+    and to the input-grad B; the weight-grad part (no attention weights) always splits 1/k. Seq1F1B's own
+    computation-wise partition (unequal segment lengths) would flatten this imbalance; we model the simpler
+    equal-token split.
     """
     j = seg + 1
     return (1.0 - attn_frac) / k + attn_frac * (2 * j - 1) / k**2
-
-
-def causal_attention_share(seq_len: int, hidden: int, ffn_hidden: int) -> float:
-    """Causal attention core FLOPs over all layer FLOPs, per token, MHA: 2sh / (8h^2 + 4hF + 2sh) (cost_model.md §1.2,
-    Megatron's causal halving)."""
-    s, h, f = seq_len, hidden, ffn_hidden
-    return 2 * s * h / (8 * h * h + 4 * h * f + 2 * s * h)
-
-
-def zb_w_share(hidden: int, seq_len: int, heads: int, fused_attention: bool = True) -> float:
-    """M_W / M_B of the zero-bubble memory model: 32h / (34h + 5as), or 32/34 when attention scores are not stored."""
-    if fused_attention:
-        return W_SHARE_FUSED_ATTENTION
-    return 32 * hidden / (34 * hidden + 5 * heads * seq_len)
 
 
 def op_duration(spec: Spec, op: Op) -> float:

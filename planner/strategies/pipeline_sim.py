@@ -40,8 +40,8 @@ segment), -1 at a non-split B. Split schedules free only the share not needed by
 a linear layer's weight gradient dA = X^T dY needs its input X. The zero-bubble authors' own memory model uses
 M_B = 34bsh + 5as^2b per layer alive from F, of which M_W = 32bsh stays until W (sail-sg/zero-bubble-pipeline-
 parallelism, scheduler playground script; Korthikanti et al. 2022 Table 2 for M_B). With fused attention (no s^2
-scores stored) the share is 32/34; `zb_w_share` computes it for a given shape. Because a rank runs its ops one at a
-time, the peak depends only on the order, not on the times.
+scores stored) the share is 32/34 (W_SHARE_FUSED_ATTENTION); with them, 32h / (34h + 5as). Because a rank runs its
+ops one at a time, the peak depends only on the order, not on the times.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.inputs.specs import ATTENTION_KINDS
 from planner.report.launchers import _hybrid, _mcore
 from planner.report.launchers._plan import ModelShape, PlanView, header, refuse
 
@@ -151,11 +152,10 @@ def _biases(m: ModelShape) -> list[Flag]:
     return [("--disable-bias-linear",)] if m.hidden_act in ("silu", "swiglu", "swigluoai", "relu2") else []
 
 
-# Token mixers pretrain_gpt.py's flags describe: attention layers (full, sliding-window, and chunked while one chunk
-# holds the whole sequence) and Gated DeltaNet layers among them (--experimental-attention-variant
+# Token mixers pretrain_gpt.py's flags describe: attention layers (ATTENTION_KINDS: full, sliding-window, and chunked
+# while one chunk holds the whole sequence) and Gated DeltaNet layers among them (--experimental-attention-variant
 # gated_delta_net). Models with Mamba layers launch through pretrain_mamba.py (_hybrid); short convolutions and no-op
 # mixers are other layer classes neither script builds.
-_ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
 def _check_layer_kinds(view: PlanView) -> None:
@@ -167,7 +167,7 @@ def _check_layer_kinds(view: PlanView) -> None:
         refuse(view, NAME, "inputs.model.indexer_types" if m.shared_indexers else "inputs.model.layer_types",
                "shared sparse-attention indexers, or sparse attention beside Gated DeltaNet, have no Megatron-LM "
                "flags", "use --format nemo with the model's Megatron-Bridge recipe")
-    other = sorted(kinds - set(_ATTENTION_KINDS))
+    other = sorted(kinds - set(ATTENTION_KINDS))
     if other:
         refuse(view, NAME, "inputs.model.layer_types", f"{', '.join(other)} layers have no pretrain_gpt.py or "
                f"{_hybrid.SCRIPT} flags (these flags would train an all-attention model)",
