@@ -21,6 +21,7 @@ from planner.report import charts
 from planner.report.explain import complete_layout
 from planner.report.timeline_chart import HEAT_BINS, busy_bins, heat_image, ops_of, timeline_figure
 from planner.search.search import price_layout, search
+from planner.strategies.osdp_table import full_layout
 from planner.strategies.pipeline_sim import simulate_schedule
 
 # A problem whose top pick is pipelined (tp8 pp2 vpp4 interleaved, 64 micro-batches) and that plans in under a second.
@@ -255,9 +256,9 @@ def test_simulation_is_capped_to_a_budget_and_the_title_says_so() -> None:
     from planner.report.timeline_chart import title
 
     base = {"tp": 8, "dp": 4, "cp": 1, "ep": 1, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1, "cp_comm": 0}
-    one = {**base, "pp": 64, "vpp": 1, "schedule": int(Schedule.ONE_F_ONE_B)}
+    one = full_layout({**base, "pp": 64, "vpp": 1, "schedule": int(Schedule.ONE_F_ONE_B)})
     assert sim_microbatch_cap(one) * 64 * 2 <= SIM_OPS_BUDGET < (sim_microbatch_cap(one) + 1) * 64 * 2
-    inter = {**base, "pp": 64, "vpp": 16, "schedule": int(Schedule.INTERLEAVED)}
+    inter = full_layout({**base, "pp": 64, "vpp": 16, "schedule": int(Schedule.INTERLEAVED)})
     assert sim_microbatch_cap(inter) == 64  # Megatron needs a multiple of pp micro-batches: at least one round
     sim = simulate_schedule("1f1b", 4, 8, t_f=1.0, t_b=2.0)
     assert "(first 8 of 300 simulated)" in title(sim, 300) and "first" not in title(sim, 8)
@@ -270,6 +271,6 @@ def test_every_schedule_has_a_table_abbreviation_and_legend() -> None:
     base = {"tp": 2, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "vpp": 2, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1,
             "cp_comm": 0}
     for sched in Schedule:
-        text, used = compact_layout({**base, "schedule": int(sched)})
+        text, used = compact_layout(full_layout({**base, "schedule": int(sched)}))
         assert used <= set(LEGEND), sched
         assert text.split()[-1] in used

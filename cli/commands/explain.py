@@ -23,6 +23,7 @@ from cli.options import (
 from planner.errors import PlanInputError
 
 if TYPE_CHECKING:
+    from planner.inputs.layout import Knobs
     from planner.inputs.problem import Problem
 
 
@@ -106,7 +107,7 @@ def explain(
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
 
 
-def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
+def write_svg(problem: Problem, given: Knobs, path: Path) -> None:
     """The layout's timeline and memory chart, priced as `explain` prices it (even when it breaks a rule)."""
     from planner.report.explain import complete_layout
     from planner.report.html import layout_svg

@@ -8,11 +8,17 @@ Rules, cost terms, documents, launchers and `plan check` all read these definiti
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from planner.errors import PlanInputError
+
+if TYPE_CHECKING:  # numpy is imported on use: `plan --help` needs none
+    import numpy as np
 
 
 class _Labelled(IntEnum):
@@ -244,6 +250,103 @@ def decode(name: str, value: int) -> int | str | bool:
     if name == "sp":
         return bool(value)
     return int(value)
+
+
+# Some knobs by name, encoded (categoricals as their codes): a partial layout, as `--fix` pins, `--layout` and a launch
+# file give them; Layout is a complete one.
+Knobs = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One complete training layout: every knob of KNOB_TABLE with its value (sizes as ints, choices as their enums).
+
+    This is how one layout travels between modules (a plan's layout, `plan explain`'s, a launch file's). The search
+    and the cost model price many layouts at once as columns (a dict of numpy arrays keyed by KNOBS); `columns()`
+    and `from_columns()` convert, and `as_dict()` / `from_dict()` give the encoded mapping that `--fix` and
+    `inputs.options.fix` use.
+    """
+
+    tp: int
+    """Tensor-parallel size: each layer's weight matrices are split over this many GPUs of one NVLink domain
+    (Megatron --tensor-model-parallel-size)."""
+    pp: int
+    """Pipeline-parallel size: the layers are cut into this many stages, one per rank of a pipeline."""
+    dp: int
+    """Data-parallel size: model replicas (or ZeRO shards) that each take a share of the global batch."""
+    cp: int
+    """Context-parallel size: each sequence is split over this many GPUs, which exchange keys and values (cp_comm)."""
+    ep: int
+    """Expert-parallel size: a mixture-of-experts layer's experts are spread over this many GPUs (1 for dense
+    models)."""
+    etp: ExpertTp
+    """Tensor parallelism inside the experts: the attention's tp, or 1 (whole experts per GPU, MoE parallel
+    folding)."""
+    vpp: int
+    """Model chunks per pipeline rank (virtual pipeline stages; interleaved schedules); 1 without interleaving."""
+    mbs: int
+    """Micro-batch size in sequences: what one forward/backward pass of one pipeline rank takes."""
+    zero: Zero
+    """What data-parallel ranks shard: ZeRO stage 0-3, or HSDP (ZeRO-3 inside the NVLink domain)."""
+    recompute: Recompute
+    """Where the backward pass gets its activations: kept, recomputed (selective or full), or offloaded to host
+    memory (whole layers, or chosen modules' inputs)."""
+    sp: bool
+    """Sequence parallelism: with tp > 1, the norms and dropout work on a tp-th of the sequence each."""
+    schedule: Schedule
+    """The pipeline schedule (1F1B, interleaved, zero-bubble, Seq1F1B, combined 1F1B, DualPipe); 1F1B when pp = 1."""
+    cp_comm: CpComm
+    """How context-parallel ranks exchange keys and values: ring (p2p), all-to-all (Ulysses), or both."""
+
+    def __post_init__(self) -> None:
+        # numpy integers and plain codes in, the declared types out: equal layouts compare and hash equal
+        for knob in KNOB_TABLE:
+            value = getattr(self, knob.name)
+            typed = knob.choices(int(value)) if knob.choices else bool(value) if knob.name == "sp" else int(value)
+            object.__setattr__(self, knob.name, typed)
+
+    @classmethod
+    def from_dict(cls, knobs: Mapping[str, int]) -> Layout:
+        """From encoded values keyed by KNOBS. `etp` and `cp_comm` (knobs added after the first plan documents) may be
+        missing: then Megatron's default expert tp (default_expert_tp) and the ring."""
+        values = dict(knobs)
+        values.setdefault("cp_comm", int(CpComm.RING))
+        if "etp" not in values:
+            values["etp"] = default_expert_tp(values["dp"], values["cp"], values["ep"])
+        return cls(**{k: values[k] for k in KNOBS})
+
+    @classmethod
+    def from_columns(cls, cols: Mapping[str, Sequence[int]], row: int = 0) -> Layout:
+        """Row `row` of the search's knob columns."""
+        return cls(**{k: int(cols[k][row]) for k in KNOBS})
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, object]) -> Layout:
+        """From the values users type and `labels()` gives ("selective", "hsdp", True); one PlanInputError for a bad
+        one."""
+        return cls.from_dict(dict(encode(k, str(v), "layout") for k, v in labels.items()))
+
+    def as_dict(self) -> dict[str, int]:
+        """The encoded values (plain ints, categoricals as their codes), keyed by KNOBS in KNOB_TABLE's order."""
+        return {k: int(getattr(self, k)) for k in KNOBS}
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The layout as one-row knob columns (int64), what the cost model prices."""
+        import numpy as np
+
+        return {k: np.array([int(getattr(self, k))], dtype=np.int64) for k in KNOBS}
+
+    def labels(self) -> dict[str, int | str | bool]:
+        """Each knob as users write it: sizes as ints, choices as labels, sp as a bool."""
+        return {k: decode(k, int(getattr(self, k))) for k in KNOBS}
+
+    def text(self) -> str:
+        """'tp=8,pp=4,...,recompute=selective,...': every knob, as `--layout` and `--fix` read it (parse_pairs)."""
+        return ",".join(f"{k}={str(v).lower()}" for k, v in self.labels().items())
+
+    def replace(self, **changes: int) -> Layout:
+        """This layout with some knobs changed (encoded values or enum members)."""
+        return dataclasses.replace(self, **changes)
 
 
 def embedding_loss_split(layers: int, pp: int, vpp: int) -> int | None:

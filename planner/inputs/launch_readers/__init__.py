@@ -14,7 +14,7 @@ from planner.inputs.catalog import load_cluster, load_model, model_catalog, mode
 from planner.inputs.files import read_text
 from planner.inputs.launch_readers import deepspeed, megatron, nemo, torchtitan
 from planner.inputs.launch_readers._common import LaunchConfig
-from planner.inputs.layout import Schedule
+from planner.inputs.layout import Knobs, Schedule
 from planner.inputs.specs import ClusterSpec, ModelSpec
 
 DIALECTS = ("megatron", "torchtitan", "deepspeed", "nemo")
@@ -150,9 +150,10 @@ def resolve_cluster(cfg: LaunchConfig, cluster_ref: str | None) -> ClusterSpec:
     return cluster
 
 
-def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> dict[str, int]:
+def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> Knobs:
     """The file's knobs, with what follows from the model and the GPU count: virtual stages given as layers per
-    stage, the data-parallel size (world / (tp x pp x cp), checked against a stated one), and the schedule."""
+    stage, the data-parallel size (world / (tp x pp x cp), checked against a stated one), and the schedule. Knobs the
+    file leaves out stay out (planner.report.explain.complete_layout gives them their defaults)."""
     lay = dict(cfg.layout)
     pp = lay.get("pp", 1)
     if cfg.layers_per_stage is not None and "vpp" not in lay:
