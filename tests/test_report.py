@@ -175,17 +175,17 @@ def test_stage_memory_matches_evaluate_for_v_and_dual_schedules(moe: Problem, sc
 def _check_stages(problem: Problem, layout: str) -> None:
     lay = complete_layout(problem, parse_pairs([layout], "layout"))
     met = price_layout(problem, lay)
-    stages = stage_memory_gib(problem, lay)
-    assert len(stages) == lay["pp"]
+    stages = stage_memory_gib(problem, lay.as_dict())
+    assert len(stages) == lay.pp
     assert stages[0]["total"] == pytest.approx(met["mem_first_stage_gib"], rel=1e-9)
-    if lay["pp"] > 1:  # with one stage there is no separate last stage to compare
+    if lay.pp > 1:  # with one stage there is no separate last stage to compare
         assert stages[-1]["total"] == pytest.approx(met["mem_last_stage_gib"], rel=1e-9)
     busiest = max(stages, key=lambda s: s["total"])
     assert busiest["total"] == pytest.approx(met["memory_peak_gib"], rel=1e-9)
     for kind in ("weights", "grads", "optimizer", "activations", "logits", "buffers"):
         assert busiest[kind] == pytest.approx(met[f"mem_{kind}_gib"], rel=1e-9)
     assert all(s["total"] == pytest.approx(sum(s[k] for k in STAGE_KINDS)) for s in stages)
-    if lay["pp"] > 2 and lay["schedule"] == Schedule.ONE_F_ONE_B:  # 1F1B's warm-up depth falls with the rank
+    if lay.pp > 2 and lay.schedule == Schedule.ONE_F_ONE_B:  # 1F1B's warm-up depth falls with the rank
         mids = [s["activations"] for s in stages[:-1]]
         assert mids == sorted(mids, reverse=True) and mids[0] > mids[-1]
 
