@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from cli.plan_options import REQUIRED, CommandOption, PlanOptions, given, options_of, plan_options
+from cli.plan_options import REQUIRED, CommandOption, options_of, plan_options, stated_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float, "flag": bool, "list": list[str]}
@@ -59,7 +59,7 @@ def plan_command(command: str, after: str | None = None) -> Callable[[F], F]:
         def run(**kwargs: Any) -> Any:
             values = {name: kwargs.pop(name) for name in names}
             if wants_stated:
-                kwargs["stated"] = given(command, values)
+                kwargs["stated"] = stated_options(command, values)
             return func(**kwargs, options=plan_options(values))
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -75,4 +75,3 @@ def _declared(name: str, command: str = "plan") -> CommandOption:
 
 # `plan dsp` takes a cluster too (not a planning command: it has its own default)
 ClusterOpt = Annotated[str, typer.Option(*_declared("cluster").opt.flags, help=_declared("cluster").help)]
-__all__ = ["ClusterOpt", "PlanOptions", "plan_command", "typer_parameters"]

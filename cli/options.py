@@ -1,5 +1,6 @@
 """What several commands share: the consoles, format and framework checks, and the problem the options describe.
-Typer-free (the options' annotations are in cli/option_types.py), so that cli/quick.py runs a plan without typer."""
+Typer-free (the options are declared in cli/plan_options.py, their typer parameters built in cli/option_types.py),
+so that cli/quick.py runs a plan without typer."""
 
 from __future__ import annotations
 

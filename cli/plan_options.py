@@ -18,7 +18,10 @@ from typing import Any
 
 from planner.inputs.layout import KNOBS
 
-COMMANDS = ("plan", "report", "sweep", "explain")
+COMMANDS = ("plan", "report", "sweep", "explain")  # the commands that plan, in the order the docs list them
+KINDS = ("str", "int", "float", "flag", "list")
+
+
 class _Marker:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -29,7 +32,6 @@ class _Marker:
 
 REQUIRED: Any = _Marker("REQUIRED")  # a command's option that has no default: the command line must give it
 AS_IN_PLAN: Any = _Marker("AS_IN_PLAN")  # a Variant's default that is plain `plan`'s
-KINDS = ("str", "int", "float", "flag", "list")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class Opt:
     commands: Mapping[str, Variant | None]
     lower: float | None = None
     upper: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS or not set(self.commands) <= set(COMMANDS):
+            raise ValueError(f"{self.flags[0]}: kind {self.kind!r}, commands {sorted(self.commands)}")
 
 
 def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str, commands: Mapping[str, Variant | None],
@@ -167,7 +173,7 @@ def plan_options(values: Mapping[str, Any]) -> PlanOptions:
     return PlanOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if v is not None})
 
 
-def given(command: str, values: Mapping[str, Any]) -> frozenset[str]:
+def stated_options(command: str, values: Mapping[str, Any]) -> frozenset[str]:
     """The options of `command` whose value is not its default: what the command line states."""
     defaults = {o.name: o.default for o in options_of(command)}
     return frozenset(k for k, v in values.items() if k in defaults and v != defaults[k])
