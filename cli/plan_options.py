@@ -34,31 +34,32 @@ REQUIRED: Any = _Marker("REQUIRED")  # a command's option that has no default: t
 AS_IN_PLAN: Any = _Marker("AS_IN_PLAN")  # a Variant's default that is plain `plan`'s
 
 
-@dataclass(frozen=True)
+# The records below are plain slotted classes, and PlanOptions writes out its methods: a dataclass (or a
+# typing.NamedTuple) compiles source for its methods (or its annotations) when its module is imported, a cost every
+# plain `plan` run would pay. The records are not changed after the declaration.
 class Variant:
     """How one command's option differs from plain `plan`'s: another default (REQUIRED: none; None where the command
     fills it in itself) and the help that says so."""
 
-    default: Any = AS_IN_PLAN
-    help: str | None = None
+    __slots__ = ("default", "help")
+
+    def __init__(self, default: Any = AS_IN_PLAN, help: str | None = None) -> None:
+        self.default, self.help = default, help
 
 
-@dataclass(frozen=True)
 class Opt:
     """One command-line option: its spellings (the long one first), what it does, how its value is read (KINDS:
     `list` is repeatable, `flag` takes no value) and its bounds as typer checks them, and the commands that take it
     (command -> its Variant, or None where it is as in `plan`)."""
 
-    flags: tuple[str, ...]
-    help: str
-    kind: str
-    commands: Mapping[str, Variant | None]
-    lower: float | None = None
-    upper: float | None = None
+    __slots__ = ("flags", "help", "kind", "commands", "lower", "upper")
 
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS or not set(self.commands) <= set(COMMANDS):
-            raise ValueError(f"{self.flags[0]}: kind {self.kind!r}, commands {sorted(self.commands)}")
+    def __init__(self, flags: tuple[str, ...], help: str, kind: str, commands: Mapping[str, Variant | None],
+                 lower: float | None = None, upper: float | None = None) -> None:
+        if kind not in KINDS or not set(commands) <= set(COMMANDS):
+            raise ValueError(f"{flags[0]}: kind {kind!r}, commands {sorted(commands)}")
+        self.flags, self.help, self.kind, self.commands, self.lower, self.upper = (flags, help, kind, commands, lower,
+                                                                                   upper)
 
 
 def _opt(default: Any, flags: tuple[str, ...], help: str, kind: str, commands: Mapping[str, Variant | None],
@@ -71,7 +72,7 @@ _ALL: Mapping[str, Variant | None] = dict.fromkeys(COMMANDS)
 _FILE = "(default: the file's, else {})"  # explain --from reads these from the launch file when not given
 
 
-@dataclass(frozen=True)
+@dataclass(init=False, repr=False, eq=False)  # (its methods are written out below, as for the records above)
 class PlanOptions:
     """What a command line asks a planning command to do: which model on which cluster, the training recipe, the
     knobs to pin, the what-ifs, and how much and in what form to report. Every field is an option (its Opt says how
@@ -143,15 +144,39 @@ class PlanOptions:
                                      "expert's input to its capacity (static shapes; priced as a full capacity of "
                                      "work)", "flag", _ALL)
 
+    def __init__(self, **values: Any) -> None:
+        """Options by field name; one left out takes its default (plain `plan`'s). Frozen, as frozen=True makes it."""
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, values.pop(f.name, f.default))
+        if values:
+            raise TypeError(f"PlanOptions has no option {sorted(values)[0]!r}")
 
-@dataclass(frozen=True)
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlanOptions) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return "PlanOptions(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)) + ")"
+
+
 class CommandOption:
     """One option as one command takes it: the PlanOptions field, its Opt, and this command's default and help."""
 
-    name: str
-    opt: Opt
-    default: Any
-    help: str
+    __slots__ = ("name", "opt", "default", "help")
+
+    def __init__(self, name: str, opt: Opt, default: Any, help: str) -> None:
+        self.name, self.opt, self.default, self.help = name, opt, default, help
 
 
 def options_of(command: str) -> tuple[CommandOption, ...]:

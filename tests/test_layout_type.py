@@ -81,6 +81,9 @@ def test_codes_become_the_declared_types() -> None:
     assert lay.replace(recompute=0).recompute is Recompute.NONE
     with pytest.raises(ValueError):
         lay.replace(recompute=99)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lay.tp = 4  # type: ignore[misc]
+    assert dataclasses.replace(lay, tp=4).tp == 4 and lay.tp == 2 and "recompute='full'" in repr(lay)
 
 
 def test_a_layout_written_before_etp_and_cp_comm_gets_their_defaults() -> None:

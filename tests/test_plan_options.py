@@ -67,6 +67,13 @@ def test_an_option_a_command_leaves_out_takes_plans_default() -> None:
     assert plan_options({}) == PlanOptions()
     assert plan_options({"seq_len": None, "fix": ["tp=8"], "model": "m"}) == PlanOptions(model="m", fix=("tp=8",))
     assert PlanOptions().memory_headroom == DEFAULT_MEMORY_HEADROOM  # the problem's own default
+    options = PlanOptions(top=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.top = 4  # type: ignore[misc]
+    with pytest.raises(TypeError, match="topp"):
+        PlanOptions(topp=3)
+    assert dataclasses.replace(options, rank=2) == PlanOptions(top=3, rank=2) != options
+    assert hash(PlanOptions(fix=("tp=2",))) == hash(PlanOptions(fix=("tp=2",)))
 
 
 def test_the_problem_builder_reads_planoptions() -> None:

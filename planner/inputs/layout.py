@@ -114,13 +114,13 @@ def default_expert_tp(dp: int, cp: int, ep: int) -> int:
     return int(ExpertTp.TP if (dp * cp) % max(ep, 1) == 0 else ExpertTp.ONE)
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One layout knob: its key, what it means, and (for categorical knobs) its enum."""
+class Knob:  # (a plain class, not a dataclass: why, beside Layout's methods)
+    """One layout knob: its key, what it means, and its enum (None: a positive size, or sp's flag)."""
 
-    name: str
-    meaning: str
-    choices: type[_Labelled] | None = None  # None: a positive size (or a flag, for sp)
+    __slots__ = ("name", "meaning", "choices")
+
+    def __init__(self, name: str, meaning: str, choices: type[_Labelled] | None = None) -> None:
+        self.name, self.meaning, self.choices = name, meaning, choices
 
     def allowed(self) -> tuple[int, ...] | None:
         """Every allowed encoded value of a categorical knob; None for sizes."""
@@ -252,20 +252,15 @@ def decode(name: str, value: int) -> int | str | bool:
     return int(value)
 
 
-# Some knobs by name, encoded (categoricals as their codes): a partial layout, as `--fix` pins, `--layout` and a launch
-# file give them; Layout is a complete one.
+# Some knobs, encoded: a partial layout, as `--fix` pins, `--layout` and a launch file give them (Layout: complete).
 Knobs = Mapping[str, int]
 
 
-@dataclass(frozen=True)
+@dataclass(init=False, repr=False, eq=False)  # (its methods are written out below: why, beside them)
 class Layout:
-    """One complete training layout: every knob of KNOB_TABLE with its value (sizes as ints, choices as their enums).
-
-    This is how one layout travels between modules (a plan's layout, `plan explain`'s, a launch file's). The search
-    and the cost model price many layouts at once as columns (a dict of numpy arrays keyed by KNOBS); `columns()`
-    and `from_columns()` convert, and `as_dict()` / `from_dict()` give the encoded mapping that `--fix` and
-    `inputs.options.fix` use.
-    """
+    """One complete training layout, every knob of KNOB_TABLE (sizes as ints, choices as their enums): how one layout
+    travels between modules. The search and the cost model price many at once as columns (numpy arrays keyed by
+    KNOBS: `columns()`, `from_columns()`); `as_dict()` / `from_dict()` give the encoded mapping `--fix` uses."""
 
     tp: int
     """Tensor-parallel size: each layer's weight matrices are split over this many GPUs of one NVLink domain
@@ -277,11 +272,9 @@ class Layout:
     cp: int
     """Context-parallel size: each sequence is split over this many GPUs, which exchange keys and values (cp_comm)."""
     ep: int
-    """Expert-parallel size: a mixture-of-experts layer's experts are spread over this many GPUs (1 for dense
-    models)."""
+    """Expert-parallel size: a mixture-of-experts layer's experts are spread over this many GPUs (1: dense)."""
     etp: ExpertTp
-    """Tensor parallelism inside the experts: the attention's tp, or 1 (whole experts per GPU, MoE parallel
-    folding)."""
+    """Tensor parallelism inside the experts: the attention's tp, or 1 (whole experts per GPU: MoE folding)."""
     vpp: int
     """Model chunks per pipeline rank (virtual pipeline stages; interleaved schedules); 1 without interleaving."""
     mbs: int
@@ -289,8 +282,7 @@ class Layout:
     zero: Zero
     """What data-parallel ranks shard: ZeRO stage 0-3, or HSDP (ZeRO-3 inside the NVLink domain)."""
     recompute: Recompute
-    """Where the backward pass gets its activations: kept, recomputed (selective or full), or offloaded to host
-    memory (whole layers, or chosen modules' inputs)."""
+    """Where the backward pass gets activations: kept, recomputed (selective, full), or offloaded to host memory."""
     sp: bool
     """Sequence parallelism: with tp > 1, the norms and dropout work on a tp-th of the sequence each."""
     schedule: Schedule
@@ -298,21 +290,36 @@ class Layout:
     cp_comm: CpComm
     """How context-parallel ranks exchange keys and values: ring (p2p), all-to-all (Ulysses), or both."""
 
-    def __post_init__(self) -> None:
-        # numpy integers and plain codes in, the declared types out: equal layouts compare and hash equal
-        for knob in KNOB_TABLE:
-            value = getattr(self, knob.name)
+    # Written out rather than generated: a dataclass compiles the methods it generates when its module is imported,
+    # a cost every plain `plan` run would pay; these come with the module's bytecode. Frozen, as frozen=True makes it.
+    def __init__(self, tp: int, pp: int, dp: int, cp: int, ep: int, etp: int, vpp: int, mbs: int, zero: int,
+                 recompute: int, sp: int, schedule: int, cp_comm: int) -> None:
+        values = (tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, schedule, cp_comm)
+        for knob, value in zip(KNOB_TABLE, values, strict=True):  # numpy ints and codes in, the declared types out
             typed = knob.choices(int(value)) if knob.choices else bool(value) if knob.name == "sp" else int(value)
             object.__setattr__(self, knob.name, typed)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().values()))
+
+    def __repr__(self) -> str:
+        return "Layout(" + ", ".join(f"{k}={v!r}" for k, v in self.labels().items()) + ")"
 
     @classmethod
     def from_dict(cls, knobs: Mapping[str, int]) -> Layout:
         """From encoded values keyed by KNOBS. `etp` and `cp_comm` (knobs added after the first plan documents) may be
         missing: then Megatron's default expert tp (default_expert_tp) and the ring."""
-        values = dict(knobs)
-        values.setdefault("cp_comm", int(CpComm.RING))
-        if "etp" not in values:
-            values["etp"] = default_expert_tp(values["dp"], values["cp"], values["ep"])
+        values = {"cp_comm": int(CpComm.RING), **knobs}
+        values.setdefault("etp", default_expert_tp(values["dp"], values["cp"], values["ep"]))
         return cls(**{k: values[k] for k in KNOBS})
 
     @classmethod
@@ -322,8 +329,7 @@ class Layout:
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, object]) -> Layout:
-        """From the values users type and `labels()` gives ("selective", "hsdp", True); one PlanInputError for a bad
-        one."""
+        """From the values users type and `labels()` gives ("selective", "hsdp", True); PlanInputError if bad."""
         return cls.from_dict(dict(encode(k, str(v), "layout") for k, v in labels.items()))
 
     def as_dict(self) -> dict[str, int]:
