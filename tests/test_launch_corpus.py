@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.options import framework_for, problem_for
+from cli.commands.explain import _with_file
+from cli.options import problem_for
+from cli.plan_options import PlanOptions
 from planner.errors import PlanInputError
 from planner.inputs.catalog import load_model
 from planner.inputs.launch_readers import (
@@ -42,13 +44,7 @@ def _price(entry: dict):
     cluster = resolve_cluster(cfg, entry.get("cluster"))
     recompute_note(cfg, model)
     given = layout_for(cfg, model, cluster.num_gpus)
-    framework = cfg.framework or framework_for(None, cfg.dialect)
-    recipe = cfg.fp8_recipe or "tensorwise"
-    problem = problem_for(model, cluster, cfg.seq_len or 8192, cfg.global_batch or 512, cfg.precision or "bf16",
-                          framework, None, fp8_recipe=recipe if cfg.precision == "fp8" else "tensorwise",
-                          optimizer_offload=cfg.optimizer_offload or 0.0,
-                          optimizer_moments=cfg.optimizer_moments or "fp32",
-                          moe_capacity_factor=cfg.moe_capacity_factor, moe_pad_to_capacity=cfg.moe_pad_to_capacity)
+    problem = problem_for(model, cluster, _with_file(PlanOptions(), frozenset(), cfg))
     return cfg, model, problem, given
 
 
@@ -79,7 +75,7 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
         full, model = {k: decode(k, v) for k, v in cfg.layout.items()}, None
     else:
         cfg, model, problem, given = _price(entry)
-        full = {k: decode(k, v) for k, v in complete_layout(problem, given).items()}
+        full = {k: decode(k, v) for k, v in complete_layout(problem, given).as_dict().items()}
     assert cfg.dialect == want["dialect"]
     for key in LAYOUT_KEYS:
         if key in want:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli.options import build_problem, framework_for
+from cli.plan_options import PlanOptions
 from planner.errors import PlanInputError
 from planner.inputs.catalog import load_model
 from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
@@ -46,7 +47,8 @@ def test_every_format_reads_back_as_the_same_layout(case, tmp_path):
     model, cluster, seq, gbs, precision, pins, formats = case
     checked = 0
     for fmt in formats:
-        problem = build_problem(model, cluster, seq, gbs, precision, framework_for(None, fmt), pins)
+        problem = build_problem(PlanOptions(model=model, cluster=cluster, seq_len=seq, global_batch=gbs,
+                                            precision=precision, framework=framework_for(None, fmt), fix=tuple(pins)))
         result = search(problem, top=3)
         doc = document.build(result, {})
         for rank, plan in enumerate(result.plans, 1):
@@ -64,8 +66,8 @@ def test_every_format_reads_back_as_the_same_layout(case, tmp_path):
             m = resolve_model(cfg, opts[0])
             c = resolve_cluster(cfg, opts[1])
             assert (m.name, c.name, c.num_gpus) == (problem.model.name, problem.cluster.name, problem.num_gpus)
-            back = complete_layout(problem, layout_for(cfg, m, c.num_gpus))
-            want = {k: plan.layout[k] for k in KNOBS}
+            back = complete_layout(problem, layout_for(cfg, m, c.num_gpus)).as_dict()
+            want = plan.layout.as_dict()
             if want["tp"] == 1:
                 want["sp"] = back["sp"] = 0  # sequence parallelism without TP is no knob at all
             assert {k: back[k] for k in KNOBS} == want, (fmt, rank, text)
@@ -261,7 +263,7 @@ def test_pretrain_mamba_commands_read_back(config, cluster, pins, tmp_path):
     same layers: with --model the file is checked against the config, without it the flags build the model."""
     src = str(ROOT / "tests/data/hf_configs" / f"{config}.json")
     ref = load_model(src)
-    problem = build_problem(src, cluster, 8192, 512, "bf16", "megatron-core", pins)
+    problem = build_problem(PlanOptions(model=src, cluster=cluster, framework="megatron-core", fix=tuple(pins)))
     result = search(problem, top=3)
     doc = document.build(result, {})
     for rank, chosen in enumerate(result.plans, 1):
@@ -270,8 +272,8 @@ def test_pretrain_mamba_commands_read_back(config, cluster, pins, tmp_path):
         cfg = read_launch_file(str(path))
         assert cfg.dialect == "megatron" and cfg.ignored == []
         model = resolve_model(cfg, src)
-        back = complete_layout(problem, layout_for(cfg, model, problem.num_gpus))
-        want = {k: chosen.layout[k] for k in KNOBS}
+        back = complete_layout(problem, layout_for(cfg, model, problem.num_gpus)).as_dict()
+        want = chosen.layout.as_dict()
         if want["tp"] == 1:
             want["sp"] = back["sp"] = 0
         assert {k: back[k] for k in KNOBS} == want, (rank, path.read_text())

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from planner.errors import NoFeasiblePlan
 from planner.inputs.launch_readers import LaunchConfig
+from planner.inputs.layout import Knobs
 from planner.inputs.problem import Problem
 from planner.report.changes import changes, fmt
 from planner.report.document import layout_dict, metrics_dict, sig
@@ -33,7 +34,7 @@ def _follows(change_key: str, new: dict[str, Any]) -> bool:
             and new["tp"] == 1) or (change_key == "cp_comm" and new["cp"] == 1))
 
 
-def explain_from(problem: Problem, given: dict[str, int], cfg: LaunchConfig, top: int = 3) -> dict[str, Any]:
+def explain_from(problem: Problem, given: Knobs, cfg: LaunchConfig, top: int = 3) -> dict[str, Any]:
     """The file's layout priced, and up to `top` better (or equal) layouts with their changes and gains."""
     yours = explain(problem, given)
     met = [r for r in yours["broken_rules"] if r["rule"] in cfg.runs_anyway]

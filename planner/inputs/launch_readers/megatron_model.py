@@ -125,19 +125,20 @@ def _vocabulary(cfg: LaunchConfig, flags: Flags) -> None:
     cfg.vocab_unpadded = stated if "--vocab-size" in flags else size
 
 
-def read_layout(cfg: LaunchConfig, layout: str) -> None:
+def read_layout(cfg: LaunchConfig, text: str) -> None:
     """--pipeline-model-parallel-layout: stages split by |, E embedding, t a decoder layer, m an MTP layer, L the
     loss, (..)*n and x*n repeats, commas cosmetic (megatron-core pipeline_parallel_layer_layout.py
     parse_str_to_list); its stage count over pp is the virtual stages per rank."""
     flag, src = "--pipeline-model-parallel-layout", cfg.source
-    text = layout.replace(",", "").replace(" ", "").strip("'\"")
+    raw = text
+    text = raw.replace(",", "").replace(" ", "").strip("'\"")
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
         text = re.sub(pattern, lambda m: m.group(1) * min(int(m.group(2)), _LAYOUT_LIMIT), text)
         if len(text) > _LAYOUT_LIMIT:
             raise PlanInputError("unrolls to more than 100,000 layers", field=flag, source=src,
                                  fix="one character per layer, e.g. 'Et|(tt|)*30L'")
     if set(text) - set("EtmL|"):
-        raise PlanInputError(f"'{layout[:40]}' has characters other than E, t, m, L and |", field=flag, source=src,
+        raise PlanInputError(f"'{raw[:40]}' has characters other than E, t, m, L and |", field=flag, source=src,
                              fix="e.g. 'Et|(tt|)*30L'")
     stages = text.split("|")
     pp = cfg.layout.get("pp", 1)

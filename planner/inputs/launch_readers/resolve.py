@@ -17,7 +17,7 @@ from pathlib import Path
 from planner.errors import PlanInputError
 from planner.inputs.catalog import load_cluster, load_model, model_catalog, model_from_mapping
 from planner.inputs.launch_readers._common import LaunchConfig
-from planner.inputs.layout import Schedule
+from planner.inputs.layout import Knobs, Schedule
 from planner.inputs.specs import ClusterSpec, ModelSpec
 
 # The shape keys that identify a model; a file that states them is checked against --model (or the catalog).
@@ -213,7 +213,7 @@ def recompute_note(cfg: LaunchConfig, model: ModelSpec) -> None:
                            f"{' '.join(planned)})")
 
 
-def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> dict[str, int]:
+def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> Knobs:
     """The file's knobs, with what follows from the model and the GPU count: virtual stages given as layers per
     stage, the data-parallel size (world / (tp x pp x cp), checked against a stated one), the schedule, and the batch
     as the file's framework completes it (cfg.global_batch is set)."""
@@ -238,7 +238,7 @@ def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> dict[str, 
     return lay
 
 
-def complete_batch(cfg: LaunchConfig, lay: dict[str, int], dp: int) -> None:
+def complete_batch(cfg: LaunchConfig, knobs: Knobs, dp: int) -> None:
     """The global batch (and micro-batch) the file's framework runs with `dp` data-parallel ranks."""
     src, rule = cfg.source, cfg.batch_rule
     if rule == "megatron" and cfg.global_batch is None and cfg.micro_batch is not None:
@@ -256,10 +256,10 @@ def complete_batch(cfg: LaunchConfig, lay: dict[str, int], dp: int) -> None:
                                  f"({cfg.micro_batch} x {dp})", field="training.global_batch_size", source=src,
                                  fix="torchtitan accumulates whole local batches; correct one of them")
     elif rule == "deepspeed":
-        _deepspeed_batch(cfg, lay, dp)
+        _deepspeed_batch(cfg, knobs, dp)
 
 
-def _deepspeed_batch(cfg: LaunchConfig, lay: dict[str, int], dp: int) -> None:
+def _deepspeed_batch(cfg: LaunchConfig, knobs: Knobs, dp: int) -> None:
     """DeepSpeed's runtime/config.py _set_batch_related_parameters: the missing ones of train_batch_size (train),
     train_micro_batch_size_per_gpu (micro) and gradient_accumulation_steps (gas) from the others and the world."""
     train, micro, gas = cfg.global_batch, cfg.micro_batch, cfg.grad_accum
@@ -286,4 +286,4 @@ def _deepspeed_batch(cfg: LaunchConfig, lay: dict[str, int], dp: int) -> None:
         cfg.defaults.append(f"{', '.join(filled)} filled in as DeepSpeed does from the other batch keys and "
                             f"{dp} data-parallel ranks")
     cfg.global_batch, cfg.grad_accum = train, gas
-    lay["mbs"] = micro  # type: ignore[assignment]
+    knobs["mbs"] = micro  # type: ignore[assignment]
