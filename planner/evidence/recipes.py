@@ -81,7 +81,8 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                           _word("none", "selective", "full", "offload"), "none | selective | full | offload"),
     "fp8_recipe": KnobSpec("fp8 scaling recipe", _word("delayed", "tensorwise", "blockwise", "rowwise", "mxfp8"),
                            "delayed | tensorwise | blockwise | rowwise | mxfp8"),
-    "torch_compile": KnobSpec("torch.compile of the model", _flag, "true | false"),
+    "torch_compile": KnobSpec("torch.compile of the model (`scope` lists what was compiled: model, loss)", _flag,
+                              "true | false"),
     "sequence_parallel": KnobSpec("sequence parallelism beside tensor parallelism", _flag, "true | false"),
     "vpp": KnobSpec("model chunks per pipeline rank", _count, "a positive integer"),
     "micro_batch": KnobSpec("micro-batch size", _count, "a positive integer"),
@@ -216,6 +217,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
     value = block["value"]
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
+    if knob == "torch_compile" and value is True and "loss" in (block.get("scope") or ()):
+        return "approximate", "priced for the compiled loss's memory only; the compiled model's speed is not priced"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero"):
         return "priced", None
     if knob == "recompute":
@@ -263,7 +266,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
     """The problem priced with what the run ran, where the cost model has the knob; and the knobs so applied."""
     fixed, applied = dict(problem.fixed), []
     schedules, training = problem.schedule_choices, problem.training
-    recompute_choices = problem.recompute_choices
+    recompute_choices, compiled_loss = problem.recompute_choices, problem.compiled_loss
     for knob, k in knobs.items():
         if k["status"] not in ("priced", "approximate"):
             continue
@@ -281,13 +284,15 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
+        elif knob == "torch_compile":  # approximate only with the loss in its scope
+            compiled_loss = True
         else:
             name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs", "zero": "zero"}[knob],
                                 str(value), f"ran.{knob}")
             fixed[name] = code
         applied.append(knob)
     return replace(problem, fixed=fixed, schedule_choices=schedules, training=training,
-                   recompute_choices=recompute_choices), tuple(applied)
+                   recompute_choices=recompute_choices, compiled_loss=compiled_loss), tuple(applied)
 
 
 def knob_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
