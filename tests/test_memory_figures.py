@@ -99,3 +99,38 @@ def test_fsdp2_root_stays_gathered_only_where_the_stack_keeps_it(cases, recipes)
     titan = memory.fsdp_buffer_bytes(zero3, per_layer, profile_for("torchtitan"), root)
     plain = memory.fsdp_buffer_bytes(zero3, per_layer, profile_for("megatron-core"), root)
     assert titan[0] - plain[0] == 2.0 * 5e8
+
+
+def test_the_eager_fp32_loss_holds_three_fp32_logit_tensors_at_the_start_of_backward():
+    """Run torchtitan's loss, `cross_entropy(pred.float(), labels)`, on CPU: autograd saves the fp32 log-softmax
+    output, and backward's first two kernels (nll_loss's and log_softmax's) each write a new fp32 tensor of every
+    logit while it is held: 3 x 4 B per logit (FrameworkProfile.loss_bytes_per_logit = 12 for torchtitan)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    tokens, vocab = 64, 512
+    pred = torch.randn(1, tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, tokens))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        loss = torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+    full = {t.untyped_storage().data_ptr(): t.dtype for t in saved if t.numel() == tokens * vocab}
+    # one storage: the log-softmax output (log_softmax and nll_loss both save it); the bf16 input is not kept
+    assert list(full.values()) == [torch.float32]
+
+    class Outputs(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.numel() == tokens * vocab:
+                self.seen.append((func.__name__, out.dtype))
+            return out
+
+    with Outputs() as mode:
+        loss.backward()
+    fp32 = [name for name, dtype in mode.seen if dtype == torch.float32]
+    assert any(n.startswith("nll_loss_backward") for n in fp32)
+    assert any(n.startswith("_log_softmax_backward_data") for n in fp32)
