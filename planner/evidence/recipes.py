@@ -118,11 +118,11 @@ def load_recipes(path: Path | None) -> dict[str, dict[str, Any]]:
     doc = read_structured_file(path)
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("cases"), dict):
         raise PlanInputError("expected 'schema_version: 1' and a 'cases:' mapping keyed by case id", source=str(path),
-                             fix="see README, 'Validation case format'")
+                             fix="see docs/accuracy.md, 'Validation case format'")
     for cid, entry in doc["cases"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("ran"), dict):
             raise PlanInputError("expected a mapping with a 'ran:' block", source=f"{path}#{cid}",
-                                 fix="see README, 'Validation case format'")
+                                 fix="see docs/accuracy.md, 'Validation case format'")
         check_ran(entry["ran"], f"{path}#{cid}")
     return doc["cases"]
 
