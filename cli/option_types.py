@@ -16,7 +16,11 @@ PrecOpt = Annotated[str, typer.Option("--precision", help="bf16 | fp8 | fp4")]
 PlanFwOpt = Annotated[str | None, typer.Option(
     "--framework", help="training stack to plan for: its capabilities limit the search and its behaviour prices it "
     "(generic, megatron-core, megatron (paper era), nemo, torchtitan, deepspeed, llm-foundry, ...); default: the "
-    "launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else generic", show_default=False)]
+    "launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else megatron-core", show_default=False)]
+RankByOpt = Annotated[str, typer.Option(
+    "--rank-by", help="preference: layouts priced within the model's own error of the fastest tie, and a tie is "
+    "ranked by what practitioners prefer (no offloading over PCIe, no needless CP, standard schedules, memory room); "
+    "time: by predicted step time alone")]
 MoeCapacityOpt = Annotated[float | None, typer.Option(
     "--moe-capacity-factor", min=0.01, max=64.0, help="token dropping: each expert takes at most this many times its "
     "even share of the routed tokens and drops the rest (Megatron-Core --moe-expert-capacity-factor); default "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from cli.options import FORMATS_PLAN, build_problem, check_format, framework_for, table_console
+from cli.options import FORMATS_PLAN, build_problem, check_format, check_rank_by, framework_for, table_console
 from planner.errors import NoFeasiblePlan, PlanInputError
 
 if TYPE_CHECKING:
@@ -20,12 +20,13 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
              time_limit: float | None = None, compress: list[str] | None = None, memory_headroom: float = 0.05,
              optimizer_offload: float = 0.0, optimizer_moments: str = "fp32", fp8_recipe: str = "tensorwise",
              timings: bool = False, moe_capacity_factor: float | None = None,
-             moe_pad_to_capacity: bool = False) -> None:
+             moe_pad_to_capacity: bool = False, rank_by: str = "preference") -> None:
     """Plan the best parallel layouts for `model` on `cluster` and write them to stdout in `fmt`."""
     if model is None or cluster is None:
         missing = "--model" if model is None else "--cluster"
         raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
     check_format(fmt, FORMATS_PLAN)
+    check_rank_by(rank_by)
     framework = framework_for(framework, fmt)
     from planner.report import document
     from planner.search.search import search
@@ -35,7 +36,7 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
                             optimizer_moments=optimizer_moments, fp8_recipe=fp8_recipe,
                             moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
     try:
-        result = search(problem, top=max(top, rank), time_limit_s=time_limit)
+        result = search(problem, top=max(top, rank), time_limit_s=time_limit, rank_by=rank_by)
     except NoFeasiblePlan as exc:
         from planner.search.diagnosis import explain_infeasible
 
@@ -43,7 +44,8 @@ def run_plan(model: str | None = None, cluster: str | None = None, seq_len: int 
         raise
     options = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
                "allow_tp_across_nodes": allow_tp_across_nodes, "time_limit": time_limit,
-               "compress": dict(sorted(problem.compress.items())), "memory_headroom": memory_headroom}
+               "compress": dict(sorted(problem.compress.items())), "memory_headroom": memory_headroom,
+               "rank_by": rank_by}
     if time_limit is None:  # a capped search gets no second search
         _note_smaller_job(problem, result)
     doc = document.build(result, options)

@@ -33,6 +33,7 @@ OPTIONS: dict[str, tuple[str, str, float | None, float | None]] = {
     "--timings": ("timings", "flag", None, None),
     "--moe-capacity-factor": ("moe_capacity_factor", "float", 0.01, 64.0),
     "--moe-pad-to-capacity": ("moe_pad_to_capacity", "flag", None, None),
+    "--rank-by": ("rank_by", "str", None, None),
 }
 
 

@@ -83,10 +83,11 @@ def explain(
     if model is None or cluster is None:
         raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
                              fix="e.g. --model llama70b --cluster h100x512")
+    from planner.inputs.frameworks import DEFAULT_FRAMEWORK
     from planner.inputs.layout import parse_pairs
 
     problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
-                            framework or "generic", None, fp8_recipe=fp8_recipe,
+                            framework or DEFAULT_FRAMEWORK, None, fp8_recipe=fp8_recipe,
                             optimizer_offload=optimizer_offload or 0.0, optimizer_moments=optimizer_moments or "fp32",
                             moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
     given = parse_pairs([layout or ""], "--layout")

@@ -16,6 +16,7 @@ from cli.option_types import (
     OptOffloadOpt,
     PlanFwOpt,
     PrecOpt,
+    RankByOpt,
     SeqOpt,
 )
 from cli.plan_run import run_plan
@@ -53,10 +54,11 @@ def main(
                                           "so output is byte-identical across runs)")] = False,
     moe_capacity_factor: MoeCapacityOpt = None,
     moe_pad_to_capacity: MoePadOpt = False,
+    rank_by: RankByOpt = "preference",
 ) -> None:
     """Plan the best parallel layouts for MODEL on CLUSTER (run with no subcommand)."""
     if ctx.invoked_subcommand is not None:
         return
     run_plan(model, cluster, seq_len, global_batch, precision, framework, fix, top, fmt, rank, allow_tp_across_nodes,
              time_limit, compress, memory_headroom, optimizer_offload, optimizer_moments, fp8_recipe, timings,
-             moe_capacity_factor, moe_pad_to_capacity)
+             moe_capacity_factor, moe_pad_to_capacity, rank_by=rank_by)

@@ -13,6 +13,7 @@ import typer
 from cli import option_types as opts
 from cli.option_types import ModelOpt, PrecOpt, SeqOpt
 from cli.options import build_problem, check_format, stderr, table_console
+from planner.inputs.frameworks import DEFAULT_FRAMEWORK
 
 PROGRESS_AFTER_S = 2.0  # a sweep quicker than this prints no progress at all
 # Default tokens per optimizer step: Llama 3 405B's batch after 2.87T tokens of its pre-training (Dubey et al. 2024,
@@ -59,7 +60,7 @@ def sweep(
     seq_len: SeqOpt = 8192,
     precision: PrecOpt = "bf16",
     framework: Annotated[str, typer.Option("--framework", help="training stack to plan for (see plan --help)")] = (
-        "generic"),
+        DEFAULT_FRAMEWORK),
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     chart: Annotated[str | None, typer.Option("--chart", help="also write days vs cost (or GPU-hours) as an SVG "
                                               "chart to this file")] = None,

@@ -10,6 +10,7 @@ from planner.cost import flops
 from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.report.ranking import band_line, relative_text, why_first
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult, is_tight
 
@@ -164,11 +165,16 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
         (f"GiB/{cl.gpu.memory_gib:g}", "right", [f"{x['memory_peak_gib']:.1f}" + ("!" if t else "")
                                                   for x, t in zip(mt, tight, strict=True)]),
         ("tok/s/GPU", "right", [f"{x['tokens_per_s_per_gpu']:,.0f}" for x in mt]),
+        ("band", "right", [relative_text(p, plan.layout) for plan in result.plans]),
         ("comp/comm/bub", "right", [f"{_share(pl, 'compute_s'):.0%}/{_share(pl, 'exposed_comm_s'):.0%}/"
                                     f"{_share(pl, 'bubble_s'):.0%}" for pl in result.plans]),
         ("why", "left", [why(plan, best) for plan in result.plans]),
     ]
-    console.print(fitted_table(columns, optional=3, width=console.width))
+    console.print(fitted_table(columns, optional=4, width=console.width))
+    console.print(band_line(p, best.layout, best.metrics), highlight=False)
+    reason = why_first(result, lambda lay: compact_layout(lay)[0])
+    if reason:
+        console.print(reason, highlight=False)
     used = set().union(*(used for _, used in layouts)) | ({"tight"} if any(tight) else set())
     console.print(legend(used), style="dim", highlight=False)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]

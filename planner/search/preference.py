@@ -1,0 +1,112 @@
+"""Ranking under uncertainty: among layouts whose prices the model cannot tell apart, the one practitioners launch.
+
+Layouts priced within the tie width of the fastest (planner.cost.bands.tie_width: the error of a predicted ratio of
+two layouts of one run, measured on `plan validate`'s ranking groups) are a tie. A tie is ordered by the criteria
+below, first to last, each a yes/no (or a count) where less is preferred, and only then by price; the rest of the
+table follows by price. `--rank-by time` ranks by price alone. Each criterion says what practitioners do and where
+they say so (docs/cost-model.md, "Ranking under uncertainty").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost import bands
+from planner.inputs.layout import Recompute, Schedule
+from planner.inputs.problem import Problem
+
+RANK_BY = ("preference", "time")
+# Context parallelism splits a sequence over ranks; the published runs that use it keep at least this many tokens
+# per rank: Llama 3 405B trains 8K sequences with CP 1 and 131K ones with CP 16 (8,192 per rank; "The Llama 3 Herd of
+# Models", arXiv 2407.21783, Table 4); NVIDIA's Llama 3.1 recipes run 8K sequences at CP 2 (4,096 per rank;
+# NVIDIA/dgxc-benchmarking llama3.1 tables, validation cases DGXC-013/135/137/148); every 4K-sequence run there
+# (Nemotron-4, Qwen3, DeepSeek-V3, GPT-3) runs CP 1.
+CP_MIN_TOKENS_PER_RANK = 4096
+# The schedules each stack's own recipes run. Megatron-Core / NeMo: 1F1B and interleaved 1F1B
+# (pipeline_parallel/schedules.py get_forward_backward_func), and for MoE the EP-overlap combined 1F1B that
+# Megatron-Bridge's DeepSeek-V3 and Qwen3 performance recipes switch on (overlap_moe_expert_parallel_comm; the 12
+# ep_overlap rows of validation/case_recipes.yaml). torchtitan: 1F1B and Interleaved1F1B (its
+# parallelism.pipeline_parallel_schedule default is 1F1B; ZBV and DualPipeV are newer options). Everywhere else
+# 1F1B and interleaved, the schedules of the large dense runs published (GPT-3 175B, Llama 3, Nemotron-4).
+_COMMON = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+STANDARD_SCHEDULES: dict[str, tuple[Schedule, ...]] = {
+    "megatron-core": (*_COMMON, Schedule.COMBINED_1F1B), "nemo": (*_COMMON, Schedule.COMBINED_1F1B)}
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    prefers: str  # what the preferred layout does, as the table's "why #1" line says it
+    source: str
+
+
+# The order is the order of the tie-break.
+CRITERIA = (
+    Criterion("offload", "no activation offloading over a PCIe host link",
+              "NVIDIA's H100 setups rely on recomputation rather than offloading (arXiv 2603.07685 §9.2.2), which "
+              "costs 1.6-2 % even over GB200's NVLink-C2C; the model does not charge the copies' contention with "
+              "the network traffic on the same PCIe link. On Grace hosts NVIDIA's own recipes offload "
+              "(Megatron-Bridge Llama 3 70B on GB200/GB300), so there it is not held against a layout"),
+    Criterion("cp", f"no context parallelism below {CP_MIN_TOKENS_PER_RANK:,} tokens per rank",
+              "Llama 3 (arXiv 2407.21783 Table 4: CP 1 at 8K, CP 16 at 131K); NVIDIA's Llama 3.1 recipes (CP 2 at "
+              "8K); no published 4K-sequence run uses CP"),
+    Criterion("schedule", "the framework's standard pipeline schedule", "STANDARD_SCHEDULES above"),
+    Criterion("memory", "memory that fits even at the top of the memory band",
+              "a run that runs out of memory costs more than a few per cent of throughput; the band is the "
+              "memory model's error on published runs (planner.cost.bands.memory_band)"),
+    Criterion("wide", "fewer features that no published run prices",
+              "a feature without published cases carries the widest band (planner.cost.bands.wide_features)"),
+)
+
+
+def standard_schedules(framework: str) -> tuple[Schedule, ...]:
+    return STANDARD_SCHEDULES.get(framework, _COMMON)
+
+
+def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray],
+                     memory_gib: np.ndarray) -> dict[str, np.ndarray]:
+    """Per row and criterion (CRITERIA), 0 where the row does what practitioners prefer, more where it does not."""
+    tr, gpu = problem.training, problem.cluster.gpu
+    rc = cols["recompute"]
+    offload = (rc == Recompute.OFFLOAD) | (rc == Recompute.OFFLOAD_MODULES)
+    cp = cols["cp"]
+    feats = bands.feature_columns(cols)
+    wide = bands.wide_features(tr.framework)
+    mem_hi = bands.memory_band(tr.framework).ratio()[1]
+    return {
+        "offload": (offload & bool(gpu.nic_shares_host_link)).astype(np.int64),
+        "cp": ((cp > 1) & (tr.seq_len < CP_MIN_TOKENS_PER_RANK * cp)).astype(np.int64),
+        "schedule": (~np.isin(cols["schedule"], np.array(standard_schedules(tr.framework)))).astype(np.int64),
+        "memory": (memory_gib * mem_hi > gpu.memory_gib).astype(np.int64),
+        "wide": sum((feats[f].astype(np.int64) for f in bands.LAYOUT_FEATURES if f in wide),
+                    start=np.zeros(len(cp), dtype=np.int64)),
+    }
+
+
+def tie_rows(tput: np.ndarray, rows: np.ndarray, width: float) -> np.ndarray:
+    """The rows of `rows` priced within `width` (a ln ratio) of the fastest of them."""
+    t = tput[rows]
+    return rows[np.log(t.max() / t) <= width] if len(rows) else rows
+
+
+def preference_order(problem: Problem, cols: Mapping[str, np.ndarray], tput: np.ndarray,
+                     memory_gib: np.ndarray, tail: list[np.ndarray]) -> np.ndarray:
+    """Positions 0..n-1 of the rows `cols` describes, ordered by CRITERIA, then by the keys in `tail` (lexsort keys,
+    last most significant: the price order), all of them a tie."""
+    crit = criteria_columns(problem, cols, memory_gib)
+    return np.lexsort(tail + [crit[c.name] for c in reversed(CRITERIA)])
+
+
+def deciding_criterion(problem: Problem, first: Mapping[str, int], first_memory: float,
+                       other: Mapping[str, int], other_memory: float) -> Criterion | None:
+    """The first criterion on which `first` is preferred to `other` (None when only the price decided)."""
+    cols = {k: np.array([first[k], other[k]]) for k in first if k in other}
+    crit = criteria_columns(problem, cols, np.array([first_memory, other_memory]))
+    for c in CRITERIA:
+        a, b = crit[c.name]
+        if a != b:
+            return c if a < b else None
+    return None
