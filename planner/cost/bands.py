@@ -87,6 +87,7 @@ class Band:
     regime: str  # its cases, e.g. "megatron-core dense hopper pooled with nemo: 28 cases; cp: 12 cases"
     cases: int  # cases of the base regime
     notes: tuple[str, ...] = ()  # back-offs to a coarser regime
+    median: float = 0.0  # the base regime's median residual: the model's typical miss there
 
     def ratio(self) -> tuple[float, float]:
         """(low, high) multipliers of a predicted throughput (or memory)."""
@@ -102,6 +103,7 @@ class _Entry:
     n: int
     band: tuple[float, float] | None
     pool: tuple[str, ...]
+    median: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ class BandTable:
 
 def _entry(raw: Mapping[str, Any]) -> _Entry:
     band = raw.get("band")
-    return _Entry(int(raw["n"]), (float(band[0]), float(band[1])) if band else None, tuple(raw.get("pool") or ()))
+    return _Entry(int(raw["n"]), (float(band[0]), float(band[1])) if band else None, tuple(raw.get("pool") or ()),
+                  float(raw.get("median") or 0.0))
 
 
 def from_document(doc: Mapping[str, Any]) -> BandTable:
@@ -203,7 +206,7 @@ def memory_band(stack: str) -> Band:
             name = (stack + _pool_text(stack, entry)) if key == stack else "every published memory figure"
             notes = () if key == stack else (f"{stack}: fewer than {t.min_cases} published memory figures; "
                                               f"backed off to {name}",)
-            return Band(entry.band[0], entry.band[1], name, entry.n, notes)
+            return Band(entry.band[0], entry.band[1], name, entry.n, notes, entry.median)
     raise ValueError(f"{BANDS_FILE.name}: no memory band for every published run")
 
 
