@@ -13,17 +13,25 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import sys
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's planner, not an installed one
 
+import numpy as np  # noqa: E402
+
 from cli.main import run  # noqa: E402
+from planner.errors import NoFeasiblePlan  # noqa: E402
+from planner.inputs.layout import Recompute  # noqa: E402
+from planner.inputs.problem import Problem  # noqa: E402
+from planner.search.preference import CP_MIN_TOKENS_PER_RANK, criteria_columns  # noqa: E402
+from planner.search.search import search  # noqa: E402
 
 # The layout keys a launch file must give back unchanged (num_microbatches and the stage split follow from them).
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute", "sequence_parallel",
@@ -207,6 +215,36 @@ def short(lay: dict[str, Any]) -> str:
     return out + f" m{lay['micro_batch']} z{lay['zero']} {lay['recompute']} {lay['schedule']}"
 
 
+def problem_of(s: Setup) -> Problem:
+    """The setup's planning problem, as `plan` reads its options."""
+    from cli.options import build_problem
+
+    o = {s.args[i]: s.args[i + 1] for i in range(0, len(s.args), 2)}
+    return build_problem(o["--model"], o["--cluster"], int(o.get("--seq-len", 8192)),
+                         int(o.get("--global-batch", 512)), o.get("--precision", "bf16"), s.framework, None,
+                         fp8_recipe=o.get("--fp8-recipe", "tensorwise"),
+                         optimizer_moments=o.get("--optimizer-moments", "fp32"))
+
+
+def best_without(p: Problem, criterion: str) -> float | None:
+    """The fastest price (tokens/s per GPU) among layouts that do what the preference `criterion` asks (no
+    offloading; CP only down to CP_MIN_TOKENS_PER_RANK tokens per rank), or None when none is feasible."""
+    if criterion == "offload":
+        keep = tuple(int(r) for r in Recompute if r not in (Recompute.OFFLOAD, Recompute.OFFLOAD_MODULES))
+        tries = [replace(p, recompute_choices=keep)]
+    else:
+        sizes = [c for c in (1, 2, 4, 8, 16, 32, 64) if c * CP_MIN_TOKENS_PER_RANK <= p.training.seq_len] or [1]
+        tries = [replace(p, fixed={**p.fixed, "cp": c}) for c in sizes]
+    best = None
+    for q in tries:
+        try:
+            tput = search(q, top=1, rank_by="time").plans[0].metrics["tokens_per_s_per_gpu"]
+        except NoFeasiblePlan:
+            continue
+        best = tput if best is None else max(best, tput)
+    return best
+
+
 def row(s: Setup) -> dict[str, Any]:
     """Everything the side-by-side table and the test read about one setup."""
     doc = top1(s)
@@ -217,7 +255,15 @@ def row(s: Setup) -> dict[str, Any]:
     for p in s.practice:
         priced = price(p)
         practice.append({"practice": p, "priced": priced, "error": price_error(p, priced)})
-    return {"setup": s, "doc": doc, "first": first, "launches": same, "read_back": back, "practice": practice}
+    prob = problem_of(s)
+    result = search(prob, top=1)
+    crit = {k: int(v[0]) for k, v in criteria_columns(
+        prob, {k: np.array([v]) for k, v in result.plans[0].layout.items()},
+        np.array([result.plans[0].metrics["memory_peak_gib"]])).items()}
+    fastest = (result.fastest or result.plans[0]).metrics["tokens_per_s_per_gpu"]
+    without = {name: best_without(prob, name) if crit[name] else None for name in ("offload", "cp")}
+    return {"setup": s, "doc": doc, "first": first, "launches": same, "read_back": back, "practice": practice,
+            "criteria": crit, "fastest_tput": fastest, "best_without": without}
 
 
 def _problem(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -249,9 +295,15 @@ def markdown(rows: list[dict[str, Any]]) -> list[str]:
 def main() -> None:
     rows = [row(s) for s in SETUPS]
     print("\n".join(markdown(rows)))
-    why = [(r["setup"].title, r["doc"]["ranking"]["why_first"]) for r in rows if r["doc"]["ranking"]["why_first"]]
-    for title, text in why:
-        print(f"- {title}: {text}")
+    for r in rows:
+        text = r["doc"]["ranking"]["why_first"]
+        if text:
+            print(f"- {r['setup'].title}: {text}")
+        for name, tput in r["best_without"].items():
+            if r["criteria"][name]:
+                gap = "none feasible" if tput is None else f"{100 * (1 - tput / r['fastest_tput']):.1f} % behind"
+                print(f"- {r['setup'].title}: #1 keeps {name} because the best layout without it is {gap} the "
+                      f"fastest (tie {100 * math.expm1(r['doc']['ranking']['tie_width']):.1f} %)")
 
 
 if __name__ == "__main__":

@@ -96,8 +96,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     args = ap.parse_args(argv)
     doc = document(validate_report(args.source), lenders(), PROFILE_NAMES)
     old = args.file.read_text(encoding="utf-8") if args.file.exists() else ""
-    old_date = next((line.split(":", 1)[1].strip() for line in old.splitlines() if line.startswith("date:")), None)
-    doc["date"] = old_date if old_date and without_date(render({**doc, "date": ""})) == without_date(old) \
+    old_date = (yaml.safe_load(old) or {}).get("date") if old else None
+    doc["date"] = str(old_date) if old_date and without_date(render({**doc, "date": ""})) == without_date(old) \
         else datetime.date.today().isoformat()
     new = render(doc)
     if args.write:

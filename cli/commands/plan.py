@@ -61,4 +61,4 @@ def main(
         return
     run_plan(model, cluster, seq_len, global_batch, precision, framework, fix, top, fmt, rank, allow_tp_across_nodes,
              time_limit, compress, memory_headroom, optimizer_offload, optimizer_moments, fp8_recipe, timings,
-             moe_capacity_factor, moe_pad_to_capacity, rank_by=rank_by)
+             moe_capacity_factor, moe_pad_to_capacity, rank_by)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from planner.cost import flops
 from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
@@ -13,6 +11,10 @@ from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.report.ranking import band_line, relative_text, why_first
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult, is_tight
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn: a JSON plan or a launcher never loads it
+    from rich.console import Console
+    from rich.table import Table
 
 # Compact layout tokens (`tp4 pp8 v6 dp32 m1 z1 sele sp il`) so that a ranked table fits 80 columns; every
 # abbreviation a table prints is explained by its legend line (LEGEND), keyed by the token's name.
@@ -121,6 +123,9 @@ def fitted_table(columns: list[tuple[str, str, list[str]]], optional: int, width
     while keep < len(columns) and total + span(columns[keep]) <= width:
         total += span(columns[keep])
         keep += 1
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
     for head, justify, _ in columns[:keep]:
         table.add_column(head, justify=justify, no_wrap=head == "layout")  # type: ignore[arg-type]
@@ -188,6 +193,8 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
 
 def render_validation(report: dict, console: Console) -> None:
     """Per tier and per source: cases, median / P90 absolute % error, share within 10 % and 20 %; worst cases."""
+    from rich.table import Table
+
     s = report["summary"]
     table = Table(header_style="bold", title="plan validate: predicted vs measured")
     for col in ("group", "cases", "tput median", "tput P90", "<=10%", "<=20%", "mem cases", "mem median", "mem P90"):
@@ -237,6 +244,8 @@ def render_validation(report: dict, console: Console) -> None:
 
 def render_models(rows: list[dict], console: Console) -> None:
     """`plan models`: one row per catalog model."""
+    from rich.table import Table
+
     t = Table("name", "aliases", "params", "active", "layers", "hidden", "experts")
     for r in rows:
         t.add_row(r["name"], ", ".join(r["aliases"]), f"{r['params'] / 1e9:.1f}B", f"{r['active_params'] / 1e9:.1f}B",
@@ -246,6 +255,8 @@ def render_models(rows: list[dict], console: Console) -> None:
 
 def render_clusters(catalog: dict[str, dict], console: Console) -> None:
     """`plan clusters`: one row per catalog GPU."""
+    from rich.table import Table
+
     t = Table("gpu", "name", "GiB", "BF16 TF", "FP8 TF", "HBM TB/s", "NVLink GB/s", "domain", "net GB/s")
     for key, g in catalog.items():
         t.add_row(key, g["name"], f"{g['memory_gib']:g}", f"{g['bf16_tflops']:g}", f"{g.get('fp8_tflops', '-')}",

@@ -1,4 +1,5 @@
-"""Ranking under uncertainty: among layouts whose prices the model cannot tell apart, the one practitioners launch.
+"""Ranking: by price (ties within 0.05 % to the simpler layout), and under uncertainty, where among layouts whose
+prices the model cannot tell apart the one practitioners launch goes first.
 
 Layouts priced within the tie width of the fastest (planner.cost.bands.tie_width: the error of a predicted ratio of
 two layouts of one run, measured on `plan validate`'s ranking groups) are a tie. A tie is ordered by the criteria
@@ -112,3 +113,44 @@ def deciding_criterion(problem: Problem, first: Mapping[str, int], first_memory:
         if a != b:
             return c if a < b else None
     return None
+
+
+# Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
+_SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
+
+
+def price_keys(cols: dict[str, np.ndarray], tput: np.ndarray) -> list[np.ndarray]:
+    # Quantise throughput so that numerically equal plans tie, then break ties by simplicity, deterministically.
+    key_tput = -np.round(tput / np.maximum(tput.max(), 1e-30) * 2000.0)
+    return [cols[k] for k in reversed(_SIMPLICITY)] + [key_tput]
+
+
+def rank_order(cols: dict[str, np.ndarray], tput: np.ndarray) -> np.ndarray:
+    return np.lexsort(price_keys(cols, tput))
+
+
+def top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:
+    """The best `top` of `rows` by throughput (ties by simplicity); only rows near the top can tie, so a large
+    set ranks those, not a million."""
+    if len(rows) > 20 * top:
+        t = tput[rows]
+        kth = np.partition(t, len(rows) - top)[len(rows) - top]
+        rows = rows[t >= kth - 2 * t.max() / 2000.0]  # two quantisation buckets of margin
+    if len(rows) == 0:
+        return rows
+    return rows[rank_order({k: v[rows] for k, v in cols.items()}, tput[rows])[:top]]
+
+
+def preferred_rows(problem: Problem, rows: np.ndarray, cols: dict[str, np.ndarray], met: dict[str, np.ndarray],
+                   top: int, tie: float) -> np.ndarray:
+    """The best `top` of `rows`: those priced within `tie` of the fastest in CRITERIA order, then the rest by
+    price."""
+    if len(rows) == 0:
+        return rows
+    tput = met["tokens_per_s_per_gpu"]
+    tied = tie_rows(tput, rows, tie)
+    sub = {k: v[tied] for k, v in cols.items()}
+    first = tied[preference_order(problem, sub, tput[tied], met["memory_peak_gib"][tied],
+                                  price_keys(sub, tput[tied]))][:top]
+    rest = np.setdiff1d(rows, tied, assume_unique=True)
+    return np.concatenate([first, top_rows(rest, cols, tput, top - len(first))]) if len(first) < top else first

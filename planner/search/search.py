@@ -27,7 +27,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, Recompute, default_expert_tp
 from planner.inputs.problem import Problem
 from planner.search.lazy import take_rows
-from planner.search.preference import RANK_BY, preference_order, tie_rows
+from planner.search.preference import RANK_BY, preferred_rows, top_rows
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
 from planner.search.space import Enumeration, enumerate_layouts, row_groups, select
 
@@ -35,8 +35,6 @@ PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
 FLOOR_SLICE = 50_000  # rows per step_time_floor call in _Bounds (see _Bounds._floor)
 SAMPLE = 1024  # rows priced first to bound the rest (_price_rankable)
-# Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
-_SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
 
 
 @dataclass
@@ -73,16 +71,6 @@ def is_tight(problem: Problem, memory_peak_gib: np.ndarray | float) -> np.ndarra
     return memory_peak_gib > capacity_gib(problem) * (1.0 - problem.memory_headroom)
 
 
-def _price_keys(cols: dict[str, np.ndarray], tput: np.ndarray) -> list[np.ndarray]:
-    # Quantise throughput so that numerically equal plans tie, then break ties by simplicity, deterministically.
-    key_tput = -np.round(tput / np.maximum(tput.max(), 1e-30) * 2000.0)
-    return [cols[k] for k in reversed(_SIMPLICITY)] + [key_tput]
-
-
-def _rank_order(cols: dict[str, np.ndarray], tput: np.ndarray) -> np.ndarray:
-    return np.lexsort(_price_keys(cols, tput))
-
-
 def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
            keep_priced: bool = False, rank_by: str = "preference") -> SearchResult:
     """Rank every rule-feasible layout that fits; `keep_priced` also returns all of them (SearchResult.priced).
@@ -116,9 +104,9 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
         rankable = _dominance_mask(all_cols, tight)
     groups = [np.flatnonzero(group & rankable) for group in (~tight, tight)]
     if tie > 0:
-        order = np.concatenate([_preferred_rows(problem, g, all_cols, all_met, top, tie) for g in groups])[:top]
+        order = np.concatenate([preferred_rows(problem, g, all_cols, all_met, top, tie) for g in groups])[:top]
     else:
-        order = np.concatenate([_top_rows(g, all_cols, tput, top) for g in groups])[:top]
+        order = np.concatenate([top_rows(g, all_cols, tput, top) for g in groups])[:top]
 
     def plan(i: int) -> Plan:
         return Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
@@ -127,7 +115,7 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     fastest, fastest_rank = None, None
     if tie > 0:  # the raw fastest of the group #1 comes from, when the preference put another first
         lead = groups[0] if len(groups[0]) else groups[1]
-        quick = int(_top_rows(lead, all_cols, tput, 1)[0])
+        quick = int(top_rows(lead, all_cols, tput, 1)[0])
         if quick != int(order[0]):
             fastest = plan(quick)
             fastest_rank = next((r for r, i in enumerate(order, 1) if int(i) == quick), None)
@@ -272,7 +260,7 @@ def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.
     still in the running) orders the pricing: the most promising rows first, in growing rounds. After each round
     kth', the group's top-th best throughput priced so far, is <= the true top-th best kth, and bound_max >= the
     group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than kth - 2·max/2000, below the
-    two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and is never priced. With a tie
+    two quantisation buckets top_rows keeps, so it ranks after at least `top` rows and is never priced. With a tie
     width (rank_by preference) every row that can be within `tie` of the group's fastest is priced too: the line is
     then no higher than the best priced so far x exp(-tie), itself no higher than the true one. Rounds end once every
     row above that line is priced. The priced rows come back in table order (ties rank as they would
@@ -375,33 +363,6 @@ def _least_recompute(parent: np.ndarray, eligible: np.ndarray) -> np.ndarray:
     out = np.zeros(len(eligible), dtype=bool)
     out[rows.take(np.flatnonzero(head))] = True
     return out
-
-
-def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:
-    """The best `top` of `rows` by throughput (ties by simplicity); only rows near the top can tie, so a large
-    set ranks those, not a million."""
-    if len(rows) > 20 * top:
-        t = tput[rows]
-        kth = np.partition(t, len(rows) - top)[len(rows) - top]
-        rows = rows[t >= kth - 2 * t.max() / 2000.0]  # two quantisation buckets of margin
-    if len(rows) == 0:
-        return rows
-    return rows[_rank_order({k: v[rows] for k, v in cols.items()}, tput[rows])[:top]]
-
-
-def _preferred_rows(problem: Problem, rows: np.ndarray, cols: dict[str, np.ndarray], met: dict[str, np.ndarray],
-                    top: int, tie: float) -> np.ndarray:
-    """The best `top` of `rows`: those priced within `tie` of the fastest in preference order (planner.search.
-    preference), then the rest by price."""
-    if len(rows) == 0:
-        return rows
-    tput = met["tokens_per_s_per_gpu"]
-    tied = tie_rows(tput, rows, tie)
-    sub = {k: v[tied] for k, v in cols.items()}
-    first = tied[preference_order(problem, sub, tput[tied], met["memory_peak_gib"][tied],
-                                  _price_keys(sub, tput[tied]))][:top]
-    rest = np.setdiff1d(rows, tied, assume_unique=True)
-    return np.concatenate([first, _top_rows(rest, cols, tput, top - len(first))]) if len(first) < top else first
 
 
 def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:
