@@ -209,6 +209,17 @@ def price_error(p: Practice, priced: dict[str, Any]) -> float | None:
     return priced["metrics"][key] / value - 1
 
 
+def published_in_band(p: Practice, priced: dict[str, Any]) -> bool | None:
+    """Whether the published figure lies in the band of its price (MFU scales like tokens/s per GPU)."""
+    if p.published is None:
+        return None
+    key, value = p.published
+    lo, hi = priced["band"]["tokens_per_s_per_gpu"]
+    tput = value if key == "tokens_per_s_per_gpu" else value * priced["metrics"]["tokens_per_s_per_gpu"] / \
+        priced["metrics"][key]
+    return lo <= tput <= hi
+
+
 def short(lay: dict[str, Any]) -> str:
     out = f"tp{lay['tp']} pp{lay['pp']}" + (f" v{lay['vpp']}" if lay["vpp"] > 1 else "") + f" dp{lay['dp']}"
     out += "".join(f" {k}{lay[k]}" for k in ("cp", "ep") if lay.get(k, 1) > 1)
@@ -254,7 +265,8 @@ def row(s: Setup) -> dict[str, Any]:
     practice = []
     for p in s.practice:
         priced = price(p)
-        practice.append({"practice": p, "priced": priced, "error": price_error(p, priced)})
+        practice.append({"practice": p, "priced": priced, "error": price_error(p, priced),
+                         "in_band": published_in_band(p, priced)})
     prob = problem_of(s)
     result = search(prob, top=1)
     crit = {k: int(v[0]) for k, v in criteria_columns(
@@ -273,21 +285,23 @@ def _problem(args: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def markdown(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["| setup | our #1 (stack) | #1 tok/s/GPU [band] | launch reads back | practitioners' layout | "
-             "its price vs published | vs our #1 |", "|---|---|---|---|---|---|---|"]
+    lines = ["| setup | our #1 (stack) | #1 tok/s/GPU [band] | launch reads back | practitioners' layout: price "
+             "[band] | its price vs published | its step vs our #1 |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         s, first, band = r["setup"], r["first"], r["first"]["band"]
         lo, hi = band["tokens_per_s_per_gpu"]
         ours = (f"{first['metrics']['tokens_per_s_per_gpu']:,.0f} [{lo:,.0f}-{hi:,.0f}]")
         for i, pr in enumerate(r["practice"]):
             p, m = pr["practice"], pr["priced"]["metrics"]
-            err = "no figure" if pr["error"] is None else f"{100 * pr['error']:+.1f} %"
+            err = "no figure" if pr["error"] is None else \
+                f"{100 * pr['error']:+.1f} % ({'inside' if pr['in_band'] else 'outside'} its band)"
             same_problem = _problem(p.args) == _problem(s.args)
             gap = (f"{100 * (m['step_time_s'] / first['metrics']['step_time_s'] - 1):+.1f} %"
                    if same_problem else "other problem")
             lead = (f"| {s.title} | {short(first['layout'])} ({s.framework}) | {ours} | "
                     f"{'yes' if r['launches'] else 'NO'} |") if i == 0 else "| | | | |"
-            lines.append(f"{lead} {p.name}: {m['tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
+            plo, phi = pr["priced"]["band"]["tokens_per_s_per_gpu"]
+            lines.append(f"{lead} {p.name}: {m['tokens_per_s_per_gpu']:,.0f} [{plo:,.0f}-{phi:,.0f}] tok/s/GPU, "
                          f"{100 * m['mfu']:.1f} % MFU | {err} | {gap} |")
     return lines
 

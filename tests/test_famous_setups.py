@@ -224,3 +224,10 @@ NAMED = ("README headline: Llama 3 70B, 512 H100", "Llama 3 405B, 16,384 H100", 
 def test_practitioners_layouts_priced_within_15_percent_of_what_they_published(title: str) -> None:
     for pr in _row(title)["practice"]:
         assert pr["error"] is not None and abs(pr["error"]) <= 0.15, (pr["practice"].name, pr["error"])
+
+
+@pytest.mark.parametrize("title", TITLES)
+def test_published_figures_lie_in_the_bands_of_their_prices(title: str) -> None:
+    """Every figure practitioners published lies inside the band of its price under their own stack."""
+    for pr in _row(title)["practice"]:
+        assert pr["in_band"] in (None, True), (pr["practice"].name, pr["priced"]["band"], pr["practice"].published)
