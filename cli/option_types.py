@@ -28,6 +28,11 @@ MoeCapacityOpt = Annotated[float | None, typer.Option(
 MoePadOpt = Annotated[bool, typer.Option(
     "--moe-pad-to-capacity", help="with --moe-capacity-factor: pad every expert's input to its capacity (static "
     "shapes; priced as a full capacity of work)")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="with --from: NAME=VALUE for what the file leaves open: a shell variable or positional argument "
+    "(1=...), a torchtitan or NeMo key (training.local_batch_size=4; training=PATH for a NeMo launcher's base config), "
+    "a Trainer argument behind a ds_config's \"auto\" (per_device_train_batch_size=4); repeatable",
+    show_default=False)]
 OptOffloadOpt = Annotated[float, typer.Option(
     "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory; "
     "priced as host-link traffic per step (PCIe or NVLink-C2C)")]

@@ -10,7 +10,7 @@ import typer
 
 from cli.commands.report import writable_path, write_text
 from cli.exit_codes import ExitCode
-from cli.option_types import MoePadOpt, PlanFwOpt
+from cli.option_types import MoePadOpt, PlanFwOpt, SetOpt
 from cli.options import (
     build_problem,
     check_format,
@@ -39,6 +39,7 @@ def explain(
         "with what changes")] = None,
     dialect: Annotated[str | None, typer.Option("--dialect", help="with --from: megatron | torchtitan | deepspeed | "
                                                 "nemo (default: detected)")] = None,
+    assign: SetOpt = None,
     seq_len: Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence (default: the file's, "
                                                 "else 8192)")] = None,
     global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per optimizer step "
@@ -75,10 +76,11 @@ def explain(
     if (layout is None) == (from_file is None):
         raise PlanInputError("give exactly one of --layout and --from", field="--layout",
                              fix='e.g. --layout "tp=8,pp=4" or --from launch.sh')
+    given = _assignments(assign or [], from_file is not None)
     svg_path = writable_path(svg, "--svg", ".svg") if svg is not None else None
     if from_file is not None:
         _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path,
-                      optimizer_offload, optimizer_moments, (moe_capacity_factor, moe_pad_to_capacity))
+                      optimizer_offload, optimizer_moments, (moe_capacity_factor, moe_pad_to_capacity), given)
         return
     if model is None or cluster is None:
         raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
@@ -107,6 +109,19 @@ def explain(
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
 
 
+def _assignments(items: list[str], with_file: bool) -> dict[str, str]:
+    """--set NAME=VALUE pairs (the last of a repeated name wins); only with --from."""
+    if items and not with_file:
+        raise PlanInputError("is for values a --from file leaves open", field="--set", fix="drop --set, or use --from")
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or len(name) > 200:
+            raise PlanInputError(f"'{item[:60]}' is not NAME=VALUE", field="--set", fix="e.g. --set NNODES=16")
+        out[name.strip()] = value
+    return out
+
+
 def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
     """The layout's timeline and memory chart, priced as `explain` prices it (even when it breaks a rule)."""
     from planner.report.explain import complete_layout
@@ -122,25 +137,36 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
                   global_batch: int | None, precision: str | None, framework: str | None, fmt: str,
                   svg_path: Path | None = None, optimizer_offload: float | None = None,
                   optimizer_moments: str | None = None,
-                  token_drop: tuple[float | None, bool] = (None, False)) -> None:
+                  token_drop: tuple[float | None, bool] = (None, False),
+                  assigned: dict[str, str] | None = None) -> None:
     """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best.
-    `token_drop`: the --moe-capacity-factor and --moe-pad-to-capacity options (None / False: the file's)."""
-    from planner.inputs.files import warn
-    from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
+    `token_drop`: the --moe-capacity-factor and --moe-pad-to-capacity options (None / False: the file's);
+    `assigned`: the --set values."""
+    from planner.inputs.launch_readers import (
+        layout_for,
+        read_launch_file,
+        recompute_note,
+        resolve_cluster,
+        resolve_model,
+    )
     from planner.report import document
     from planner.report.explain_from import explain_from, render_from
 
-    cfg = read_launch_file(path, dialect)
-    if cfg.ignored:
-        warn(f"{cfg.source}: not understood, ignored: {', '.join(cfg.ignored)}")
+    cfg = read_launch_file(path, dialect, assigned)
     resolved_model = resolve_model(cfg, model)
     resolved_cluster = resolve_cluster(cfg, cluster)
+    recompute_note(cfg, resolved_model)
     given = layout_for(cfg, resolved_model, resolved_cluster.num_gpus)
+    if seq_len is None and cfg.seq_len is None:
+        cfg.defaults.append("sequence length 8192: the file does not state one (pass --seq-len)")
+    if global_batch is None and cfg.global_batch is None:
+        cfg.defaults.append("global batch 512: the file does not state one (pass --global-batch)")
+    _warn_read(cfg)
     precision = precision or cfg.precision or "bf16"
     recipe = (cfg.fp8_recipe or "tensorwise") if precision == "fp8" else "tensorwise"
     problem = problem_for(resolved_model, resolved_cluster, seq_len or cfg.seq_len or 8192,
                           global_batch or cfg.global_batch or 512, precision,
-                          framework_for(framework, cfg.dialect), None, fp8_recipe=recipe,
+                          framework or cfg.framework or framework_for(None, cfg.dialect), None, fp8_recipe=recipe,
                           optimizer_offload=(cfg.optimizer_offload or 0.0) if optimizer_offload is None
                           else optimizer_offload,
                           optimizer_moments=optimizer_moments or cfg.optimizer_moments or "fp32",
@@ -156,3 +182,16 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
         render_from(out, table_console())
     if not out["yours"]["feasible"]:
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
+
+
+def _warn_read(cfg: object) -> None:
+    """What the reader could not price as written, what the file leaves open, and the framework defaults it took:
+    one stderr line each."""
+    from planner.inputs.files import warn
+
+    source = getattr(cfg, "source", "")
+    for label, items in (("not understood, ignored", getattr(cfg, "ignored", [])),
+                         ("left open by the file", getattr(cfg, "doubts", [])),
+                         ("taken from defaults", getattr(cfg, "defaults", []))):
+        if items:
+            warn(f"{source}: {label}: {'; '.join(dict.fromkeys(items))}")
