@@ -183,7 +183,7 @@ def launch_roundtrip(s: Setup, doc: dict[str, Any]) -> tuple[str, dict[str, Any]
     code, text, err = plan(*s.args, "--top", "1", "--format", fmt)
     if code != 0:
         raise RuntimeError(f"--format {fmt}: exit {code}: {err.strip()}")
-    suffix = ".toml" if fmt == "torchtitan" else ".yaml" if fmt == "nemo" else ".args"
+    suffix = ".toml" if fmt == "torchtitan" else ".txt"  # Bridge overrides (section.field=value) are not YAML
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"launch{suffix}"
         path.write_text(text, encoding="utf-8")

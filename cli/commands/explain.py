@@ -21,6 +21,7 @@ from cli.options import (
     table_console,
 )
 from planner.errors import PlanInputError
+from planner.inputs.frameworks import DEFAULT_FRAMEWORK
 
 if TYPE_CHECKING:
     from planner.inputs.problem import Problem
@@ -85,7 +86,6 @@ def explain(
     if model is None or cluster is None:
         raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
                              fix="e.g. --model llama70b --cluster h100x512")
-    from planner.inputs.frameworks import DEFAULT_FRAMEWORK
     from planner.inputs.layout import parse_pairs
 
     problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
