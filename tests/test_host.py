@@ -11,6 +11,7 @@ from planner.cost import compute, host
 from planner.cost.fitted import current
 from planner.evidence.validate import validate
 from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.search.search import price_layout
@@ -90,8 +91,8 @@ def test_a_pass_runs_at_the_slower_of_gpu_and_host() -> None:
 
 def test_the_plan_option_prices_graphs_and_their_memory() -> None:
     """--cuda-graphs per-layer: less host time, static buffers per captured layer and micro-batch in flight."""
-    layout = {"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 4, "etp": 1, "vpp": 1, "mbs": 1, "zero": 1, "recompute": 0,
-              "sp": 0, "schedule": 0, "cp_comm": 0}
+    layout = Layout.from_dict({"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 4, "etp": 1, "vpp": 1, "mbs": 1, "zero": 1,
+                               "recompute": 0, "sp": 0, "schedule": 0, "cp_comm": 0})
     eager = price_layout(_problem("qwen3-30b-a3b", "gb200x8", framework="nemo"), layout)
     graphs = price_layout(_problem("qwen3-30b-a3b", "gb200x8", framework="nemo", cuda_graphs="per-layer"), layout)
     assert graphs["step_time_s"] < eager["step_time_s"]

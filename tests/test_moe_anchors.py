@@ -24,7 +24,7 @@ import pytest
 from planner.evidence import validate as V
 from planner.evidence.cases import case_problem, load_cases
 from planner.evidence.recipes import apply_knobs, case_knobs, default_recipes_path, load_recipes, recipe_entry
-from planner.inputs.layout import Schedule
+from planner.inputs.layout import Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 
@@ -39,14 +39,14 @@ def _cases() -> dict[str, dict]:
     return {c["id"]: c for c in load_cases(None)}
 
 
-def _problem(cid: str) -> tuple[Problem, dict]:
+def _problem(cid: str) -> tuple[Problem, Layout]:
     """The case's problem with what its run ran, and its best layout as validate prices it."""
     case = _cases()[cid]
     bare = case_problem(case, "anchors")
     knobs = case_knobs(case, recipe_entry(load_recipes(default_recipes_path(None)), case), bare)
     problem, applied = apply_knobs(bare, knobs)
     found = V._search_case(problem, bare, applied, knobs)
-    return problem, dict(found[0].plans[0].layout)
+    return problem, found[0].plans[0].layout
 
 
 def _zoo_step(schedule: Schedule) -> float:
@@ -56,8 +56,8 @@ def _zoo_step(schedule: Schedule) -> float:
             "layout": {"tp": 2, "pp": 8, "ep": 32, "vpp": 4, "cp": 1, "recompute": "selective",
                        "sequence_parallel": True, "zero": 1}, "measured": {}}
     problem = case_problem(case, "anchors")
-    layout = {"tp": 2, "pp": 8, "dp": 16, "cp": 1, "ep": 32, "etp": 1, "vpp": 4, "mbs": 1, "zero": 1,
-              "recompute": 1, "sp": 1, "schedule": int(schedule), "cp_comm": 0}
+    layout = Layout.from_dict({"tp": 2, "pp": 8, "dp": 16, "cp": 1, "ep": 32, "etp": 1, "vpp": 4, "mbs": 1, "zero": 1,
+                               "recompute": 1, "sp": 1, "schedule": int(schedule), "cp_comm": 0})
     return price_layout(problem, layout)["step_time_s"]
 
 
@@ -85,7 +85,7 @@ FP8_PAIRS = [  # (bf16 row, fp8 row): same source, model, cluster, batch and lay
 
 def _measured_and_priced(bf16: str, fp8: str) -> tuple[float, float]:
     fp8_problem, layout = _problem(fp8)
-    layout["zero"] = min(layout["zero"], 1)
+    layout = layout.replace(zero=min(layout.zero, 1))
     bf16_problem, _ = _problem(bf16)
     priced = price_layout(fp8_problem, layout)["tokens_per_s_per_gpu"] / price_layout(
         bf16_problem, layout)["tokens_per_s_per_gpu"]

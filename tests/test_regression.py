@@ -90,11 +90,13 @@ def test_replan_is_byte_identical(tmp_path: Path):
 
 
 def test_problem_from_document_matches_the_cli_problem(baseline: Path):
-    from cli.options import build_problem as _problem
+    from cli.options import build_problem
+    from cli.plan_options import PlanOptions
 
     doc = json.loads(record(baseline.parent, "fixed.json", *SMALL, "--fix", "recompute=full", "--fix", "sp=true",
                             "--framework", "torchtitan", "--allow-tp-across-nodes").read_text())
-    want = _problem("llama3-8b", "h100x16", 8192, 512, "bf16", "torchtitan", ["recompute=full", "sp=true"], True)
+    want = build_problem(PlanOptions(model="llama3-8b", cluster="h100x16", framework="torchtitan",
+                                     fix=("recompute=full", "sp=true"), allow_tp_across_nodes=True))
     assert problem_from_document(doc) == want
 
 
@@ -199,7 +201,7 @@ def test_check_json_format(tmp_path: Path, baseline: Path):
 
 # --- bad baselines: exit 2, one line ----------------------------------------------------------------------------------
 def _wrong_schema(d: dict) -> None:
-    d["schema_version"] = 2
+    d["schema_version"] = 99
 
 
 BAD = {
@@ -209,7 +211,7 @@ BAD = {
     "foreign.json": (b'{"hello": "world"}', ["schema_version", "not a plan document"]),
 }
 EDITS = {
-    "wrong-schema.json": (_wrong_schema, ["schema_version", "2 is not supported"]),
+    "wrong-schema.json": (_wrong_schema, ["schema_version", "99 is not supported"]),
     "no-inputs.json": (lambda d: d.pop("inputs"), ["inputs: missing"]),
     "no-model.json": (lambda d: d["inputs"].pop("model"), ["inputs.model: missing"]),
     "no-plans.json": (lambda d: d.update(plans=[]), ["plans", "non-empty"]),

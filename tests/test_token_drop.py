@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cols
+from conftest import layout
 from pydantic import ValidationError
 
 from planner.cost import compute, expert, fitted, flops, memory
@@ -106,8 +106,7 @@ def test_dropping_to_capacity_prices_the_alltoall_dispatcher_slower_across_nodes
     (capacity 1.0 padded; dropless at the fitted imbalance, 1.0 on the force-balanced rows it is fitted on), so the
     compute differs only by the two dispatchers' kernels."""
     m, cl = load_model("qwen3-235b-a22b"), load_cluster("h100x256")
-    lay = {k: int(v[0]) for k, v in cols(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1,
-                                          schedule=int(Schedule.INTERLEAVED)).items()}
+    lay = layout(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1, schedule=int(Schedule.INTERLEAVED))
     dropless = price_layout(Problem(m, cl, _training(precision="fp8")), lay)
     dropping = price_layout(Problem(m, cl, _training(1.0, True, precision="fp8")), lay)
     assert dropping["ep_comm_s"] > 1.5 * dropless["ep_comm_s"]

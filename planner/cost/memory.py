@@ -1,11 +1,16 @@
-"""Memory per GPU: model states per ZeRO stage, activations (Korthikanti et al. 2022), logits, runtime reserve.
+"""What each kind of allocation costs, in bytes per GPU: model states per ZeRO stage, activations (Korthikanti et
+al. 2022), logits, and the transient buffers (ZeRO-3 gathers, pipeline hand-offs, fp8 scaling metadata).
 
-All sizes in bytes, per GPU, for one pipeline stage.
+The memory side, one job per module:
+    memory.py         the formulas: bytes of each allocation kind (this module)
+    allocations.py    the per-stage sum: each priced pipeline stage's allocations and total
+    device_memory.py  the device total: allocations + fragmentation + CUDA context + NCCL buffers
+    memory_terms.py   the printed memory numbers, one function each
+    stages.py         every pipeline rank's memory, for the report
+    fit_check.py      the search's shortcuts (grouped sums, floors), each tested against the plain sum
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,26 +23,7 @@ from planner.inputs.specs import ModelSpec
 
 GIB = 2.0**30
 MIB = 2.0**20
-# Outside the PyTorch allocator, so in neither max_memory_allocated nor max_memory_reserved:
-# - CUDA context and loaded kernels: 0.5-2 GiB; A100 80GB with torch 2.1.1 eager-loaded 0.92 GiB, lazy 0.47 GiB
-#   (stas00/ml-engineering training/performance/README.md "Preloaded CUDA kernels memory usage"; "1-2 GB",
-#   Ultra-Scale Playbook, First Steps). 1 GiB, the eager-loaded figure rounded up for newer kernel libraries.
-CONTEXT_BYTES = 1.0 * GIB
-# - NCCL buffers, per communicator: each channel's connection holds a buffer per protocol, Simple NCCL_BUFFSIZE
-#   4 MiB + LL 8x512x8x16 B = 512 KiB + LL128 120x640x8x8 B = 4.69 MiB (nccl src/include/device.h, init.cc); a ring
-#   needs a send and a receive connection per channel regardless of scale (sjeaugey, NVIDIA/nccl#986); 32 channels
-#   on NVLink-class fabrics. 2 x 32 x 9.2 MiB = 0.58 GiB, as measured: 544 MB (2 ranks) / 688 MB per group on A100
-#   (NVIDIA/nccl#964). More communicators, more buffers (nccl#864: ~1.6 GB with one vs ~6 GB with >= 3).
-NCCL_CHANNELS = 32
-NCCL_CONNECTIONS = 2
-NCCL_PROTOCOL_BYTES = 4 * MIB + 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8
-NCCL_BYTES_PER_GROUP = NCCL_CONNECTIONS * NCCL_CHANNELS * NCCL_PROTOCOL_BYTES
-# Inside the allocator, reserved but not allocated: the caching allocator keeps freed blocks per stream and splits
-# cached segments, so reserved >= allocated; Megatron's estimator adds 5% for it (theoretical_memory_usage.py).
-# `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (recommended by Megatron's MoE README, set by torchtitan's
-# run_train.sh) grows one segment per stream instead of one per > 2 MB allocation and avoids unusable slivers
-# (PyTorch docs/source/notes/cuda.md); no published figure quantifies that, so the 5% stands for both.
-FRAGMENTATION = 0.05
+
 # Transformer Engine delayed scaling keeps an fp32 amax history (default length 1024) and scale for each fp8 GEMM
 # operand (input, weight, grad output) (transformer_engine/common/recipe DelayedScaling amax_history_len).
 FP8_AMAX_HISTORY = 1024
@@ -47,6 +33,14 @@ FP8_OPERANDS_PER_GEMM = 3
 # column-wise (transposed) copy the backward GEMMs read ("memory consumption is similar to bf16",
 # NVIDIA/TransformerEngine#2168); the fp32 master copy is in the distributed optimizer's shard (optimizer_bytes).
 FP8_PARAM_BYTES = 2.0
+# A compiled cross-entropy (torch.compile of `cross_entropy(logits.float())`) fuses the fp32 upcast, log-softmax and
+# nll into kernels that keep the bf16 logits for backward and write a bf16 gradient: 2 + 2 bytes per logit, where the
+# eager loss holds three fp32 tensors at the start of backward (FrameworkProfile.loss_bytes_per_logit, 12). A
+# judgement from what the fused kernels must read and write, not a fit; the torchtitan runs are consistent with it:
+# its 8B FSDP + compile + Float8 row read 61.8 GiB with the loss eager (benchmarks/llama3_h100_202412_torchtitan.md
+# Table 3, pytorch/torchtitan@b5bcd76c6#L46) and 47.0 GiB in 2025 with it compiled (TT-032), 8 x 16,384 x 128,256
+# bytes = 15.7 GiB apart.
+COMPILED_LOSS_BYTES = 4.0
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
@@ -131,23 +125,18 @@ def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarra
     return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8, routed_load).values())
 
 
-def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
-    """Vocabulary-parallel logits on the last stage: bf16 logits + fp32 copy for the cross-entropy (Korthikanti §4.3,
-    Megatron theoretical_memory_usage.py keeps 4·s·b·V/t for the loss)."""
-    return tokens * m.vocab_size * 6.0 / np.maximum(tp, 1)
+def loss_bytes_per_logit(problem: Problem, prof: FrameworkProfile) -> float:
+    """Bytes per logit the stack holds at the loss: its profile's, or a compiled loss's where the run compiled it."""
+    if problem.compiled_loss:
+        return min(prof.loss_bytes_per_logit, COMPILED_LOSS_BYTES)
+    return prof.loss_bytes_per_logit
 
 
-def runtime_reserve(groups_active: np.ndarray, allocated: np.ndarray) -> np.ndarray:
-    """What the device holds beyond allocated tensors: CUDA context + NCCL buffers per active communicator +
-    allocator fragmentation (constants above)."""
-    return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups_active + FRAGMENTATION * allocated
-
-
-def fixed_bytes(priced: dict[str, float]) -> float:
-    """Bytes a priced plan holds beyond (1 + FRAGMENTATION) x (states + activations + logits): CUDA context, NCCL
-    buffers and the transient buffers with their fragmentation share. For strategies that re-price the rest."""
-    bufs = (1 + FRAGMENTATION) * priced["mem_buffers_gib"]
-    return (priced["mem_context_gib"] + priced["mem_nccl_gib"] + bufs) * GIB
+def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray, per_logit: float = 6.0) -> np.ndarray:
+    """Vocabulary-parallel logits on the last stage, `per_logit` bytes each (FrameworkProfile.loss_bytes_per_logit):
+    Megatron's bf16 logits + fp32 copy for the cross-entropy, 6 (Korthikanti §4.3, Megatron
+    theoretical_memory_usage.py keeps 4·s·b·V/t for the loss); an eager fp32 cross-entropy, 12."""
+    return tokens * m.vocab_size * per_logit / np.maximum(tp, 1)
 
 
 def p2p_buffer_bytes(tok: np.ndarray, h: int, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray) -> np.ndarray:
@@ -197,7 +186,31 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
             saved = saved + (2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + m.v_head_dim)) / tp \
                 + 2 * (m.q_lora_rank + m.kv_lora_rank)
         act_per_token = act_per_token - np.where(rc == Recompute.SELECTIVE, saved, 0.0)
+        if prof.selective_saves == "alternate-mm" and not m.is_mla:  # dense layers keep what op-level SAC saves
+            dense_selective = dense_act - (norms + gemm_in * m.intermediate_size / tp)
+            act_per_token = act_per_token + np.where(
+                rc == Recompute.SELECTIVE, (1 - frac_moe) * (alternate_mm_bytes_per_token(m, tp, sp) - dense_selective),
+                0.0)
     return act_per_token
+
+
+def alternate_mm_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes per token a dense layer keeps under op-level selective checkpointing that saves every other matmul's
+    output (FrameworkProfile.selective_saves "alternate-mm", torchtitan): the block input, the 1st, 3rd, ... matmul
+    outputs in call order (Q, V, the MLP's first projection and its output projection for a gated MLP), the SDPA
+    output and fp32 log-sum-exp, and with sequence parallelism the two reduce-scatter outputs. Column-parallel
+    outputs are /tp; a row-parallel matmul's output is a full-width partial sum before its reduce-scatter."""
+    h, a = m.hidden_size, m.num_attention_heads
+    q, kv = a * m.d_head, m.kv_heads * m.d_head
+    ffn = m.intermediate_size
+    mlp = [(ffn, False), (ffn, False), (h, True)] if m.gated_mlp else [(ffn, False), (h, True)]
+    tp = np.maximum(tp, 1)
+    parallel = sp == 1
+    saved = 2.0 * h / np.where(parallel, tp, 1) + (2.0 * q + 4.0 * a) / tp  # block input, SDPA output and LSE
+    for i, (width, row_parallel) in enumerate([(q, False), (kv, False), (kv, False), (h, True), *mlp], start=1):
+        if i % 2 == 1:
+            saved = saved + 2.0 * width / (1 if row_parallel else tp)
+    return saved + np.where(parallel & (tp > 1), 2 * 2.0 * h / tp, 0.0)
 
 
 def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
@@ -213,7 +226,12 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
     off = offloaded_module_bytes(problem, tok, tp, rc)
     per_layer_act = np.where(rc == Recompute.FULL, layer_input, act_per_token) * tok - off
     # offload-modules reloads one module group ahead of the backward: about one layer's share is back on the GPU
-    return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0) + off
+    working = np.where(rc == Recompute.FULL, act_per_token * tok, 0.0) + off
+    if profile_for(problem.training.framework).selective_saves == "alternate-mm":
+        # op-level SAC re-makes a block's unsaved tensors from its input when that block's backward starts
+        whole = activation_bytes_per_token(problem, tp, sp, np.full(np.shape(rc), int(Recompute.NONE)))
+        working = working + np.where(rc == Recompute.SELECTIVE, np.maximum(whole - act_per_token, 0.0) * tok, 0.0)
+    return per_layer_act, working
 
 
 def offloaded_module_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, rc: np.ndarray) -> np.ndarray:
@@ -266,86 +284,13 @@ def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]],
     return [(int(k) // radix, int(k) % radix) for k in present], slot[key]
 
 
-def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:
-    """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads."""
-    return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
-
-
-def active_groups(tp: np.ndarray, pp: np.ndarray, dp: np.ndarray, cp: np.ndarray, ep: np.ndarray) -> np.ndarray:
-    """Communicators with more than one rank (each holds NCCL buffers): tp, pp, dp·cp, cp, ep."""
-    return sum((x > 1).astype(float) for x in (tp, pp, dp * cp, cp, ep))
-
-
-@dataclass(frozen=True)
-class StageMemory:
-    """Allocations of one pipeline stage's GPU, bytes."""
-
-    states: dict[str, np.ndarray]  # weights, grads, optimizer (state_bytes)
-    activations: np.ndarray
-    logits: np.ndarray
-    buffers: np.ndarray  # ZeRO-3 gather/reduce buffers, pipeline send/recv buffers, fp8 scaling metadata
-    total: np.ndarray  # states + activations + logits + buffers
-    offloaded: np.ndarray | float = 0.0  # layers whose activations live in host memory (recompute=offload)
-
-
-def stage_memory(states: dict[str, np.ndarray], acts: np.ndarray, logits: np.ndarray,
-                 buffer: np.ndarray) -> StageMemory:
-    """total = states + activations + logits + buffers."""
-    return StageMemory(states, acts, logits, buffer, sum(states.values()) + acts + logits + buffer)
-
-
-def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: np.ndarray) -> dict[str, np.ndarray]:
-    """GiB per GPU of the stage with the largest allocations, split by kind, and the device totals.
-
-    Three figures, each what some tool prints: memory_allocated_gib is the peak of live tensors
-    (torch.cuda.max_memory_allocated: Megatron's "max allocated", DeepSpeed's "Max_MA"); memory_reserved_gib adds
-    the caching allocator's slack (torch.cuda.max_memory_reserved: torchtitan's step log); memory_peak_gib, the
-    device total the fit check uses, adds the CUDA context and NCCL buffers, which live outside the allocator.
-    `second` is the stage after the first, the peak when an uneven split gives the first stage fewer layers.
-    """
-    stages = (first, second, last)
-    totals = np.stack([st.total for st in stages])
-    peak = np.argmax(totals, axis=0)
-    peak_alloc = np.max(totals, axis=0)
-    frag = FRAGMENTATION * peak_alloc
-    fixed = device_fixed_bytes(groups)
-
-    def pick(get) -> np.ndarray:  # noqa: ANN001
-        return np.choose(peak, [np.broadcast_to(get(st), peak.shape) for st in stages])
-
-    return {
-        "memory_peak_gib": _device_gib(peak_alloc, fixed),
-        "memory_reserved_gib": (peak_alloc + frag) / GIB,
-        "memory_allocated_gib": peak_alloc / GIB,
-        "mem_weights_gib": pick(lambda st: st.states["weights"]) / GIB,
-        "mem_grads_gib": pick(lambda st: st.states["grads"]) / GIB,
-        "mem_optimizer_gib": pick(lambda st: st.states["optimizer"]) / GIB,
-        "mem_activations_gib": pick(lambda st: st.activations) / GIB,
-        "mem_logits_gib": pick(lambda st: st.logits) / GIB,
-        "mem_buffers_gib": pick(lambda st: st.buffers) / GIB,
-        "mem_fragmentation_gib": frag / GIB,
-        "mem_context_gib": CONTEXT_BYTES / GIB + 0 * peak_alloc,
-        "mem_nccl_gib": NCCL_BYTES_PER_GROUP * groups / GIB + 0 * peak_alloc,
-        "mem_reserve_gib": (frag + fixed + pick(lambda st: st.buffers)) / GIB,
-        "mem_first_stage_gib": (first.total * (1 + FRAGMENTATION) + fixed) / GIB,
-        "mem_last_stage_gib": (last.total * (1 + FRAGMENTATION) + fixed) / GIB,
-    }
-
-
-def peak_gib(first: StageMemory, second: StageMemory, last: StageMemory, fixed: np.ndarray) -> np.ndarray:
-    """`report`'s memory_peak_gib alone: what the fit check needs (`fixed`: device_fixed_bytes)."""
-    return _device_gib(np.maximum(np.maximum(first.total, second.total), last.total), fixed)
-
-
-def device_fixed_bytes(groups: np.ndarray) -> np.ndarray:
-    """What every GPU holds outside the allocator: the CUDA context and the NCCL buffers of `groups` communicators
-    (active_groups)."""
-    return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
-
-
-def _device_gib(peak_alloc: np.ndarray, fixed: np.ndarray) -> np.ndarray:
-    """The device total: the busiest stage's allocations + fragmentation + CUDA context + NCCL buffers (`fixed`)."""
-    return (peak_alloc + FRAGMENTATION * peak_alloc + fixed) / GIB
+def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile,
+                      root_p: np.ndarray | float = 0.0) -> np.ndarray:
+    """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads, and
+    where the stack keeps its FSDP root gathered through the loss (FrameworkProfile.fsdp_root_gathered) the root's
+    `root_p` parameters in bf16."""
+    root = 2.0 * root_p if prof.fsdp_root_gathered else 0.0
+    return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes + root, 0.0)
 
 
 def fp8_param_gather(problem: Problem) -> bool:

@@ -15,13 +15,14 @@ from planner.inputs.layout import (
     HSDP,
     CpComm,
     ExpertTp,
+    Layout,
     Zero,
-    decode,
     embedding_loss_split,
     uneven_stage_layers,
 )
 from planner.inputs.problem import Problem
 from planner.report import SCHEMA_VERSION
+from planner.report.ranking import band_dict, why_first
 from planner.search.search import Plan, SearchResult
 
 
@@ -30,35 +31,37 @@ def sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
+def layout_dict(layout: Layout, metrics: dict[str, float] | None = None,
                 layers: int | None = None, nvlink_domain: int | None = None,
                 framework: str | None = None) -> dict[str, Any]:
+    """A plan document's `layout` (docs/plan-schema.md): the knobs as labels, and with the plan's metrics, model depth
+    and NVLink domain what follows from them (micro-batches, offloaded layers, HSDP shard group, hybrid CP sizes,
+    expert tp, an uneven stage split)."""
+    tp, cp = layout.tp, layout.cp
     out = {
-        "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
-        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(int(layout["zero"]), int(Zero.PARAMETERS)),
-        "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
-        "schedule": decode("schedule", layout["schedule"]),
-        "cp_comm": decode("cp_comm", layout.get("cp_comm", 0)),
+        "tp": tp, "pp": layout.pp, "dp": layout.dp, "cp": cp, "ep": layout.ep,
+        "vpp": layout.vpp, "micro_batch": layout.mbs, "zero": min(int(layout.zero), int(Zero.PARAMETERS)),
+        "recompute": layout.recompute.label, "sequence_parallel": layout.sp,
+        "schedule": layout.schedule.label, "cp_comm": layout.cp_comm.label,
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
         if metrics.get("offloaded_layers", 0) > 0:  # recompute=offload: --cpu-offloading-num-layers
             out["offload_layers"] = int(round(metrics["offloaded_layers"]))
-    if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
-        data = layout["dp"] * layout["cp"]
-        out["fsdp_shard_group"] = math.gcd(data, max(nvlink_domain // layout["tp"], 1))
+    if layout.zero == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
+        out["fsdp_shard_group"] = math.gcd(layout.dp * cp, max(nvlink_domain // tp, 1))
     # Hybrid CP: all-to-all size inside the domain, ring across.
-    if layout.get("cp_comm", CpComm.RING) == CpComm.HYBRID and nvlink_domain:
-        inside = math.gcd(layout["cp"], max(nvlink_domain // layout["tp"], 1))
-        out["cp_hierarchy"] = [inside, layout["cp"] // inside]
-    if layout["ep"] > 1:  # whole experts (MoE parallel folding) or split like the attention
-        out["expert_tp"] = 1 if layout.get("etp", ExpertTp.TP) == ExpertTp.ONE else layout["tp"]
+    if layout.cp_comm == CpComm.HYBRID and nvlink_domain:
+        inside = math.gcd(cp, max(nvlink_domain // tp, 1))
+        out["cp_hierarchy"] = [inside, cp // inside]
+    if layout.ep > 1:  # whole experts (MoE parallel folding) or split like the attention
+        out["expert_tp"] = 1 if layout.etp == ExpertTp.ONE else tp
     if layers is not None:
         emb_loss = framework is not None and capabilities_for(framework).embedding_loss_split
-        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"], emb_loss)
+        split = uneven_stage_layers(layers, layout.pp, layout.vpp, emb_loss)
         if split:
             out["first_stage_layers"], out["last_stage_layers"] = split
-            if embedding_loss_split(layers, layout["pp"], layout["vpp"]) is not None and emb_loss:
+            if embedding_loss_split(layers, layout.pp, layout.vpp) is not None and emb_loss:
                 out["stage_split"] = "embedding_loss"  # the embedding and the loss count as one layer each
     return out
 
@@ -89,9 +92,30 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
-               nvlink_domain: int | None = None, framework: str | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
-            "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+               nvlink_domain: int | None = None, framework: str | None = None,
+               band: dict[str, Any] | None = None) -> dict[str, Any]:
+    entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
+             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+    if band is not None:
+        entry["band"] = band
+    return entry
+
+
+def ranking_dict(result: SearchResult) -> dict[str, Any]:
+    """How the plans were ordered (planner.search.preference): by price alone or by preference inside the tie
+    width, and why #1 is not the fastest-priced plan where it is not."""
+    from planner.report.table import compact_layout
+
+    fastest = result.fastest
+    out: dict[str, Any] = {"rank_by": result.rank_by, "tie_width": sig(result.tie_width, 4),
+                           "why_first": why_first(result, lambda lay: compact_layout(lay)[0]), "fastest": None}
+    if fastest is not None:
+        p = result.problem
+        out["fastest"] = {"rank": result.fastest_rank,
+                          "layout": layout_dict(fastest.layout, fastest.metrics, p.model.num_hidden_layers,
+                                                p.cluster.nvlink_domain, p.training.framework),
+                          "metrics": metrics_dict(fastest.metrics, p.cluster.gpu.memory_gib)}
+    return out
 
 
 def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
@@ -103,8 +127,9 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
         "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
-                              p.training.framework)
+                              p.training.framework, band_dict(p, plan.layout, plan.metrics))
                   for i, plan in enumerate(result.plans)],
+        "ranking": ranking_dict(result),
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

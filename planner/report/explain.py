@@ -8,17 +8,20 @@ import numpy as np
 from rich.console import Console
 
 from planner.cost import compute, memory, pipeline
-from planner.cost.step import layer_terms, memory_stages
+from planner.cost.stages import memory_stages
+from planner.cost.step import layer_terms
 from planner.inputs.frameworks import offload_modules
-from planner.inputs.layout import CpComm, Recompute, Schedule, Zero, default_expert_tp
+from planner.inputs.layout import CpComm, Knobs, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
+from planner.report.ranking import band_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
 from planner.search.search import is_tight, price_layout
 
 
-def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
-    """Fill the knobs a user left out with the defaults documented in docs/commands.md (dp from the GPU count)."""
+def complete_layout(problem: Problem, given: Knobs) -> Layout:
+    """The knobs a user gave (encoded, as parse_pairs reads them), the rest filled with the defaults documented in
+    docs/commands.md (dp from the GPU count)."""
     lay = dict(given)
     lay.setdefault("tp", 1)
     lay.setdefault("pp", 1)
@@ -34,12 +37,11 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     if "dp" not in lay:
         denom = lay["tp"] * lay["pp"] * lay["cp"]
         lay["dp"] = max(problem.num_gpus // denom, 1)
-    # Megatron's default expert TP is tp; where ep does not divide dp x cp only folding (etp 1) can launch it
-    lay.setdefault("etp", default_expert_tp(lay["dp"], lay["cp"], lay["ep"]))
-    return lay
+    # etp left out: Megatron's default, tp, or 1 where ep does not divide dp x cp (Layout.from_dict)
+    return Layout.from_dict(lay)
 
 
-def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], width: int = 100) -> str:
+def timeline(problem: Problem, lay: Layout, metrics: dict[str, float], width: int = 100) -> str:
     """The schedule's order of operations, simulated with this layout's per-stage times
     (planner.strategies.pipeline_sim), and a line saying how its bubble differs from the step's `bubble_s`.
 
@@ -53,8 +55,8 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     from planner.report.timeline import render_timeline
     from planner.strategies.pipeline_sim import simulate_layout
 
-    name = Schedule(lay["schedule"]).label
-    p, v = lay["pp"], lay["vpp"]
+    name = lay.schedule.label
+    p, v = lay.pp, lay.vpp
     if p < 2:
         return "no pipeline (pp = 1): nothing to schedule"
     if name == "dualpipe" and p % 2:
@@ -76,9 +78,10 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     return head + "\n" + why + "\n" + render_timeline(sim, width=width)
 
 
-def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
+def explain(problem: Problem, given: Knobs) -> dict[str, Any]:
+    """The layout `given` (completed by complete_layout) priced in full, with the rules it breaks."""
     lay = complete_layout(problem, given)
-    cols = {k: np.array([v], dtype=np.int64) for k, v in lay.items()}
+    cols = lay.columns()
     broken = broken_rules(cols, problem)
     metrics = price_layout(problem, lay)
     cap = problem.cluster.gpu.memory_gib
@@ -94,6 +97,7 @@ def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
         "breakdown": breakdown_dict(metrics),
         "timeline": timeline(problem, lay, metrics),
         "memory_tight": bool(is_tight(problem, metrics["memory_peak_gib"])),
+        "band": band_dict(problem, lay, metrics),
         "stages": {
             "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3),
                       "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6),
@@ -140,7 +144,7 @@ def _rounded(kinds: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: round(float(v[0]), 3) for k, v in kinds.items()}
 
 
-def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partition: bool) -> dict[str, Any]:
+def explain_extras(problem: Problem, given: Knobs, osdp: bool, partition: bool) -> dict[str, Any]:
     """`--osdp` / `--partition`: their JSON-safe results by name, and their text under "text"."""
     import dataclasses
 
@@ -153,7 +157,7 @@ def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partitio
         from planner.strategies.osdp import plan_osdp
 
         plan = plan_osdp(problem, lay)
-        out["osdp"] = jsonable(dataclasses.asdict(plan))
+        out["osdp"] = jsonable({**dataclasses.asdict(plan), "layout": plan.layout.as_dict()})
         out["text"].append(render_osdp(plan))
     if partition:
         from planner.strategies.partition import partition_for, render_partition
@@ -176,6 +180,13 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
     mt = out["metrics"]
     console.print(f"step {mt['step_time_s']:.3f} s, {mt['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"MFU {mt['mfu']:.1%}, peak memory {mt['memory_peak_gib']:.1f} of {mt['memory_capacity_gib']:g} GiB")
+    band = out["band"]
+    (t_lo, t_hi), (m_lo, m_hi) = band["tokens_per_s_per_gpu"], band["memory_peak_gib"]
+    console.print(f"band ({band['coverage']:.0%} of published runs of its regime): {t_lo:,.0f}-{t_hi:,.0f} "
+                  f"tokens/s/GPU ({band['regime']}); peak memory {m_lo:.1f}-{m_hi:.1f} GiB "
+                  f"({band['memory_regime']}: {band['memory_cases']} cases)", highlight=False)
+    for note in band["notes"]:
+        console.print(f"  {note}", style="dim", highlight=False)
     bd = out["breakdown"]
     console.print("time (s per step): " + ", ".join(f"{_term(k)} {v:.3f}" for k, v in bd.items() if k.endswith("_s")))
     console.print("memory (GiB, busiest stage): " + ", ".join(f"{k} {v:.2f}" for k, v in bd["memory_gib"].items()))

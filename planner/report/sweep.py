@@ -16,6 +16,8 @@ from typing import Any
 from planner import __version__
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster
+from planner.inputs.frameworks import DEFAULT_FRAMEWORK
+from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.inputs.sweep_args import global_batch_for
@@ -38,7 +40,7 @@ class SweepSpec:
     tokens_per_batch: int
     seq_len: int = 8192
     precision: str = "bf16"
-    framework: str = "generic"
+    framework: str = DEFAULT_FRAMEWORK
     prices: dict[str, float] = field(default_factory=dict)  # dollars per GPU-hour, by GPU key
     # The training recipe beyond precision (fp8 scaling, Adam moments and offload, token dropping): TrainingSpec
     # fields other than seq_len, global_batch, precision and framework, as `plan` takes them.
@@ -55,7 +57,7 @@ class SweepPoint:
     gpu: str
     count: int
     global_batch: int
-    layout: dict[str, int] | None = None
+    layout: Layout | None = None
     metrics: dict[str, float] | None = None
     capacity_gib: float = 0.0
     steps: int = 0
@@ -162,7 +164,8 @@ def point_dict(point: SweepPoint, layers: int, framework: str | None = None) -> 
     }
 
 
-RECIPE_KEYS = ("fp8_recipe", "optimizer_offload", "optimizer_moments", "moe_capacity_factor", "moe_pad_to_capacity")
+RECIPE_KEYS = ("fp8_recipe", "optimizer_offload", "optimizer_moments", "moe_capacity_factor", "moe_pad_to_capacity",
+               "cuda_graphs")
 
 
 def recipe_inputs(spec: SweepSpec) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.search.rules import DOMINANCE, RULES, Rule
 from planner.search.space import divisors, domains
@@ -25,7 +26,7 @@ MAX_TABLE_ROWS = 2_000_000
 class CoreResult:
     feasible: bool
     core: list[Rule]
-    example: dict[str, int] | None
+    example: Layout | None
 
 
 def _domains(problem: Problem) -> dict[str, list[int]]:
@@ -66,7 +67,7 @@ def diagnose(problem: Problem, time_limit_s: float = 5.0) -> CoreResult:
     solver.parameters.num_workers = 1
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CoreResult(True, [], {k: int(solver.value(v)) for k, v in var.items()})
+        return CoreResult(True, [], Layout.from_dict({k: int(solver.value(v)) for k, v in var.items()}))
     core_idx = set(solver.sufficient_assumptions_for_infeasibility())
     by_index = {g.index: name for name, g in guards.items()}
     names = [by_index[i] for i in core_idx if i in by_index]
