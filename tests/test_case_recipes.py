@@ -143,3 +143,17 @@ def test_zero_is_relevant_only_where_data_ranks_may_shard(cases):
     """No data or context parallelism: nothing to shard, so no zero knob (Zero Bubble rows run dp 1)."""
     out = run_case(cases["ZB-001"], "test", {})
     assert "zero" not in out["knobs"]
+
+
+def test_mb141_is_priced_with_the_alltoall_dispatcher_its_recipe_ran(recipes, cases):
+    """Megatron-Bridge's Qwen3-235B H100 preset keeps Megatron-Core's alltoall dispatcher (no flex backend), while the
+    nemo profile's default is DeepEP: the run's dispatcher is priced, and over 4 nodes of EP 32 the alltoall, sending
+    every routed copy, exposes more all-to-all time than the node-deduplicated flex dispatch would."""
+    out = run_case(cases["MB-141"], "test", recipes)
+    knob = out["knobs"]["moe_dispatcher"]
+    assert knob["value"] == "alltoall" and knob["status"] == "priced"
+    flex = copy.deepcopy(recipes)
+    flex["MB-141"]["ran"]["moe_dispatcher"] = {**flex["MB-141"]["ran"]["moe_dispatcher"], "value": "flex-deepep"}
+    deduplicated = run_case(cases["MB-141"], "test", flex)
+    assert deduplicated["knobs"]["moe_dispatcher"]["status"] == "priced"
+    assert out["predicted"]["tokens_per_s_per_gpu"] < 0.95 * deduplicated["predicted"]["tokens_per_s_per_gpu"]

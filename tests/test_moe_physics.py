@@ -191,3 +191,18 @@ def test_grouped_gemm_rate_follows_deepgemm_tokens_per_expert():
     assert 0.62 <= at_256 <= 0.72 and 0.80 <= at_1024 <= 0.92
     big = expert.grouped_gemm_rate(m, np.array([65536.0]), one, np.array([64.0]))[0]
     assert big == 1.0  # at and beyond the reference shape the catalog rate holds
+
+
+def test_gemm_depth_half_point_follows_the_tensor_rate_per_sm():
+    """K0 of the contraction-depth curve is DeepGEMM's 500 on H800 in FP8 and scales with the precision's peak per SM;
+    OpenXLA's measured GEMM tables (matmul_interpolator_data.h, BF16, batch 2, M 2048, N 4096, K 256 and 1024 against
+    4096) give 210-285 on H100 and 520-550 on B200."""
+    h100, b200 = load_cluster("h100x8").gpu, load_cluster("b200x8").gpu
+    assert expert.gemm_depth_half(h100, "fp8") == pytest.approx(expert.GEMM_DEPTH_HALF)
+    assert 210 * 0.9 <= expert.gemm_depth_half(h100, "bf16") <= 285 * 1.1
+    assert 520 * 0.9 <= expert.gemm_depth_half(b200, "bf16") <= 550 * 1.1
+    # a fine-grained expert (Qwen3-30B-A3B: 2048 -> 768) runs its short contractions slower on the faster SM
+    m, tok, one, ep = load_model("qwen3-30b-a3b"), np.array([16384.0]), np.array([1.0]), np.array([8.0])
+    on_h100 = expert.expert_depth_rate(m, tok, one, ep, expert.gemm_depth_half(h100, "fp8"))[0]
+    on_b200 = expert.expert_depth_rate(m, tok, one, ep, expert.gemm_depth_half(b200, "fp8"))[0]
+    assert on_b200 < 0.95 * on_h100

@@ -68,7 +68,8 @@ def test_padded_capacity_prices_a_full_capacity_of_routed_gemms() -> None:
         return float(compute.gemm_time(p, compute.rates(p), tok, one, ep)[0])
 
     r = compute.rates(Problem(m, cl, _training()))
-    rate = expert.grouped_gemm_rate(m, tok, one, ep)[0] * expert.expert_depth_rate(m, tok, one, ep)[0]
+    half = expert.gemm_depth_half(cl.gpu, _training().precision)  # H100 BF16: 250 (half H800's FP8 rate per SM)
+    rate = expert.grouped_gemm_rate(m, tok, one, ep)[0] * expert.expert_depth_rate(m, tok, one, ep, half)[0]
     share = 4096.0 * compute.moe_fraction(m) * flops.routed_flops(m) / rate
     assert gemm(2.0) - gemm(1.0) == pytest.approx(share / (r.peak * r.eff), rel=1e-6)
 

@@ -143,7 +143,8 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: n
     moe_layer = expert.moe_layer_flops(m, tf, load)
     if m.is_moe:
         routed = load * flops.routed_flops(m)
-        slow = 1.0 / (expert.grouped_gemm_rate(m, tok, tp, ep) * expert.expert_depth_rate(m, tok, tp, ep)) - 1.0
+        half = expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision)
+        slow = 1.0 / (expert.grouped_gemm_rate(m, tok, tp, ep) * expert.expert_depth_rate(m, tok, tp, ep, half)) - 1.0
         moe_layer = moe_layer + routed * slow
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
     return gemm_flops / (r.peak * r.eff)
@@ -265,7 +266,8 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     layer_f = np.maximum(gemm_io + attn_f + elem_f + launch_f, issue.fwd) + issue.sync_bubble
     layer_b = np.maximum(gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f, issue.bwd)
     moe_f = expert.moe_block_time(problem.model, problem.training, tok, tp, ep, r.peak * r.eff, r.hbm,
-                                  elementwise_bytes_per_token(problem.model)[2])
+                                  elementwise_bytes_per_token(problem.model)[2],
+                                  expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision))
     return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f, moe_f)
 
 

@@ -17,7 +17,7 @@ from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
 from planner.inputs.layout import Schedule
-from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.inputs.specs import GPUSpec, ModelSpec, TrainingSpec
 
 # While the all-to-all overlaps the other micro-batch's compute, its kernels occupy SMs the GEMMs then lack:
 # DeepSeek-V3 dedicates 20 of H800's 132 SMs to dispatch/combine (report §3.2.2); DeepEP's example reserves 24.
@@ -51,10 +51,16 @@ def routed_memory_load(training: TrainingSpec) -> float:
 def dispatcher_profile(prof: FrameworkProfile, training: TrainingSpec) -> FrameworkProfile:
     """The profile the token exchange runs with. Token dropping runs on Megatron-Core's plain alltoall dispatcher:
     Megatron-Bridge's apply_moe_token_drop asserts it (training/utils/moe_token_drop.py), and megatron-core refuses
-    padding with the DeepEP backend (transformer_config.py) - so no node-deduplicated, fp8-quantised dispatch."""
-    if training.moe_capacity_factor is None or not (prof.deepep or prof.fp8_dispatch):
+    padding with the DeepEP backend (transformer_config.py) - so no node-deduplicated, fp8-quantised dispatch. A run
+    that names its dispatcher (TrainingSpec.moe_dispatcher, validate's knob) runs that one: alltoall sends every
+    routed copy, flex (DeepEP / HybridEP) deduplicates per node."""
+    if training.moe_capacity_factor is not None or training.moe_dispatcher == "alltoall":
+        if prof.deepep or prof.fp8_dispatch:
+            return replace(prof, deepep=False, fp8_dispatch=False)
         return prof
-    return replace(prof, deepep=False, fp8_dispatch=False)
+    if training.moe_dispatcher == "flex" and not prof.deepep:
+        return replace(prof, deepep=True)
+    return prof
 
 
 def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops, load: float) -> float:
@@ -95,15 +101,30 @@ def grouped_gemm_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndar
 # fc1's input gradient, and over its few tokens in the weight gradient. Normalised at K = 8192, like the M curve.
 GEMM_DEPTH_HALF = 500.0
 GEMM_DEPTH_REFERENCE = 8192.0
+# The fixed work per tile costs a fixed time, so the depth that amortises it grows with the tensor-core rate of one
+# SM: K0 = 500 x (the precision's peak per SM) / (H800's FP8 peak per SM, 1979 TFLOP/s over 132 SMs). OpenXLA's
+# measured default GEMM tables (xla/service/gpu/model/matmul_interpolator_data.h, sm_90 and sm_100, BF16, batch 2,
+# M = 2048, N = 4096) bear it out: K0 fitted from K = 256 and 1024 against K = 4096 is 210-285 on H100 (BF16, half of
+# H800's FP8 rate per SM: 250 predicted) and 520-550 on B200 (BF16 per SM 2.0x H100's: 505 predicted). A GPU the
+# catalog gives no SM count keeps the measured 500.
+H800_FP8_TFLOPS_PER_SM = 1979.0 / 132
 
 
-def _depth_rate(k: np.ndarray | float) -> np.ndarray:
-    ref = GEMM_DEPTH_REFERENCE / (GEMM_DEPTH_REFERENCE + GEMM_DEPTH_HALF)
+def gemm_depth_half(gpu: GPUSpec, precision: str) -> float:
+    """K0 of the depth curve on `gpu` at `precision` (see GEMM_DEPTH_HALF)."""
+    if not gpu.sm_count:
+        return GEMM_DEPTH_HALF
+    return GEMM_DEPTH_HALF * gpu.peak_tflops(precision) / gpu.sm_count / H800_FP8_TFLOPS_PER_SM
+
+
+def _depth_rate(k: np.ndarray | float, half: float = GEMM_DEPTH_HALF) -> np.ndarray:
+    ref = GEMM_DEPTH_REFERENCE / (GEMM_DEPTH_REFERENCE + half)
     k = np.maximum(np.asarray(k, dtype=float), 1.0)
-    return np.minimum(k / (k + GEMM_DEPTH_HALF) / ref, 1.0)
+    return np.minimum(k / (k + half) / ref, 1.0)
 
 
-def expert_depth_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+def expert_depth_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
+                      half: float = GEMM_DEPTH_HALF) -> np.ndarray:
     """Rate of the routed experts' GEMMs from their contraction depths, relative to the catalog rate, averaged over
     the forward, input-gradient and weight-gradient passes (equal FLOPs each): forward fc1 over the expert input
     width, fc2 over the expert width; input gradients fc1 over its output width (matrices - 1 expert widths),
@@ -115,7 +136,7 @@ def expert_depth_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndar
     total = float(m.mlp_matrices)
 
     def pass_time(k_fc1: float | np.ndarray, k_fc2: float | np.ndarray) -> np.ndarray:
-        return (up / _depth_rate(k_fc1) + 1.0 / _depth_rate(k_fc2)) / total
+        return (up / _depth_rate(k_fc1, half) + 1.0 / _depth_rate(k_fc2, half)) / total
 
     tpe = tokens_per_expert(m, tok, tp, ep)
     time = pass_time(h_in, ffn) + pass_time(up * ffn, h_in) + pass_time(tpe, tpe)
@@ -131,7 +152,7 @@ def moe_launch_time(m: ModelSpec, ep: np.ndarray, extra_kernels: float = 0.0) ->
 
 
 def moe_block_time(m: ModelSpec, training: TrainingSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
-                   gemm_rate: float, hbm: float, moe_bytes: float) -> np.ndarray:
+                   gemm_rate: float, hbm: float, moe_bytes: float, depth_half: float = GEMM_DEPTH_HALF) -> np.ndarray:
     """Forward GPU time of an average layer's MoE block (router, routed and shared experts, the permutations and the
     grouped GEMMs' launches): f_moe·tok·((router/shared GEMMs + load·routed/grouped rate)/gemm_rate + (permutation
     bytes `moe_bytes` + activation bytes)/hbm)/tp + launches. Combined 1F1B schedules the attention and the MoE block
@@ -139,7 +160,7 @@ def moe_block_time(m: ModelSpec, training: TrainingSpec, tok: np.ndarray, tp: np
     if not m.is_moe:
         return np.zeros_like(tok)
     frac_moe = m.moe_layers / m.num_hidden_layers
-    rate = grouped_gemm_rate(m, tok, tp, ep) * expert_depth_rate(m, tok, tp, ep)
+    rate = grouped_gemm_rate(m, tok, tp, ep) * expert_depth_rate(m, tok, tp, ep, depth_half)
     gemm = flops.moe_mlp_shared_gemm(m) + busiest_rank_load(training) * flops.routed_flops(m) / rate
     act = 2.0 * (3 if m.gated_mlp else 2) * m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
     return frac_moe * tok * (gemm / gemm_rate + (moe_bytes + act) / hbm) / tp + moe_launch_time(m, ep)

@@ -207,7 +207,6 @@ def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
     return {"tp_comm_overlap": prof.tp_overlap > 0, "overlap_grad_reduce": prof.dp_overlap > 0,
             "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False,
-            "moe_dispatcher": "flex" if prof.deepep else "alltoall",
             "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
 
 
@@ -222,6 +221,10 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
                 "cuda_graphs"):
         return "priced", None
+    if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
+        return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
+    if knob == "moe_dispatcher":
+        return "priced", None
     if knob == "recompute":
         modules = set(block.get("modules") or ())
         if value == "selective" and not modules <= PLANNER_SELECTIVE_MODULES:
@@ -233,8 +236,6 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
             return "approximate", f"the planner offloads the fewest layers that fit; the run, {block['layers']}"
         return "priced", None
     assumed = _model_assumes(knob, prof)
-    if knob == "moe_dispatcher":
-        value = "flex" if str(value).startswith("flex") else "alltoall"
     if value == assumed:
         return "assumed", None
     return "not priced", f"the model prices {knob} = {assumed} for the {prof.name} profile"
@@ -284,6 +285,9 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
         elif knob == "cuda_graphs":
             training = training.model_copy(update={"cuda_graphs": value})
+        elif knob == "moe_dispatcher":
+            training = training.model_copy(update={"moe_dispatcher": "flex" if value.startswith("flex") else
+                                                   "alltoall"})
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
