@@ -157,3 +157,20 @@ def test_mb141_is_priced_with_the_alltoall_dispatcher_its_recipe_ran(recipes, ca
     deduplicated = run_case(cases["MB-141"], "test", flex)
     assert deduplicated["knobs"]["moe_dispatcher"]["status"] == "priced"
     assert out["predicted"]["tokens_per_s_per_gpu"] < 0.95 * deduplicated["predicted"]["tokens_per_s_per_gpu"]
+
+
+def test_grok_rows_are_priced_with_the_expert_tp_their_megatron_core_ran(recipes, cases):
+    """The DGX Cloud Grok-1 recipes (NeMo 24.09-24.12) leave expert_tensor_parallel_size unset, so Megatron-Core splits
+    the experts over the TP group (its default): priced so, the row is slower than with the experts unsplit (etp 1,
+    which the search would pick); and an expert TP that is neither 1 nor TP is recorded, not priced."""
+    out = run_case(cases["DGXC-105"], "test", recipes)
+    knob = out["knobs"]["expert_tp"]
+    assert knob["value"] == 4 and knob["status"] == "priced" and "@" in knob["source"]
+    assert out["layout"]["expert_tp"] == 4
+    unsplit = copy.deepcopy(recipes)
+    unsplit["DGXC-105"]["ran"]["expert_tp"] = {**unsplit["DGXC-105"]["ran"]["expert_tp"], "value": 1}
+    folded = run_case(cases["DGXC-105"], "test", unsplit)
+    assert folded["layout"]["expert_tp"] == 1
+    assert out["predicted"]["tokens_per_s_per_gpu"] < folded["predicted"]["tokens_per_s_per_gpu"]
+    odd = run_case(cases["DGXC-242"], "test", recipes)["knobs"]["expert_tp"]
+    assert odd["value"] == 8 and odd["status"] == "not priced"

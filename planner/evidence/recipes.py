@@ -63,6 +63,9 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                "padded to capacity)", lambda v: v == "dropless" or (
                                    isinstance(v, int | float) and not isinstance(v, bool) and v > 0),
                                "dropless | a positive capacity factor"),
+    "expert_tp": KnobSpec("tensor-parallel size of the expert layers (Megatron-Core expert_tensor_parallel_size; "
+                          "left unset it is the tensor-parallel size, model_parallel_config.py __post_init__)", _count,
+                          "a positive integer"),
     "moe_force_balance": KnobSpec("router forced to balance tokens evenly over experts (Megatron-Core "
                                   "moe_router_force_load_balancing, a benchmarking switch)", _flag, "true | false"),
     "tp_comm_overlap": KnobSpec("tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers, "
@@ -193,6 +196,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
     sharded = lay.get("zero") not in (0, "0") or prof.optimizer_always_sharded
     on = {"ep_overlap": problem.model.is_moe and may_exceed_one("ep"),
           "moe_dispatcher": problem.model.is_moe and may_exceed_one("ep"), "moe_token_drop": problem.model.is_moe,
+          "expert_tp": problem.model.is_moe and may_exceed_one("tp"),
           "moe_force_balance": problem.model.is_moe and may_exceed_one("ep"),
           "tp_comm_overlap": may_exceed_one("tp"), "sequence_parallel": may_exceed_one("tp"),
           "overlap_grad_reduce": may_exceed_one("dp"), "overlap_param_gather": may_exceed_one("dp") and sharded,
@@ -210,7 +214,14 @@ def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
             "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
 
 
-def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[str, str | None]:
+def _expert_tp_status(value: int, tp: object) -> tuple[str, str | None]:
+    """The planner splits experts like the attention (etp = tp) or not at all (etp = 1)."""
+    if value == 1 or value == tp:
+        return "priced", None
+    return "not priced", f"expert TP {value} is neither 1 nor the row's TP ({tp}), the two the planner has"
+
+
+def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object = None) -> tuple[str, str | None]:
     """How the model takes a resolved knob: priced with it, its fixed assumption agrees (assumed), priced as the
     nearest value it has (approximate), or not at all (not priced)."""
     value = block["value"]
@@ -225,6 +236,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
     if knob == "moe_dispatcher":
         return "priced", None
+    if knob == "expert_tp":
+        return _expert_tp_status(value, tp)
     if knob == "recompute":
         modules = set(block.get("modules") or ())
         if value == "selective" and not modules <= PLANNER_SELECTIVE_MODULES:
@@ -259,7 +272,7 @@ def case_knobs(case: dict[str, Any], entry: dict[str, Any] | None, problem: Prob
             reason = block.get("unresolved") if isinstance(block, dict) else None
             out[knob] = {"status": "unresolved", "reason": str(reason or "no entry for this knob")}
         else:
-            status, why = _status(knob, block, prof)
+            status, why = _status(knob, block, prof, (case.get("layout") or {}).get("tp"))
             out[knob] = {**block, "status": status, **({"reason": why} if why else {})}
     return out
 
@@ -285,6 +298,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
         elif knob == "cuda_graphs":
             training = training.model_copy(update={"cuda_graphs": value})
+        elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)
+            fixed["etp"] = encode("etp", "1" if value == 1 else "tp", "ran.expert_tp")[1]
         elif knob == "moe_dispatcher":
             training = training.model_copy(update={"moe_dispatcher": "flex" if value.startswith("flex") else
                                                    "alltoall"})
