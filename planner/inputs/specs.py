@@ -368,10 +368,8 @@ class TrainingSpec(_Spec):
         "layer, or attention + router + dispatch preprocessing of a dropless MoE layer); full-iteration (Megatron-Core "
         "--cuda-graph-impl full_iteration: forward and backward of every micro-batch in one graph)"))
     moe_dispatcher: Literal["stack", "alltoall", "flex"] = Field(default="stack", exclude=True, description=(
-        "MoE token dispatcher: stack = the framework profile's (planner.cost.profiles deepep); alltoall = "
-        "Megatron-Core's MoEAlltoAllTokenDispatcher, one copy per routed expert over the wire; flex = the flex "
-        "dispatcher with a DeepEP or HybridEP backend, node-deduplicated. Set by validate from the run's recipe; "
-        "not part of a plan document"))
+        "MoE dispatcher as a run ran it (validate only, not in plan documents): stack = the profile's; alltoall = one "
+        "copy per routed expert on the wire; flex = DeepEP / HybridEP, node-deduplicated (expert.dispatcher_profile)"))
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
