@@ -10,6 +10,7 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
+from planner.cost.goodput import goodput
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
@@ -82,29 +83,43 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
     return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
 
 
+def goodput_dict(problem: Problem, metrics: dict[str, float]) -> dict[str, Any]:
+    """What failures, checkpoints and restarts leave of the step time's throughput (planner.cost.goodput)."""
+    g = goodput(problem, metrics["step_time_s"])
+    return {
+        "goodput": sig(g.goodput, 4),
+        "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"] * g.goodput),
+        "failures_per_gpu_hour": sig(g.failures_per_gpu_hour, 4), "mtbf_h": sig(g.mtbf_s / 3600, 4),
+        "checkpoint_gb_per_gpu": sig(g.checkpoint_gb, 4), "checkpoint_write_s": sig(g.write_s, 4),
+        "checkpoint_stall_s": sig(g.stall_s, 4), "async_save": g.async_save,
+        "interval_steps": g.interval_steps, "interval_s": sig(g.interval_s, 4),
+        "relaunch_s": sig(g.relaunch_s, 4), "restore_s": sig(g.restore_s, 4), "restart_s": sig(g.restart_s, 4),
+        "lost_work_s": sig(g.lost_work_s, 4), "loss": {k: sig(v, 4) for k, v in g.loss.items()},
+    }
+
+
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     model = problem.model.dump()
     cluster = problem.cluster.model_dump()
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
-def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
-               nvlink_domain: int | None = None, framework: str | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
-            "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+def plan_entry(rank: int, plan: Plan, problem: Problem) -> dict[str, Any]:
+    layers, framework = problem.model.num_hidden_layers, problem.training.framework
+    return {"rank": rank,
+            "layout": layout_dict(plan.layout, plan.metrics, layers, problem.cluster.nvlink_domain, framework),
+            "metrics": metrics_dict(plan.metrics, problem.cluster.gpu.memory_gib),
+            "breakdown": breakdown_dict(plan.metrics), "goodput": goodput_dict(problem, plan.metrics)}
 
 
 def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
     p = result.problem
-    cap = p.cluster.gpu.memory_gib
     return {
         "schema_version": SCHEMA_VERSION,
         "planner_version": __version__,
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
-        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
-                              p.training.framework)
-                  for i, plan in enumerate(result.plans)],
+        "plans": [plan_entry(i + 1, plan, p) for i, plan in enumerate(result.plans)],
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cost import flops
+from planner.cost.goodput import goodput
 from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
@@ -171,6 +172,7 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     console.print(fitted_table(columns, optional=3, width=console.width))
     used = set().union(*(used for _, used in layouts)) | ({"tight"} if any(tight) else set())
     console.print(legend(used), style="dim", highlight=False)
+    console.print(goodput_line(result), highlight=False)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"
                   + (f" in {result.seconds:.2f} s" if timings else "")
@@ -178,6 +180,19 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     for name, count in pruned:
         console.print(f"  pruned {count:>12,}  {name}: {RULES_BY_NAME[name].message}", style="dim",
                       no_wrap=True, overflow="ellipsis")  # one line each; the full messages are in --format json
+
+
+def goodput_line(result: SearchResult) -> str:
+    """Expected goodput of the first pick and what it loses (planner.cost.goodput), and the other picks' range."""
+    p = result.problem
+    picks = [goodput(p, plan.metrics["step_time_s"]) for plan in result.plans]
+    g = picks[0]
+    text = (f"goodput  {g.goodput:.1%} for #1: MTBF {g.mtbf_s / 3600:.3g} h; lost to restarts "
+            f"{g.loss['restart']:.1%}, checkpoints {g.loss['checkpoints']:.1%}, redone work {g.loss['lost_work']:.1%}")
+    low, high = min(x.goodput for x in picks), max(x.goodput for x in picks)
+    if len(picks) > 1 and high - low >= 0.0005:
+        text += f"; #1-#{len(picks)} {low:.1%}-{high:.1%}"
+    return text + " (plan explain: the breakdown)"
 
 
 def render_validation(report: dict, console: Console) -> None:
