@@ -134,8 +134,6 @@ def transfer_s(nbytes: float, per_gpu_gbps: float, aggregate_gbps: float, gpus: 
 
 def daly_interval_s(stall_s: float, mtbf: float) -> float:
     """Daly's higher-order optimum compute time between checkpoints (Young's sqrt(2 delta M) to first order)."""
-    if not math.isfinite(mtbf):
-        return math.inf
     if stall_s >= 2 * mtbf:
         return mtbf
     ratio = stall_s / (2 * mtbf)
@@ -147,8 +145,6 @@ def daly_factors(interval_s: float, stall_s: float, restart_s: float, exposure_s
     """Goodput as a product of factors (Daly's expected wall time, exponential failures): restart e^(-R/M),
     checkpoint stalls tau / (tau + delta), lost work x / (e^x - 1) with x = (tau + delta) / M, times e^(-w/M)
     for an asynchronous write in flight."""
-    if not math.isfinite(mtbf):
-        return {"restart": 1.0, "checkpoints": interval_s / (interval_s + stall_s), "lost_work": 1.0}
     x = (interval_s + stall_s) / mtbf
     redo = x / math.expm1(x) if x > 0 else 1.0
     return {"restart": math.exp(-restart_s / mtbf), "checkpoints": interval_s / (interval_s + stall_s),
@@ -176,15 +172,16 @@ def goodput(problem: Problem, step_time_s: float) -> Goodput:
     write = transfer_s(nbytes, st.per_gpu_gbps, st.write_gbps, n)
     restore = transfer_s(nbytes, st.per_gpu_gbps, st.read_gbps, n)
     stall = nbytes / (problem.cluster.gpu.host_link_gbps * GB) if st.async_save else write
-    best = daly_interval_s(stall, mtbf)
-    steps = 1 if not math.isfinite(best) else max(1, round(best / step_time_s))
+    relaunch = relaunch_s(problem)
+    if not math.isfinite(mtbf):  # nothing fails: no checkpoint is needed for failures, nothing is lost
+        return Goodput(1.0, rate, mtbf, nbytes / GB, write, stall, st.async_save, 0, math.inf, relaunch, restore,
+                       relaunch + restore, 0.0, {"restart": 0.0, "checkpoints": 0.0, "lost_work": 0.0})
+    steps = max(1, round(daly_interval_s(stall, mtbf) / step_time_s))
     if st.async_save:  # the next save waits for the last write to land
         steps = max(steps, math.ceil(write / step_time_s))
     interval = steps * step_time_s
-    relaunch = relaunch_s(problem)
     exposure = write if st.async_save else 0.0
     factors = daly_factors(interval, stall, relaunch + restore, exposure, mtbf)
-    g = math.prod(factors.values())
     lost = (interval + stall) / 2 + exposure
-    return Goodput(g, rate, mtbf, nbytes / GB, write, stall, st.async_save, steps, interval, relaunch, restore,
-                   relaunch + restore, lost, loss_shares(factors))
+    return Goodput(math.prod(factors.values()), rate, mtbf, nbytes / GB, write, stall, st.async_save, steps,
+                   interval, relaunch, restore, relaunch + restore, lost, loss_shares(factors))

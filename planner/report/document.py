@@ -86,13 +86,14 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
 def goodput_dict(problem: Problem, metrics: dict[str, float]) -> dict[str, Any]:
     """What failures, checkpoints and restarts leave of the step time's throughput (planner.cost.goodput)."""
     g = goodput(problem, metrics["step_time_s"])
+    never = not math.isfinite(g.mtbf_s)  # no failures: no MTBF, no checkpoint interval (null)
     return {
         "goodput": sig(g.goodput, 4),
         "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"] * g.goodput),
-        "failures_per_gpu_hour": sig(g.failures_per_gpu_hour, 4), "mtbf_h": sig(g.mtbf_s / 3600, 4),
+        "failures_per_gpu_hour": sig(g.failures_per_gpu_hour, 4), "mtbf_h": None if never else sig(g.mtbf_s / 3600, 4),
         "checkpoint_gb_per_gpu": sig(g.checkpoint_gb, 4), "checkpoint_write_s": sig(g.write_s, 4),
         "checkpoint_stall_s": sig(g.stall_s, 4), "async_save": g.async_save,
-        "interval_steps": g.interval_steps, "interval_s": sig(g.interval_s, 4),
+        "interval_steps": g.interval_steps, "interval_s": None if never else sig(g.interval_s, 4),
         "relaunch_s": sig(g.relaunch_s, 4), "restore_s": sig(g.restore_s, 4), "restart_s": sig(g.restart_s, 4),
         "lost_work_s": sig(g.lost_work_s, 4), "loss": {k: sig(v, 4) for k, v in g.loss.items()},
     }

@@ -167,6 +167,8 @@ def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partitio
 
 def goodput_text(g: dict[str, Any], step_s: float) -> str:
     """The goodput breakdown (planner.cost.goodput) in four lines."""
+    if g["mtbf_h"] is None:
+        return "goodput 100%: no failures expected (failures_per_gpu_hour 0), so nothing is checkpointed for them"
     save = "asynchronous: training waits for the copy to host memory" if g["async_save"] else \
         "synchronous: training waits for the write"
     return "\n".join((

@@ -164,6 +164,8 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
 def _goodput_card(g: dict[str, Any]) -> list[tuple[str, str]]:
     """Failures, checkpoints and restarts of the top pick (planner.cost.goodput), as the report's input card."""
     loss = g["loss"]
+    if g["mtbf_h"] is None:
+        return [("expected goodput", "100% (no failures expected)")]
     return [("expected goodput", f"{g['goodput']:.1%}"),
             ("interrupted every", f"{g['mtbf_h']:.3g} h ({g['failures_per_gpu_hour']:.3g} per GPU-hour)"),
             ("checkpoint", f"{g['checkpoint_gb_per_gpu']:.3g} GB per GPU in {g['checkpoint_write_s']:.3g} s, "

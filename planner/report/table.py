@@ -187,6 +187,8 @@ def goodput_line(result: SearchResult) -> str:
     p = result.problem
     picks = [goodput(p, plan.metrics["step_time_s"]) for plan in result.plans]
     g = picks[0]
+    if g.interval_steps == 0:
+        return "goodput  100%: no failures expected (failures_per_gpu_hour 0 in the cluster file)"
     text = (f"goodput  {g.goodput:.1%} for #1: MTBF {g.mtbf_s / 3600:.3g} h; lost to restarts "
             f"{g.loss['restart']:.1%}, checkpoints {g.loss['checkpoints']:.1%}, redone work {g.loss['lost_work']:.1%}")
     low, high = min(x.goodput for x in picks), max(x.goodput for x in picks)
