@@ -189,12 +189,12 @@ def goodput_line(result: SearchResult) -> str:
     g = picks[0]
     if g.interval_steps == 0:
         return "goodput  100%: no failures expected (failures_per_gpu_hour 0 in the cluster file)"
-    text = (f"goodput  {g.goodput:.1%} for #1: MTBF {g.mtbf_s / 3600:.3g} h; lost to restarts "
-            f"{g.loss['restart']:.1%}, checkpoints {g.loss['checkpoints']:.1%}, redone work {g.loss['lost_work']:.1%}")
+    text = (f"goodput  {g.goodput:.1%} for #1: restarts cost {g.loss['restart']:.1%}, checkpoints "
+            f"{g.loss['checkpoints']:.1%}, redone work {g.loss['lost_work']:.1%}")  # 80 columns; explain has the rest
     low, high = min(x.goodput for x in picks), max(x.goodput for x in picks)
     if len(picks) > 1 and high - low >= 0.0005:
         text += f"; #1-#{len(picks)} {low:.1%}-{high:.1%}"
-    return text + " (plan explain: the breakdown)"
+    return text
 
 
 def render_validation(report: dict, console: Console) -> None:
