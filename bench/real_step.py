@@ -219,7 +219,7 @@ def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict
     layout.update(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mbs=mbs, zero=0, recompute=RECOMPUTE_CODES[recompute], sp=0,
                   schedule=0)
     out = price_layout(Problem(model, cluster, training), layout)
-    # Like for like (planner.cost.memory.report): each figure torch reports against the prediction of that figure.
+    # Like for like (planner.cost.memory_terms): each figure torch reports against the prediction of that figure.
     out["peak_allocated_gib"] = out["memory_allocated_gib"]
     out["peak_reserved_gib"] = out["memory_reserved_gib"]
     out["device_used_gib"] = out["memory_peak_gib"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.cost import memory
+from planner.cost import device_memory, memory
 from planner.cost.profiles import profile_for
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.layout import Schedule, parse_pairs
@@ -73,7 +73,7 @@ def test_llama3_meta_layout_fits_once_gradients_are_sharded(llama_mcore: Problem
     cap = mc["metrics"]["memory_capacity_gib"]
     grads = mc["breakdown"]["memory_gib"]["grads"]
     assert mc["metrics"]["memory_peak_gib"] > cap
-    assert mc["metrics"]["memory_peak_gib"] - (1 + memory.FRAGMENTATION) * grads * (1 - 1 / 128) < cap
+    assert mc["metrics"]["memory_peak_gib"] - (1 + device_memory.FRAGMENTATION) * grads * (1 - 1 / 128) < cap
     fsdp = price(problem("llama3-405b", "h100x16384", 8192, 2048, "generic"), META + ",zero=2")
     assert fsdp["feasible"] and fsdp["metrics"]["memory_peak_gib"] <= cap
     assert fsdp["breakdown"]["memory_gib"]["activations"] == pytest.approx(

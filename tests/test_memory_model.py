@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from conftest import cols, gpt, run_plan_in_process
 
-from planner.cost import memory
-from planner.cost.step import evaluate, memory_stages
+from planner.cost import device_memory, memory
+from planner.cost.stages import memory_stages
+from planner.cost.step import evaluate
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
@@ -45,15 +46,15 @@ def test_allocated_reserved_device_are_ordered_and_composed():
     out = evaluate(p, cols(tp=2, pp=2, dp=2, sp=1, zero=1))
     alloc, reserved, peak = (out[k][0] for k in ("memory_allocated_gib", "memory_reserved_gib", "memory_peak_gib"))
     assert alloc < reserved < peak
-    assert reserved == pytest.approx(alloc * (1 + memory.FRAGMENTATION))
+    assert reserved == pytest.approx(alloc * (1 + device_memory.FRAGMENTATION))
     assert peak == pytest.approx(reserved + out["mem_context_gib"][0] + out["mem_nccl_gib"][0])
-    assert out["mem_nccl_gib"][0] == pytest.approx(3 * memory.NCCL_BYTES_PER_GROUP / memory.GIB)  # tp, pp, dp
+    assert out["mem_nccl_gib"][0] == pytest.approx(3 * device_memory.NCCL_BYTES_PER_GROUP / memory.GIB)  # tp, pp, dp
 
 
 def test_nccl_buffers_per_communicator_match_the_measured_range():
     """2 connections x 32 channels x (Simple 4 MiB + LL 512 KiB + LL128 4.69 MiB): 544-688 MB per group on A100
     (NVIDIA/nccl#964)."""
-    assert 544e6 <= memory.NCCL_BYTES_PER_GROUP <= 688e6
+    assert 544e6 <= device_memory.NCCL_BYTES_PER_GROUP <= 688e6
 
 
 def test_p2p_buffers_only_with_pipelines():

@@ -12,7 +12,8 @@ import pytest
 from conftest import cols, run_plan_in_process
 
 from planner.cost import activation_offload, memory
-from planner.cost.step import evaluate, memory_stages
+from planner.cost.stages import memory_stages
+from planner.cost.step import evaluate
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.hardware import HOST_COPY_EFFICIENCY
 from planner.inputs.layout import Recompute

@@ -10,8 +10,8 @@ from conftest import cols
 
 from planner.cost import expert, fitted, pipeline
 from planner.cost.fabric import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY, Fabric
+from planner.cost.fit_check import state_memory_floor_gib
 from planner.cost.profiles import profile_for
-from planner.cost.sharding import state_memory_floor_gib
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.layout import Recompute, Schedule, Zero

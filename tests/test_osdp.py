@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from planner.cost import memory
+from planner.cost import device_memory, memory
 from planner.errors import PlanInputError
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
@@ -96,7 +96,7 @@ def test_paper_setup_osdp_beats_fsdp(hidden, heads, vocab):
     m = ModelSpec(name=f"gpt2-48x{hidden}", hidden_size=hidden, num_hidden_layers=48, num_attention_heads=heads,
                   intermediate_size=4 * hidden, vocab_size=vocab, hidden_act="gelu", tie_word_embeddings=False)
     p = Problem(m, load_cluster("a100x8"), TrainingSpec(seq_len=512, global_batch=64))
-    capacity = 8.0 + (memory.CONTEXT_BYTES + memory.NCCL_BYTES_PER_GROUP) / memory.GIB
+    capacity = 8.0 + (device_memory.CONTEXT_BYTES + device_memory.NCCL_BYTES_PER_GROUP) / memory.GIB
     plan = plan_osdp(p, {"tp": 1, "dp": 8, "mbs": 1, "recompute": 2}, capacity_gib=capacity)
     assert plan.zero3.fits and not plan.zero1.fits
     assert plan.zero3.memory_gib < plan.memory_gib <= capacity

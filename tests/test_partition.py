@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from planner.cost import memory
+from planner.cost import device_memory, memory
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
@@ -67,7 +67,7 @@ def test_stage_memory_agrees_with_the_cost_model(llama405b, recompute, zero):
     lay = full_layout({"tp": 8, "pp": 14, "dp": 8, "mbs": 1, "zero": zero, "recompute": recompute, "sp": 1})
     ref = price_layout(llama405b, lay)
     inp = partition_inputs(llama405b, lay, capacity_gib=1000.0)
-    frag = memory.FRAGMENTATION
+    frag = device_memory.FRAGMENTATION
     fixed = 1000.0 * memory.GIB - inp.capacity_bytes * (1 + frag)
     n = math.ceil(126 / 14)
     r = n if recompute == 2 else 0  # full recompute is the partition's "every layer recomputed"

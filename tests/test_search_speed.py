@@ -5,16 +5,14 @@ import numpy as np
 import pytest
 
 import planner.search.search as s
-from planner.cost.fit_check import grouped_fits
+from planner.cost.fit_check import grouped_fits, grouped_memory_peak_gib, state_memory_floor_gib
 from planner.cost.memory import distinct_pairs, stage_layer_counts
-from planner.cost.sharding import state_memory_floor_gib
+from planner.cost.memory_terms import memory_peak_gib
 from planner.cost.step import (
     ACTIVATION_FREE_KNOBS,
     STATE_FREE_KNOBS,
     ZERO_FREE_KNOBS,
     evaluate,
-    grouped_memory_peak_gib,
-    memory_peak_gib,
     step_time_floor,
 )
 from planner.errors import NoFeasiblePlan

@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.cost.device_memory import allocation_budget
 from planner.cost.groups import peers_within
-from planner.cost.memory import FRAGMENTATION, GIB
+from planner.cost.memory import GIB
 from planner.inputs.hardware import HOST_COPY_EFFICIENCY
 from planner.inputs.layout import Recompute, Zero
 from planner.inputs.problem import Problem
@@ -58,19 +59,23 @@ def budget_bytes(problem: Problem) -> float:
 
 
 def offloaded_layers(problem: Problem, rc: np.ndarray, layers: np.ndarray, per_layer_act: np.ndarray,
-                     allocated: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+                     allocated: np.ndarray, outside: np.ndarray) -> np.ndarray:
     """k per row (0 where rc is not offload): the fewest layers whose activations, moved to the host, bring the
-    device total (allocated x (1 + fragmentation) + fixed) under budget_bytes; at least 1, at most
-    L - MIN_RESIDENT_LAYERS and what host memory holds."""
+    device total (device_memory.device_bytes of `allocated`, `outside` the allocator) under budget_bytes:
+        k = ceil((allocated - allocation_budget(budget, outside)) / a), a one layer's activations,
+    at least 1, at most L - MIN_RESIDENT_LAYERS and what host memory holds."""
     k = np.zeros(np.shape(rc))
     rows = np.flatnonzero(np.ravel(rc) == Recompute.OFFLOAD)
     if not len(rows):
         return k
-    a = np.maximum(np.broadcast_to(per_layer_act, np.shape(rc)).ravel().take(rows), 1.0)
-    total = np.broadcast_to(allocated * (1 + FRAGMENTATION) + fixed, np.shape(rc)).ravel().take(rows)
-    need = np.ceil((total - budget_bytes(problem)) / (a * (1 + FRAGMENTATION)))
+
+    def at_rows(x: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(x, np.shape(rc)).ravel().take(rows)
+
+    a = np.maximum(at_rows(per_layer_act), 1.0)
+    need = np.ceil((at_rows(allocated) - allocation_budget(budget_bytes(problem), at_rows(outside))) / a)
     host = np.floor(problem.cluster.gpu.host_memory_gib * GIB / a)
-    most = np.minimum(np.broadcast_to(layers, np.shape(rc)).ravel().take(rows) - MIN_RESIDENT_LAYERS, host)
+    most = np.minimum(at_rows(layers) - MIN_RESIDENT_LAYERS, host)
     k.ravel()[rows] = np.maximum(np.minimum(np.maximum(need, 1.0), most), 0.0)
     return k
 
@@ -127,6 +132,12 @@ def modules_stall(problem: Problem, offloaded: np.ndarray, layers: np.ndarray, t
     stall = (np.maximum(copy_time(problem, offloaded, busy_f) - t_f, 0.0)
              + np.maximum(copy_time(problem, offloaded, busy_b) - t_b, 0.0))
     return np.where(offloaded > 0, layers * (stall + 2.0 * offloaded / hbm), 0.0)
+
+
+def offload_step_time(micro: np.ndarray, stalls: np.ndarray) -> np.ndarray:
+    """offload_s: m·(what one micro-batch loses to host copies: offload_stall for recompute=offload's k layers,
+    modules_stall for offload-modules) (Transformer Engine CPU offloading; Megatron-Core fine-grained offloading)."""
+    return micro * stalls
 
 
 def host_bytes_over(problem: Problem, offloaded: np.ndarray, layers: np.ndarray,

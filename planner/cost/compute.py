@@ -379,3 +379,9 @@ def mfu(problem: Problem, step: np.ndarray, r: Rates) -> np.ndarray:
     """Model FLOPs (3x forward, no recompute) per step / (step·GPUs·dense BF16 peak) (PaLM App. B)."""
     model_flops = flops.model_flops_per_token(problem.model, problem.training.seq_len) * tokens_per_step(problem)
     return model_flops / (step * float(problem.num_gpus) * r.bf16_peak)
+
+
+def recompute_step_time(micro: np.ndarray, layers: np.ndarray, recompute_b: np.ndarray) -> np.ndarray:
+    """recompute_s: m·L·(recompute_time per layer: a forward under full recompute, the selective modules under
+    selective) (Korthikanti et al. 2022 §5)."""
+    return micro * layers * recompute_b

@@ -66,3 +66,9 @@ def cp_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np
     ring_all, ring_f = ring_exposed(m, fab, tok, tp, u, r, attn_f, attn_b, domain)
     a2a_cp = ulysses_time(m, fab, tok, tp, u)
     return ring_all + 2 * a2a_cp, ring_f + a2a_cp
+
+
+def cp_comm_time(micro: np.ndarray, layers: np.ndarray, per_layer: np.ndarray) -> np.ndarray:
+    """cp_comm_s: exposed CP per step on the busiest stage, m·L·(cp_exposed's forward + backward per layer: ring
+    passes' exposed KV sends + 2·Ulysses all-to-alls) (Liu et al. 2023; Jacobs et al. 2023)."""
+    return micro * layers * per_layer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.cost import offload
 from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.layout import Zero
@@ -96,3 +97,13 @@ def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarra
     dense = (stage_p - expert_p) / np.where(sharded, shard_group, 1.0)
     experts = expert_p / np.where(sharded, expert_shard, 1.0)
     return OPTIMIZER_BYTES_PER_PARAM * (dense + experts) / hbm
+
+
+def optimizer_update_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float,
+                          expert_p: np.ndarray, expert_shard: np.ndarray, prof: FrameworkProfile,
+                          offloaded: float, host_link_gbps: float) -> np.ndarray:
+    """optimizer_s: the update on the GPU (optimizer_time: OPTIMIZER_BYTES_PER_PARAM·params / shard / HBM) + the
+    offloaded share's gradients down and weights up over the host link (offload.offload_time; ZeRO-Offload, Ren et
+    al. 2021)."""
+    return optimizer_time(stage_p, zero, shard_group, hbm, expert_p, expert_shard) + offload.offload_time(
+        stage_p, zero, shard_group, prof, offloaded, host_link_gbps)

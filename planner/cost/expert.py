@@ -176,3 +176,9 @@ def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.
     hidden = np.maximum(a2a, pair_compute / (1.0 - sm_share)) - pair_compute
     exposed = frac_moe * ((1.0 - share) * a2a + share * hidden)
     return exposed, 0.5 * exposed
+
+
+def ep_comm_time(micro: np.ndarray, layers: np.ndarray, per_layer: np.ndarray) -> np.ndarray:
+    """ep_comm_s: exposed EP per step on the busiest stage, m·L·(dispatch_exposed per average layer: the MoE
+    layers' dispatch + combine all-to-alls not hidden by paired micro-batches) (DeepSeek-V3 report §3.2)."""
+    return micro * layers * per_layer

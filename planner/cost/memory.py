@@ -1,11 +1,16 @@
-"""Memory per GPU: model states per ZeRO stage, activations (Korthikanti et al. 2022), logits, runtime reserve.
+"""What each kind of allocation costs, in bytes per GPU: model states per ZeRO stage, activations (Korthikanti et
+al. 2022), logits, and the transient buffers (ZeRO-3 gathers, pipeline hand-offs, fp8 scaling metadata).
 
-All sizes in bytes, per GPU, for one pipeline stage.
+The memory side, one job per module:
+    memory.py         the formulas: bytes of each allocation kind (this module)
+    allocations.py    the per-stage sum: each priced pipeline stage's allocations and total
+    device_memory.py  the device total: allocations + fragmentation + CUDA context + NCCL buffers
+    memory_terms.py   the printed memory numbers, one function each
+    stages.py         every pipeline rank's memory, for the report
+    fit_check.py      the search's shortcuts (grouped sums, floors), each tested against the plain sum
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,26 +23,7 @@ from planner.inputs.specs import ModelSpec
 
 GIB = 2.0**30
 MIB = 2.0**20
-# Outside the PyTorch allocator, so in neither max_memory_allocated nor max_memory_reserved:
-# - CUDA context and loaded kernels: 0.5-2 GiB; A100 80GB with torch 2.1.1 eager-loaded 0.92 GiB, lazy 0.47 GiB
-#   (stas00/ml-engineering training/performance/README.md "Preloaded CUDA kernels memory usage"; "1-2 GB",
-#   Ultra-Scale Playbook, First Steps). 1 GiB, the eager-loaded figure rounded up for newer kernel libraries.
-CONTEXT_BYTES = 1.0 * GIB
-# - NCCL buffers, per communicator: each channel's connection holds a buffer per protocol, Simple NCCL_BUFFSIZE
-#   4 MiB + LL 8x512x8x16 B = 512 KiB + LL128 120x640x8x8 B = 4.69 MiB (nccl src/include/device.h, init.cc); a ring
-#   needs a send and a receive connection per channel regardless of scale (sjeaugey, NVIDIA/nccl#986); 32 channels
-#   on NVLink-class fabrics. 2 x 32 x 9.2 MiB = 0.58 GiB, as measured: 544 MB (2 ranks) / 688 MB per group on A100
-#   (NVIDIA/nccl#964). More communicators, more buffers (nccl#864: ~1.6 GB with one vs ~6 GB with >= 3).
-NCCL_CHANNELS = 32
-NCCL_CONNECTIONS = 2
-NCCL_PROTOCOL_BYTES = 4 * MIB + 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8
-NCCL_BYTES_PER_GROUP = NCCL_CONNECTIONS * NCCL_CHANNELS * NCCL_PROTOCOL_BYTES
-# Inside the allocator, reserved but not allocated: the caching allocator keeps freed blocks per stream and splits
-# cached segments, so reserved >= allocated; Megatron's estimator adds 5% for it (theoretical_memory_usage.py).
-# `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (recommended by Megatron's MoE README, set by torchtitan's
-# run_train.sh) grows one segment per stream instead of one per > 2 MB allocation and avoids unusable slivers
-# (PyTorch docs/source/notes/cuda.md); no published figure quantifies that, so the 5% stands for both.
-FRAGMENTATION = 0.05
+
 # Transformer Engine delayed scaling keeps an fp32 amax history (default length 1024) and scale for each fp8 GEMM
 # operand (input, weight, grad output) (transformer_engine/common/recipe DelayedScaling amax_history_len).
 FP8_AMAX_HISTORY = 1024
@@ -135,19 +121,6 @@ def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray
     """Vocabulary-parallel logits on the last stage: bf16 logits + fp32 copy for the cross-entropy (Korthikanti §4.3,
     Megatron theoretical_memory_usage.py keeps 4·s·b·V/t for the loss)."""
     return tokens * m.vocab_size * 6.0 / np.maximum(tp, 1)
-
-
-def runtime_reserve(groups_active: np.ndarray, allocated: np.ndarray) -> np.ndarray:
-    """What the device holds beyond allocated tensors: CUDA context + NCCL buffers per active communicator +
-    allocator fragmentation (constants above)."""
-    return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups_active + FRAGMENTATION * allocated
-
-
-def fixed_bytes(priced: dict[str, float]) -> float:
-    """Bytes a priced plan holds beyond (1 + FRAGMENTATION) x (states + activations + logits): CUDA context, NCCL
-    buffers and the transient buffers with their fragmentation share. For strategies that re-price the rest."""
-    bufs = (1 + FRAGMENTATION) * priced["mem_buffers_gib"]
-    return (priced["mem_context_gib"] + priced["mem_nccl_gib"] + bufs) * GIB
 
 
 def p2p_buffer_bytes(tok: np.ndarray, h: int, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray) -> np.ndarray:
@@ -269,83 +242,6 @@ def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]],
 def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:
     """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads."""
     return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
-
-
-def active_groups(tp: np.ndarray, pp: np.ndarray, dp: np.ndarray, cp: np.ndarray, ep: np.ndarray) -> np.ndarray:
-    """Communicators with more than one rank (each holds NCCL buffers): tp, pp, dp·cp, cp, ep."""
-    return sum((x > 1).astype(float) for x in (tp, pp, dp * cp, cp, ep))
-
-
-@dataclass(frozen=True)
-class StageMemory:
-    """Allocations of one pipeline stage's GPU, bytes."""
-
-    states: dict[str, np.ndarray]  # weights, grads, optimizer (state_bytes)
-    activations: np.ndarray
-    logits: np.ndarray
-    buffers: np.ndarray  # ZeRO-3 gather/reduce buffers, pipeline send/recv buffers, fp8 scaling metadata
-    total: np.ndarray  # states + activations + logits + buffers
-    offloaded: np.ndarray | float = 0.0  # layers whose activations live in host memory (recompute=offload)
-
-
-def stage_memory(states: dict[str, np.ndarray], acts: np.ndarray, logits: np.ndarray,
-                 buffer: np.ndarray) -> StageMemory:
-    """total = states + activations + logits + buffers."""
-    return StageMemory(states, acts, logits, buffer, sum(states.values()) + acts + logits + buffer)
-
-
-def report(first: StageMemory, second: StageMemory, last: StageMemory, groups: np.ndarray) -> dict[str, np.ndarray]:
-    """GiB per GPU of the stage with the largest allocations, split by kind, and the device totals.
-
-    Three figures, each what some tool prints: memory_allocated_gib is the peak of live tensors
-    (torch.cuda.max_memory_allocated: Megatron's "max allocated", DeepSpeed's "Max_MA"); memory_reserved_gib adds
-    the caching allocator's slack (torch.cuda.max_memory_reserved: torchtitan's step log); memory_peak_gib, the
-    device total the fit check uses, adds the CUDA context and NCCL buffers, which live outside the allocator.
-    `second` is the stage after the first, the peak when an uneven split gives the first stage fewer layers.
-    """
-    stages = (first, second, last)
-    totals = np.stack([st.total for st in stages])
-    peak = np.argmax(totals, axis=0)
-    peak_alloc = np.max(totals, axis=0)
-    frag = FRAGMENTATION * peak_alloc
-    fixed = device_fixed_bytes(groups)
-
-    def pick(get) -> np.ndarray:  # noqa: ANN001
-        return np.choose(peak, [np.broadcast_to(get(st), peak.shape) for st in stages])
-
-    return {
-        "memory_peak_gib": _device_gib(peak_alloc, fixed),
-        "memory_reserved_gib": (peak_alloc + frag) / GIB,
-        "memory_allocated_gib": peak_alloc / GIB,
-        "mem_weights_gib": pick(lambda st: st.states["weights"]) / GIB,
-        "mem_grads_gib": pick(lambda st: st.states["grads"]) / GIB,
-        "mem_optimizer_gib": pick(lambda st: st.states["optimizer"]) / GIB,
-        "mem_activations_gib": pick(lambda st: st.activations) / GIB,
-        "mem_logits_gib": pick(lambda st: st.logits) / GIB,
-        "mem_buffers_gib": pick(lambda st: st.buffers) / GIB,
-        "mem_fragmentation_gib": frag / GIB,
-        "mem_context_gib": CONTEXT_BYTES / GIB + 0 * peak_alloc,
-        "mem_nccl_gib": NCCL_BYTES_PER_GROUP * groups / GIB + 0 * peak_alloc,
-        "mem_reserve_gib": (frag + fixed + pick(lambda st: st.buffers)) / GIB,
-        "mem_first_stage_gib": (first.total * (1 + FRAGMENTATION) + fixed) / GIB,
-        "mem_last_stage_gib": (last.total * (1 + FRAGMENTATION) + fixed) / GIB,
-    }
-
-
-def peak_gib(first: StageMemory, second: StageMemory, last: StageMemory, fixed: np.ndarray) -> np.ndarray:
-    """`report`'s memory_peak_gib alone: what the fit check needs (`fixed`: device_fixed_bytes)."""
-    return _device_gib(np.maximum(np.maximum(first.total, second.total), last.total), fixed)
-
-
-def device_fixed_bytes(groups: np.ndarray) -> np.ndarray:
-    """What every GPU holds outside the allocator: the CUDA context and the NCCL buffers of `groups` communicators
-    (active_groups)."""
-    return CONTEXT_BYTES + NCCL_BYTES_PER_GROUP * groups
-
-
-def _device_gib(peak_alloc: np.ndarray, fixed: np.ndarray) -> np.ndarray:
-    """The device total: the busiest stage's allocations + fragmentation + CUDA context + NCCL buffers (`fixed`)."""
-    return (peak_alloc + FRAGMENTATION * peak_alloc + fixed) / GIB
 
 
 def fp8_param_gather(problem: Problem) -> bool:

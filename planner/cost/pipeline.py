@@ -139,6 +139,12 @@ def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray, schedule: np.ndarray) ->
     return np.where(np.isin(schedule, DUALPIPES), 0.0, 2 * p2p * vpp)
 
 
+def pp_comm_time(micro: np.ndarray, exposed: np.ndarray) -> np.ndarray:
+    """pp_comm_s: m·(hand-offs exposed per micro-batch, hand_offs_exposed) = m·2·p2p·v (Narayanan et al. 2021
+    §4.1)."""
+    return micro * exposed
+
+
 @dataclass(frozen=True)
 class LayerComm:
     """Exposed communication of one average layer per micro-batch: forward + backward totals and forward shares."""
@@ -185,21 +191,52 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
         per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
         per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)
                        + (lc.ep - lc.ep_f) + lc.fsdp_b)
+    return StageTimes(per_layer_f, per_layer_b, stage_forward_time(layers, per_layer_f, head_f, edges, schedule),
+                      stage_backward_time(layers, per_layer_b, head_f, edges, schedule),
+                      stage_wgrad_time(layers, lt.wgrad, head_f, edges, schedule))
+
+
+def busiest_stage_time(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarray,
+                       edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
+    """One pass of one micro-batch through the busiest rank (stage_times): max(L·t, L_last·t + head), and under
+    DualPipe max(L·t, (L_first + L_last)·t/2 + head/2), t the pass's time per layer, `edges` (L_first, L_last)."""
     first, last = edges
-
-    def busiest(per_layer: np.ndarray, head: np.ndarray) -> np.ndarray:
-        single = np.maximum(layers * per_layer, last * per_layer + head)
-        paired = np.maximum(layers * per_layer, 0.5 * ((first + last) * per_layer + head))
-        return np.where(schedule == Schedule.DUALPIPE, paired, single)
-
-    return StageTimes(per_layer_f, per_layer_b, busiest(per_layer_f, head_f), busiest(per_layer_b, 2 * head_f),
-                      busiest(lt.wgrad, head_f))
+    single = np.maximum(layers * per_layer, last * per_layer + head)
+    paired = np.maximum(layers * per_layer, 0.5 * ((first + last) * per_layer + head))
+    return np.where(schedule == Schedule.DUALPIPE, paired, single)
 
 
-def stage_microbatch_times(pp: np.ndarray, layers: np.ndarray, st: StageTimes) -> tuple[np.ndarray, np.ndarray]:
-    """(first, last) stage forward + backward of one micro-batch: the first stage's layers (the embedding lookup is
-    negligible), the last stage's layers + LM head and loss."""
-    return np.where(pp > 1, layers * (st.per_layer_f + st.per_layer_b), st.fwd + st.bwd), st.fwd + st.bwd
+def stage_forward_time(layers: np.ndarray, per_layer_f: np.ndarray, head_f: np.ndarray,
+                       edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
+    """stage_fwd_s, t_f: L·(layer forward + exposed forward communication) + LM head forward, on the busiest rank
+    (busiest_stage_time; Narayanan et al. 2021)."""
+    return busiest_stage_time(layers, per_layer_f, head_f, edges, schedule)
+
+
+def stage_backward_time(layers: np.ndarray, per_layer_b: np.ndarray, head_f: np.ndarray,
+                        edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
+    """stage_bwd_s, t_b: L·(layer backward + recompute + exposed backward communication) + 2·head forward, on the
+    busiest rank (busiest_stage_time; backward = 2x forward FLOPs, Narayanan et al. 2021)."""
+    return busiest_stage_time(layers, per_layer_b, 2 * head_f, edges, schedule)
+
+
+def stage_wgrad_time(layers: np.ndarray, wgrad: np.ndarray, head_f: np.ndarray,
+                     edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
+    """stage_wgrad_s, t_w: L·weight-gradient GEMMs + head forward, on the busiest rank: the W passes zero-bubble
+    schedules defer (Qi et al. 2024 §2)."""
+    return busiest_stage_time(layers, wgrad, head_f, edges, schedule)
+
+
+def first_stage_microbatch_time(pp: np.ndarray, layers: np.ndarray, st: StageTimes) -> np.ndarray:
+    """first_stage_mb_s: forward + backward of one micro-batch on the first stage, L·(t_f + t_b per layer) (the
+    embedding lookup is negligible); without a pipeline the one stage's t_f + t_b."""
+    return np.where(pp > 1, layers * (st.per_layer_f + st.per_layer_b), st.fwd + st.bwd)
+
+
+def last_stage_microbatch_time(st: StageTimes) -> np.ndarray:
+    """last_stage_mb_s: forward + backward of one micro-batch on the last stage, t_f + t_b (its layers + LM head and
+    loss)."""
+    return st.fwd + st.bwd
 
 
 def microbatch_time(st: StageTimes, p2p_exposed: np.ndarray, schedule: np.ndarray, lt: LayerTimes,

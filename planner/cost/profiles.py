@@ -107,7 +107,7 @@ _STACKS: dict[str, FrameworkProfile] = {
     "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False),
 }
 
-# The metric each `memory_reported` figure is predicted by (planner.cost.memory.report).
+# The metric each `memory_reported` figure is predicted by (planner.cost.memory_terms).
 MEMORY_METRIC = {"allocated": "memory_allocated_gib", "reserved": "memory_reserved_gib", "device": "memory_peak_gib"}
 
 

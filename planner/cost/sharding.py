@@ -87,40 +87,6 @@ def stage_expert_params(params: Mapping[str, np.ndarray]) -> np.ndarray:
     return params["held_layers"] * params["layer_expert_part"]
 
 
-def state_memory_floor_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
-    """A cheap lower bound on peak memory: model states alone (no activations, no reserve), with the layout's ZeRO
-    sharding, on the busiest of the stages the memory model prices (first, second, last: stage_state_bytes, the
-    launched split). Each stage's total adds non-negative terms to these bytes, so the floor never exceeds
-    `evaluate`'s memory_peak_gib (tests/test_search_speed.py); the search drops layouts above capacity before pricing
-    them in full."""
-    zero, _, shard = sharding(problem, c)
-    return states_floor_gib(stage_state_bytes(problem, c, zero, shard, stage_params(problem, c))[1])
-
-
-def states_floor_gib(stages: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """GiB of the busiest stage's model states (stage_state_bytes' second part): state_memory_floor_gib."""
-    return np.maximum(np.maximum(*(sum(st.values()) for st in stages[:2])), sum(stages[2].values())) / memory.GIB
-
-
-def stage_state_bytes(problem: Problem, c: Mapping[str, np.ndarray], zero: np.ndarray, shard: np.ndarray,
-                      params: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[dict[str, np.ndarray]]]:
-    """The layers held by the first, second and last stage's GPU, and their weights, grads and optimizer bytes: each
-    holds its own layer count (the launched split, memory.stage_layer_counts) x copies (DualPipe holds two stages
-    per rank); the embedding and LM head sit on the first and last (stage_params prices ceil(L/pp) layers); expert
-    states shard over the expert data-parallel group."""
-    fp8 = compute.is_fp8(problem)
-    counts = memory.stage_layer_counts(problem.model.num_hidden_layers, *(c[x].astype(float) for x in ("pp", "vpp")))
-    per_layer = params["per_layer"]
-    copies = params["held_layers"] / params["layers_per_stage"]
-    base = (params["first"] - params["held_layers"] * per_layer, 0.0 * per_layer,
-            params["last"] - params["held_layers"] * per_layer)
-    expert_shard = expert_shard_group(c, shard)
-    held = [n * copies for n in counts]
-    return held, [split_state_bytes(edge + h * per_layer, h * params["layer_expert_part"], zero, shard, expert_shard,
-                                    stack_profile(problem.training), fp8, problem.training.optimizer_offload,
-                                    memory.fp8_param_gather(problem)) for h, edge in zip(held, base, strict=True)]
-
-
 def fsdp_collectives(fab: Fabric, prof: FrameworkProfile, per_layer_p: np.ndarray, shard_group: np.ndarray,
                      tp: np.ndarray, experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
@@ -167,3 +133,9 @@ def fsdp_exposed_from(fab: Fabric, zero: np.ndarray, ag: np.ndarray, rs: np.ndar
     share = collective_sm_share(fab.cluster)
     return (np.where(z3, overlapped_exposed(ag, layer_f, share), 0.0),
             np.where(z3, overlapped_exposed(ag + rs, layer_b, share), 0.0))
+
+
+def fsdp_comm_time(micro: np.ndarray, layers: np.ndarray, fsdp_f: np.ndarray, fsdp_b: np.ndarray) -> np.ndarray:
+    """fsdp_comm_s: exposed ZeRO-3 per step on the busiest stage, m·L·(forward + backward exposed per layer,
+    fsdp_exposed: E(gather, t_f) + E(gather + reduce-scatter, t_b)) (Rajbhandari et al. 2020)."""
+    return micro * layers * (fsdp_f + fsdp_b)

@@ -2,52 +2,50 @@
 
 Per pipeline stage and micro-batch, each layer's kernels (planner.cost.compute) plus what its TP, CP, EP and ZeRO-3
 communication leaves exposed (tensor, context, expert, sharding); the stage's micro-batches, bubble and hand-offs
-(pipeline); the data-parallel reduction and optimizer (data); memory per stage (memory). Every number returned is
-named, with its formula and source, in planner.cost.terms.
+(pipeline); the data-parallel reduction and optimizer (data); memory per stage (allocations' per-stage sum, read
+out by memory_terms). Every number returned is named, with its formula, source and the one function that returns
+it, in planner.cost.terms.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from planner.cost import (
     activation_offload,
+    allocations,
     compute,
     context,
     data,
+    device_memory,
     expert,
     groups,
     memory,
-    offload,
+    memory_terms,
     pipeline,
+    sharding,
     tensor,
 )
-from planner.cost.allocations import stage_parts
 from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.cost.sharding import (
     expert_shard_group,
     fsdp_collectives,
     fsdp_exposed_from,
-    sharding,
     split_state_bytes,
     stage_expert_params,
     stage_params,
-    stage_state_bytes,
-    states_floor_gib,
 )
-from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
 
-__all__ = ["evaluate", "grouped_memory_peak_gib", "layer_terms", "memory_peak_gib", "step_time_floor"]
+__all__ = ["evaluate", "layer_terms", "step_time_floor"]
 
 
 def _knobs(c: Mapping[str, np.ndarray], expert: bool = True) -> dict[str, np.ndarray]:
-    out = {k: c[k].astype(float) for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")}
-    out.update(rc=c["recompute"], sp=c["sp"], sched=c["schedule"])
+    out = allocations.memory_knobs(c)
     return {**out, "etp": groups.expert_tp(c)} if expert else out
 
 
@@ -78,7 +76,7 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     prof = stack_profile(tr)
     k = _knobs(c)
     tp, dp, cp, ep, sp, rc = (k[x] for x in ("tp", "dp", "cp", "ep", "sp", "rc"))
-    zero, hsdp, shard_group = sharding(problem, c)
+    zero, hsdp, shard_group = sharding.sharding(problem, c)
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], dp)
     rates = compute.rates(problem)
     fab = Fabric(problem.cluster, problem.compress, rates.hbm)
@@ -133,18 +131,16 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
                                         st.fwd, st.bwd)
-    optim_time = data.optimizer_time(params["stage"], zero, shard_group, x.rates.hbm, stage_expert_params(params),
-                                     expert_shard_group(c, shard_group)) + offload.offload_time(
-        params["stage"], zero, shard_group, prof, problem.training.optimizer_offload,
-        problem.cluster.gpu.host_link_gbps)
-    stages = _stages(problem, k, x.tok, micro, c, zero, shard_group, params)
+    optim_time = data.optimizer_update_time(params["stage"], zero, shard_group, x.rates.hbm,
+                                            stage_expert_params(params), expert_shard_group(c, shard_group), prof,
+                                            problem.training.optimizer_offload, problem.cluster.gpu.host_link_gbps)
+    stages = allocations.stage_memories(problem, allocations.ActivationSide(k, x.tok, micro),
+                                        allocations.state_side(problem, c, priced=(zero, shard_group, params)))
     offloaded = stages[0].offloaded
     offload_mb = _offload_stalls(problem, x, offloaded, layers, np.shape(t_mb))
     step = pipeline.step_time(micro, t_mb + offload_mb, bubble, dp_exposed, optim_time)
 
-    mem = memory.report(*stages, memory.active_groups(tp, pp, dp, cp, ep))
-    first_mb, last_mb = pipeline.stage_microbatch_times(pp, layers, st)
-    per_step = micro * layers
+    mem = memory_terms.report(stages, device_memory.active_groups(tp, pp, dp, cp, ep))
     return {
         "step_time_s": step,
         "tokens_per_s_per_gpu": compute.throughput_per_gpu(problem, step),
@@ -157,20 +153,20 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "exposed_comm_s": pipeline.exposed_comm_time(micro, p2p_exposed, layers, lc, dp_exposed),
         "bubble_s": bubble,
         "stage_fwd_s": st.fwd,  # one micro-batch through the busiest stage (for the timeline in `explain`)
-        "first_stage_mb_s": first_mb,  # forward + backward of one micro-batch per stage, for `explain`
-        "last_stage_mb_s": last_mb,
+        "first_stage_mb_s": pipeline.first_stage_microbatch_time(pp, layers, st),  # for `explain`
+        "last_stage_mb_s": pipeline.last_stage_microbatch_time(st),
         "stage_bwd_s": st.bwd,
         "stage_wgrad_s": st.wgrad,
         "p2p_s": p2p,
         "optimizer_s": optim_time,
-        "tp_comm_s": per_step * lc.tp,
-        "cp_comm_s": per_step * lc.cp,
-        "ep_comm_s": per_step * lc.ep,
-        "fsdp_comm_s": per_step * (lc.fsdp_f + lc.fsdp_b),
-        "pp_comm_s": micro * p2p_exposed,
+        "tp_comm_s": tensor.tp_comm_time(micro, layers, lc.tp),
+        "cp_comm_s": context.cp_comm_time(micro, layers, lc.cp),
+        "ep_comm_s": expert.ep_comm_time(micro, layers, lc.ep),
+        "fsdp_comm_s": sharding.fsdp_comm_time(micro, layers, lc.fsdp_f, lc.fsdp_b),
+        "pp_comm_s": pipeline.pp_comm_time(micro, p2p_exposed),
         "dp_comm_s": dp_exposed,
-        "recompute_s": per_step * recompute_b,
-        "offload_s": micro * offload_mb,
+        "recompute_s": compute.recompute_step_time(micro, layers, recompute_b),
+        "offload_s": activation_offload.offload_step_time(micro, offload_mb),
         "offloaded_layers": np.broadcast_to(offloaded, np.shape(step)).astype(float),
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
     }
@@ -227,10 +223,6 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     return pipeline.step_time(micro, t_mb, bubble, none, none)
 
 
-def _whole(x: np.ndarray) -> np.ndarray:
-    return x
-
-
 @dataclass(frozen=True)
 class Shared:
     """Rows grouped by the knobs some terms read: `table` holds one representative layout per group, `index` each
@@ -261,106 +253,12 @@ class Shared:
 # What the grouped terms read: model states, their buffers, stage layer counts and communicators read neither the
 # micro-batch size nor recompute; activations, logits, hand-off buffers, the micro-batches in flight and
 # step_time_floor read no ZeRO stage (ZeRO enters the step only through communication and the optimizer). The
-# memory's activation side (_stages' k, tok, micro: activations, logits, hand-off buffers, micro-batches in flight)
+# memory's activation side (allocations.ActivationSide: activations, logits, hand-off buffers, micro-batches in flight)
 # reads no expert or context-parallel layout either (ep, etp, cp_comm enter time and states, not activations), so
 # memory groups those rows coarser than step_time_floor can.
 STATE_FREE_KNOBS = ("mbs", "recompute")
 ZERO_FREE_KNOBS = ("zero",)
 ACTIVATION_FREE_KNOBS = ("cp_comm", "ep", "etp", "zero")
-
-
-def memory_peak_gib(problem: Problem, c: Mapping[str, np.ndarray]) -> np.ndarray:
-    """`evaluate`'s memory_peak_gib alone (no time terms), so that a search can drop what does not fit, or what a
-    leaner sibling dominates, before pricing time."""
-    return _peak(problem, c, c, _whole, _whole)
-
-
-def grouped_memory_peak_gib(problem: Problem, by_state: Shared, by_act: Shared,
-                            cap: float | None = None) -> np.ndarray:
-    """memory_peak_gib of the rows `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_act` (only in
-    ACTIVATION_FREE_KNOBS, or a subset of them) group: a search's table has few groups of each, so most terms are
-    priced per group. With `cap`, rows whose busiest stage's model states alone need more GiB (sharding.
-    states_floor_gib: the peak adds non-negative terms to them) are NaN, not priced; the states are priced once for
-    the floor and the peak."""
-    cs = by_state.table
-    zero, _, shard_group = sharding(problem, cs)
-    params = stage_params(problem, cs)
-    state_bytes = stage_state_bytes(problem, cs, zero, shard_group, params)
-    if cap is None:
-        return _peak(problem, cs, by_act.table, by_state.spread, by_act.spread, (zero, shard_group, params,
-                                                                                   state_bytes))
-    rows = np.flatnonzero(by_state.spread(states_floor_gib(state_bytes[1]) <= cap))
-    peak = np.full(len(by_state.index), np.nan)
-    if len(rows):
-        peak[rows] = _peak(problem, cs, by_act.table, by_state.subset(rows).spread, by_act.subset(rows).spread,
-                           (zero, shard_group, params, state_bytes))
-    return peak
-
-
-def _peak(problem: Problem, cs: Mapping[str, np.ndarray], cz: Mapping[str, np.ndarray],
-          spread_s: Callable[[np.ndarray], np.ndarray], spread_z: Callable[[np.ndarray], np.ndarray],
-          state: tuple | None = None) -> np.ndarray:
-    """memory_peak_gib; `state`: (zero, shard group, stage_params, stage_state_bytes) of `cs`, when already priced."""
-    k = _knobs(cz, expert=False)
-    if state is None:
-        zero, _, shard_group = sharding(problem, cs)
-        params = stage_params(problem, cs)
-        state = (zero, shard_group, params, stage_state_bytes(problem, cs, zero, shard_group, params))
-    zero, shard_group, params, state_bytes = state
-    micro = pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"])
-    tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
-    stages = _stages(problem, k, tok, micro, cs, zero, shard_group, params, spread_s, spread_z, state_bytes)
-    active = memory.active_groups(*(cs[x].astype(float) for x in ("tp", "pp", "dp", "cp", "ep")))
-    return memory.peak_gib(*stages, fixed=spread_s(memory.device_fixed_bytes(active)))
-
-
-def memory_stages(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    """Each priced stage's allocations by kind, GiB (`plan explain`): first, second (rank 1) and last stage."""
-    x = _layer(problem, c)
-    out = {}
-    for name, st in zip(("first", "second", "last"), _stages(problem, x.k, x.tok, x.micro, c, x.zero, x.shard_group,
-                                                               x.params), strict=True):
-        kinds = {**st.states, "activations": st.activations, "logits": st.logits, "buffers": st.buffers,
-                 "allocated": st.total}
-        out[name] = {kind: v / memory.GIB for kind, v in kinds.items()}
-    return out
-
-
-def _stages(problem: Problem, k: dict[str, np.ndarray], tok: np.ndarray, micro: np.ndarray,
-            cs: Mapping[str, np.ndarray], zero: np.ndarray, shard_group: np.ndarray, params: dict[str, np.ndarray],
-            spread_s: Callable[[np.ndarray], np.ndarray] = _whole,
-            spread_z: Callable[[np.ndarray], np.ndarray] = _whole,
-            state_bytes: tuple[list[np.ndarray], list[dict[str, np.ndarray]]] | None = None,
-            ) -> list[memory.StageMemory]:
-    """First, second and last stage allocations (stage_parts added up).
-
-    Grouped (memory_peak_gib): `cs`, zero, shard_group and params are per state group and `spread_s` spreads them
-    to the rows; k, tok and micro are per activation group (ACTIVATION_FREE_KNOBS), spread by `spread_z`; each row
-    then sums the same terms in the same order as ungrouped, and the states only as their sum (the peak reads
-    totals)."""
-    x = stage_parts(problem, k, tok, micro, cs, zero, shard_group, params, state_bytes)
-    grouped = spread_s is not _whole
-    shared = spread_s(x.fsdp) + spread_z(x.p2p)
-    first_logits = spread_z(x.logits[0])
-    stages = []
-    for states, meta, acts, stage_logits in zip(x.states, x.meta, map(spread_z, x.acts),
-                                                (first_logits, first_logits, spread_z(x.logits[2])), strict=True):
-        buffers = shared + spread_s(meta)
-        if grouped:  # the peak reads totals; the states' sum is never -0.0, so stage_memory's 0 + it is itself
-            held_states = spread_s(sum(states.values()))
-            stages.append(memory.StageMemory({"all": held_states}, acts, stage_logits, buffers,
-                                             held_states + acts + stage_logits + buffers))
-        else:
-            stages.append(memory.stage_memory(states, acts, stage_logits, buffers))
-    rc = spread_z(k["rc"])
-    if np.any(rc == Recompute.OFFLOAD):  # pp = 1 (rule offload_needs_one_stage): the three stages are one
-        a = spread_z(x.per_layer_act)
-        fixed = spread_s(memory.device_fixed_bytes(memory.active_groups(*(cs[knob].astype(float)
-                                                                          for knob in ("tp", "pp", "dp", "cp", "ep")))))
-        off = activation_offload.offloaded_layers(problem, rc, spread_z(x.first_layers), a, stages[0].total, fixed)
-        stages = [replace(st, activations=st.activations - off * a, total=st.total - off * a, offloaded=off)
-                  for st in stages]
-    return stages
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

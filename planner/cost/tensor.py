@@ -27,3 +27,9 @@ def tp_exposed(fab: Fabric, prof: FrameworkProfile, act_bytes: np.ndarray, tp: n
     per_pass = 1 + np.asarray(mlp_kept, dtype=float)
     n_tp_coll = (2 + np.where(rc == Recompute.FULL, 1, 0)) * per_pass
     return n_tp_coll * tp_coll * (1 - prof.tp_overlap), per_pass * tp_coll * (1 - prof.tp_overlap)
+
+
+def tp_comm_time(micro: np.ndarray, layers: np.ndarray, per_layer: np.ndarray) -> np.ndarray:
+    """tp_comm_s: exposed TP per step on the busiest stage, m·L·(tp_exposed's forward + backward per layer) =
+    m·L·(4, +2 full recompute)·all-reduce(activation)·(1 - overlap) (Narayanan et al. 2021 §3.2)."""
+    return micro * layers * per_layer

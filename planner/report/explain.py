@@ -8,7 +8,8 @@ import numpy as np
 from rich.console import Console
 
 from planner.cost import compute, memory, pipeline
-from planner.cost.step import layer_terms, memory_stages
+from planner.cost.stages import memory_stages
+from planner.cost.step import layer_terms
 from planner.inputs.frameworks import offload_modules
 from planner.inputs.layout import CpComm, Recompute, Schedule, Zero, default_expert_tp
 from planner.inputs.problem import Problem

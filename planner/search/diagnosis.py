@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from planner.cost.step import ACTIVATION_FREE_KNOBS, STATE_FREE_KNOBS, grouped_memory_peak_gib
+from planner.cost.fit_check import grouped_memory_peak_gib
+from planner.cost.step import ACTIVATION_FREE_KNOBS, STATE_FREE_KNOBS
 from planner.inputs.catalog import gpu_catalog, load_gpu
 from planner.inputs.frameworks import Capabilities, capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute

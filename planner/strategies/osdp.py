@@ -42,7 +42,7 @@ from fractions import Fraction
 
 from ortools.sat.python import cp_model
 
-from planner.cost import memory
+from planner.cost import device_memory, memory
 from planner.cost.fabric import overlapped_exposed
 from planner.errors import NoFeasiblePlan
 from planner.inputs.problem import Problem
@@ -68,7 +68,7 @@ def price_choice(table: OsdpTable, choice: Sequence[int]) -> Priced:
     dp_exposed = float(overlapped_exposed(reduce, table.dp_window_s, table.sm_share))
     step = table.micro_batches * (table.base_microbatch_s + exposed) + dp_exposed + table.optimizer_s
     alloc = sum(o.state_bytes for o in opts) + max(o.buffer_bytes for o in opts) + table.act_bytes
-    mem = ((1 + memory.FRAGMENTATION) * alloc + table.fixed_bytes) / memory.GIB
+    mem = float(device_memory.device_bytes(alloc, table.fixed_bytes)) / memory.GIB
     return Priced(step, mem, table.micro_batches * exposed, dp_exposed, mem <= table.capacity_gib * (1 + 1e-12))
 
 

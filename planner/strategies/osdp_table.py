@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost import device_memory, flops, memory
 from planner.cost import fabric as comm
-from planner.cost import flops, memory
 from planner.cost.profiles import stack_profile
 from planner.cost.step import layer_terms
 from planner.errors import PlanInputError
@@ -125,12 +125,13 @@ class OsdpTable:
     reduce_s_per_byte: float
     sm_share: float  # SMs a running collective takes from the compute it overlaps (fabric.collective_sm_share)
     act_bytes: float  # activations + logits (fixed by the layout)
-    fixed_bytes: float  # CUDA context + NCCL buffers (memory.runtime_reserve without the fragmentation share)
+    fixed_bytes: float  # the rest of the device total (device_memory.plan_fixed_bytes)
     capacity_gib: float
 
     def alloc_budget_bytes(self) -> float:
-        """Bytes states + buffer may take: capacity = (1 + fragmentation) x allocations + fixed reserve."""
-        return (self.capacity_gib * memory.GIB - self.fixed_bytes) / (1 + memory.FRAGMENTATION) - self.act_bytes
+        """Bytes states + buffer may take: the allocations whose device total is the capacity, less the
+        activations."""
+        return device_memory.allocation_budget(self.capacity_gib * memory.GIB, self.fixed_bytes) - self.act_bytes
 
 
 def _largest_linear_params(problem: Problem) -> float:
@@ -264,7 +265,7 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
     latency = float(comm.all_reduce_time(np.array(0.0), ranks, stride, cl))
     probe = 2.0**30
     slope = (float(comm.all_reduce_time(np.array(probe), ranks, stride, cl)) - latency) / probe
-    fixed = memory.fixed_bytes(priced)
+    fixed = device_memory.plan_fixed_bytes(priced)
     acts = (priced["mem_activations_gib"] + priced["mem_logits_gib"]) * memory.GIB
     return OsdpTable(
         items=tuple(items), micro_batches=micro, base_microbatch_s=base_mb, optimizer_s=priced["optimizer_s"],

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.cost import device_memory, flops, memory
 from planner.cost import fabric as comm
-from planner.cost import flops, memory
 from planner.cost.groups import expert_tp
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
@@ -288,7 +288,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     gib = memory.GIB
 
     below_z3 = price_layout(problem, full_layout(lay, zero=min(lay["zero"], 2)))
-    fixed = memory.fixed_bytes(below_z3)  # context + NCCL + buffers, in bytes
+    fixed = device_memory.plan_fixed_bytes(below_z3)  # context + NCCL + buffers, in bytes
     # ZeRO-3's gather buffer: an allocation of each stage (scaled by the fragmentation share with the rest)
     z3_buffer = ((price_layout(problem, lay)["mem_buffers_gib"] - below_z3["mem_buffers_gib"]) * gib
                  if lay["zero"] == Zero.PARAMETERS else 0.0)
@@ -301,7 +301,7 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
         act_bytes_recompute=cost.checkpoint_bytes, recompute_time=cost.full_recompute_s - cost.recompute_s,
         layer_static_bytes=cost.layer_state_bytes, embed_static_bytes=per_param * emb_p,
         head_static_bytes=per_param * head_copy, head_act_bytes=cost.logits_bytes, working_bytes=cost.working_bytes,
-        stage_fixed_bytes=z3_buffer, capacity_bytes=(cap - fixed) / (1 + memory.FRAGMENTATION),
+        stage_fixed_bytes=z3_buffer, capacity_bytes=device_memory.allocation_budget(cap, fixed),
         inflight=tuple(min(micro, pp - s) for s in range(pp)), **layer_weights(problem, lay))
 
 
