@@ -204,7 +204,7 @@ def memory_readings(torch: Any) -> dict[str, float]:
 # --- the planner's side ------------------------------------------------------------------------------------------
 def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict[str, float]:
     from planner.inputs.catalog import load_cluster, model_from_mapping
-    from planner.inputs.layout import KNOBS
+    from planner.inputs.layout import KNOBS, Layout
     from planner.inputs.problem import Problem
     from planner.inputs.profile import apply_profile
     from planner.inputs.specs import TrainingSpec
@@ -218,7 +218,7 @@ def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict
     layout = dict.fromkeys(KNOBS, 0)  # knobs not named here (categoricals) take their first value
     layout.update(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mbs=mbs, zero=0, recompute=RECOMPUTE_CODES[recompute], sp=0,
                   schedule=0)
-    out = price_layout(Problem(model, cluster, training), layout)
+    out = price_layout(Problem(model, cluster, training), Layout.from_dict(layout))
     # Like for like (planner.cost.memory_terms): each figure torch reports against the prediction of that figure.
     out["peak_allocated_gib"] = out["memory_allocated_gib"]
     out["peak_reserved_gib"] = out["memory_reserved_gib"]

@@ -10,6 +10,7 @@ from typing import Any
 from cli import plan_run, quick
 from cli.exit_codes import ExitCode
 from cli.options import stderr
+from cli.plan_options import plan_options
 from planner.errors import NoFeasiblePlan, PlanInputError, single_line
 
 # typer >= 0.20 vendors click and raises its own exception classes; older typer raises click's, and click is then
@@ -42,7 +43,7 @@ def run() -> None:
     try:
         args = quick.plan_args(sys.argv[1:])
         if args is not None:
-            rc = plan_run.run_plan(**args)
+            rc = plan_run.run_plan(plan_options(args))
         else:
             from cli.app import app
 

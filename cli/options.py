@@ -1,5 +1,6 @@
 """What several commands share: the consoles, format and framework checks, and the problem the options describe.
-Typer-free (the options' annotations are in cli/option_types.py), so that cli/quick.py runs a plan without typer."""
+Typer-free (the options are declared in cli/plan_options.py, their typer parameters built in cli/option_types.py),
+so that cli/quick.py runs a plan without typer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from planner.errors import PlanInputError
 if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no pydantic specs, JSON output no rich
     from rich.console import Console
 
+    from cli.plan_options import PlanOptions
     from planner.inputs.problem import Problem
     from planner.inputs.specs import ClusterSpec, ModelSpec
 
@@ -65,20 +67,16 @@ def framework_for(framework: str | None, fmt: str) -> str:
     return framework
 
 
-def build_problem(model: str, cluster: str, seq_len: int, global_batch: int, precision: str, framework: str,
-                  fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
-                  compress: list[str] | None = None, memory_headroom: float | None = None,
-                  optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
-                  fp8_recipe: str = "tensorwise", *, moe_capacity_factor: float | None = None,
-                  moe_pad_to_capacity: bool = False) -> Problem:
-    """The planning problem the command-line options describe; one PlanInputError for any bad option."""
+def build_problem(options: PlanOptions) -> Problem:
+    """The planning problem the options describe (their model and cluster loaded from the catalog or a file); one
+    PlanInputError for any bad option."""
     from planner.inputs.catalog import load_cluster, load_model
 
-    _check_names(precision, framework)
-    return problem_for(load_model(model), load_cluster(cluster), seq_len, global_batch, precision, framework, fix,
-                       allow_tp_across_nodes, enforce_memory, compress, memory_headroom, optimizer_offload,
-                       optimizer_moments, fp8_recipe, moe_capacity_factor=moe_capacity_factor,
-                       moe_pad_to_capacity=moe_pad_to_capacity)
+    if options.model is None or options.cluster is None:
+        missing = "--model" if options.model is None else "--cluster"
+        raise PlanInputError("is required", field=missing, fix="e.g. --model llama70b --cluster h100x512")
+    _check_names(options.precision, framework_for(options.framework, options.fmt))
+    return problem_for(load_model(options.model), load_cluster(options.cluster), options)
 
 
 def _check_names(precision: str, framework: str) -> None:
@@ -125,52 +123,48 @@ def _check_token_drop(m: ModelSpec, framework: str, capacity: float | None, padd
                              fix="leave it out, or plan for --framework megatron-core / nemo")
 
 
-def problem_for(m: ModelSpec, c: ClusterSpec, seq_len: int, global_batch: int, precision: str, framework: str,
-                fix: list[str] | None, allow_tp_across_nodes: bool = False, enforce_memory: bool = True,
-                compress: list[str] | None = None, memory_headroom: float | None = None,
-                optimizer_offload: float = 0.0, optimizer_moments: str = "fp32",
-                fp8_recipe: str = "tensorwise", *, moe_capacity_factor: float | None = None,
-                moe_pad_to_capacity: bool = False) -> Problem:
-    """The planning problem for a loaded model and cluster (`explain --from` reads them from a launch file)."""
+def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
+    """The planning problem of `options` for a loaded model and cluster (`explain --from` reads them from a launch
+    file; options.model and options.cluster are not read)."""
     from pydantic import ValidationError
 
     from planner.inputs.files import pydantic_error
     from planner.inputs.frameworks import moments_refusal, offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
-    from planner.inputs.problem import DEFAULT_MEMORY_HEADROOM, Problem, parse_compress
+    from planner.inputs.problem import Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
 
-    _check_names(precision, framework)
-    refusal = precision_refusal(framework, precision, m.is_moe)
+    o, framework = options, framework_for(options.framework, options.fmt)
+    _check_names(o.precision, framework)
+    refusal = precision_refusal(framework, o.precision, m.is_moe)
     if refusal:
         raise PlanInputError(refusal, field="--precision",
                              fix="use --precision bf16, or a framework with this recipe (megatron-core, nemo)")
-    refusal = offload_refusal(framework, optimizer_offload)
+    refusal = offload_refusal(framework, o.optimizer_offload)
     if refusal:
         raise PlanInputError(refusal, field="--optimizer-offload",
                              fix="use 0 or 1 as the framework allows, or --framework megatron-core (any share)")
-    if optimizer_moments not in ("fp32", "bf16"):
-        raise PlanInputError(f"unknown moment dtype '{optimizer_moments}'", field="--optimizer-moments",
+    if o.optimizer_moments not in ("fp32", "bf16"):
+        raise PlanInputError(f"unknown moment dtype '{o.optimizer_moments}'", field="--optimizer-moments",
                              fix="use fp32 or bf16")
-    refusal = moments_refusal(framework, optimizer_moments)
+    refusal = moments_refusal(framework, o.optimizer_moments)
     if refusal:
         raise PlanInputError(refusal, field="--optimizer-moments",
                              fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
-    _check_fp8_recipe(fp8_recipe, precision, framework)
-    _check_token_drop(m, framework, moe_capacity_factor, moe_pad_to_capacity)
+    _check_fp8_recipe(o.fp8_recipe, o.precision, framework)
+    _check_token_drop(m, framework, o.moe_capacity_factor, o.moe_pad_to_capacity)
     try:
-        tr = TrainingSpec(seq_len=seq_len, global_batch=global_batch, precision=precision, framework=framework,
-                          optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments,
-                          fp8_recipe=fp8_recipe, moe_capacity_factor=moe_capacity_factor,
-                          moe_pad_to_capacity=moe_pad_to_capacity)
+        tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
+                          optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
+                          fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
+                          moe_pad_to_capacity=o.moe_pad_to_capacity)
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
-    if m.max_position_embeddings and seq_len > m.max_position_embeddings:
-        stderr().print(f"warning: --seq-len {seq_len} exceeds the model's max_position_embeddings "
+    if m.max_position_embeddings and o.seq_len > m.max_position_embeddings:
+        stderr().print(f"warning: --seq-len {o.seq_len} exceeds the model's max_position_embeddings "
                        f"({m.max_position_embeddings}); Megatron refuses this (set max_position_embeddings)")
-    if precision in ("fp8", "fp4") and not (c.gpu.fp8_tflops if precision == "fp8" else c.gpu.fp4_tflops):
-        stderr().print(f"warning: {c.gpu.name} has no {precision} tensor cores; predicting at its bf16 rate")
-    fixed = parse_pairs(fix or [], "--fix")
-    headroom = DEFAULT_MEMORY_HEADROOM if memory_headroom is None else memory_headroom
-    return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=allow_tp_across_nodes, enforce_memory=enforce_memory,
-                   compress=parse_compress(compress), memory_headroom=headroom)
+    if o.precision in ("fp8", "fp4") and not (c.gpu.fp8_tflops if o.precision == "fp8" else c.gpu.fp4_tflops):
+        stderr().print(f"warning: {c.gpu.name} has no {o.precision} tensor cores; predicting at its bf16 rate")
+    fixed = parse_pairs(list(o.fix), "--fix")
+    return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=o.allow_tp_across_nodes,
+                   compress=parse_compress(o.compress), memory_headroom=o.memory_headroom)

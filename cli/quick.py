@@ -1,44 +1,26 @@
 """A plain `plan` command line read without typer: importing typer and building its pydantic validators for
-`plan`'s 18 options costs ~0.05-0.07 s of every run, a tenth of the slowest search.
+`plan`'s 20 options costs ~0.05-0.07 s of every run, a tenth of the slowest search.
 
 Only a command line typer would read the same way is read here: every token an option of `plan` itself (exact
-spelling, value in the next token), no option but --fix and --compress twice, ints as plain decimals, floats as
-plain decimal fractions, every bound as typer checks it. Anything else (--help, a subcommand, `--opt=value`, a value
-that starts with '-', an out-of-range number, ...) goes to typer, which reads it or reports it as it always has.
-tests/test_quick_cli.py checks the table below against cli/commands/plan.py's typer options and that both give
-run_plan the same arguments, types included (a JSON plan prints `time_limit` 5.0, not 5).
+spelling, value in the next token), no option but the repeatable ones (--fix, --compress) twice, ints as plain
+decimals, floats as plain decimal fractions, every bound as typer checks it. Anything else (--help, a subcommand,
+`--opt=value`, a value that starts with '-', an out-of-range number, ...) goes to typer, which reads it or reports it
+as it always has. Both read the one declaration of the options (cli/plan_options.py); tests/test_quick_cli.py checks
+that they give run_plan the same PlanOptions, types included (a JSON plan prints `time_limit` 5.0, not 5).
 """
 
 from __future__ import annotations
 
-# spelling -> (run_plan's parameter, kind, lower bound, upper bound), as cli/commands/plan.py declares them
+from cli.plan_options import options_of
+
+# spelling -> (PlanOptions field, kind, lower bound, upper bound), for every option of plain `plan`
 OPTIONS: dict[str, tuple[str, str, float | None, float | None]] = {
-    "--model": ("model", "str", None, None), "-m": ("model", "str", None, None),
-    "--cluster": ("cluster", "str", None, None), "-c": ("cluster", "str", None, None),
-    "--seq-len": ("seq_len", "int", None, None),
-    "--global-batch": ("global_batch", "int", None, None),
-    "--precision": ("precision", "str", None, None),
-    "--framework": ("framework", "str", None, None),
-    "--fix": ("fix", "list", None, None),
-    "--top": ("top", "int", 1, 1000),
-    "--format": ("fmt", "str", None, None), "-f": ("fmt", "str", None, None),
-    "--rank": ("rank", "int", 1, None),
-    "--allow-tp-across-nodes": ("allow_tp_across_nodes", "flag", None, None),
-    "--time-limit": ("time_limit", "float", 0.01, None),
-    "--compress": ("compress", "list", None, None),
-    "--memory-headroom": ("memory_headroom", "float", 0.0, 0.5),
-    "--optimizer-offload": ("optimizer_offload", "float", 0.0, 1.0),
-    "--optimizer-moments": ("optimizer_moments", "str", None, None),
-    "--fp8-recipe": ("fp8_recipe", "str", None, None),
-    "--timings": ("timings", "flag", None, None),
-    "--moe-capacity-factor": ("moe_capacity_factor", "float", 0.01, 64.0),
-    "--moe-pad-to-capacity": ("moe_pad_to_capacity", "flag", None, None),
-}
+    flag: (o.name, o.opt.kind, o.opt.lower, o.opt.upper) for o in options_of("plan") for flag in o.opt.flags}
 
 
 def plan_args(argv: list[str]) -> dict[str, object] | None:
-    """run_plan's keyword arguments for `argv` (the command line after the program), or None where typer must read
-    it."""
+    """The option values `argv` (the command line after the program) gives, by PlanOptions field, or None where typer
+    must read it."""
     if not argv:
         return None
     args: dict[str, object] = {}

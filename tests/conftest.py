@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.layout import KNOBS
+from planner.inputs.layout import KNOBS, Layout
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 
@@ -26,6 +26,11 @@ def cols(**layout: int) -> dict[str, np.ndarray]:
     base.update(layout)
     assert set(base) == set(KNOBS)
     return {k: np.array([v], dtype=np.int64) for k, v in base.items()}
+
+
+def layout(**knobs: int) -> Layout:
+    """One layout: the knobs given, the rest as `cols` fills them."""
+    return Layout.from_columns(cols(**knobs))
 
 
 @pytest.fixture

@@ -123,7 +123,7 @@ def test_generic_a100_plans_execute_flops_no_faster_than_published_a100_runs(clu
             plan = search(problem, top=1).plans[0]
         except NoFeasiblePlan:
             continue
-        recompute = Recompute(int(plan.layout["recompute"])).name.lower()
+        recompute = Recompute(int(plan.layout.recompute)).name.lower()
         hfu = float(plan.metrics["mfu"]) * RECOMPUTE_HFU.get(recompute, 1.0)
         assert hfu <= ceiling, f"{model} on {cluster}: {hfu:.3f} > {ceiling:.3f} ({case})"
 

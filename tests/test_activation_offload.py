@@ -113,7 +113,7 @@ def test_published_gb300_run_that_offloads() -> None:
     full recomputation, the only way the planner had to fit it, it was 27 % slow; offloading it is within 10 %."""
     case = next(c for c in load_cases(None) if c["id"] == "MB-159")
     best = search(case_problem(case, "published_runs.yaml"), top=1).plans[0]
-    assert best.layout["recompute"] == Recompute.OFFLOAD
+    assert best.layout.recompute == Recompute.OFFLOAD
     measured = case["measured"]["tokens_per_s_per_gpu"]
     assert abs(best.metrics["tokens_per_s_per_gpu"] / measured - 1) < 0.10
 
@@ -125,7 +125,7 @@ def test_offload_is_dominated_where_everything_fits() -> None:
     p = Problem(load_model("llama3-8b"), load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=512),
                 fixed=fixed)
     result = search(p, top=10)
-    assert [pl.layout["recompute"] for pl in result.plans] == [Recompute.NONE]
+    assert [pl.layout.recompute for pl in result.plans] == [Recompute.NONE]
     assert result.pruned["dominated_recompute"] == 4  # selective, full, offload and offload-modules
     # pinned, it is priced: slower than keeping the activations, by the copies alone
     none = evaluate(p, _layout(dp=64, mbs=1))
@@ -143,7 +143,7 @@ def test_rule_one_stage_and_frameworks() -> None:
     for framework in ("generic", "torchtitan", "megatron"):
         problem = Problem(load_model("llama3-70b"), load_cluster("gb200x64"),
                           TrainingSpec(seq_len=8192, global_batch=512, framework=framework))
-        offloads = [pl.layout["recompute"] == Recompute.OFFLOAD for pl in search(problem, top=5).plans]
+        offloads = [pl.layout.recompute == Recompute.OFFLOAD for pl in search(problem, top=5).plans]
         assert any(offloads) if framework == "generic" else not any(offloads), framework
 
 

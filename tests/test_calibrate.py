@@ -20,7 +20,7 @@ from planner.errors import PlanInputError
 from planner.evidence.calibrate import detect_gpu_key, gemm_shapes, layer_gemm_shapes, run_calibration
 from planner.inputs.catalog import load_gpu, load_model
 from planner.inputs.hardware import HBM_EFFICIENCY
-from planner.inputs.layout import KNOBS
+from planner.inputs.layout import KNOBS, Layout
 from planner.inputs.problem import Problem
 from planner.inputs.profile import (
     AttentionMeasurement,
@@ -188,7 +188,7 @@ def _price(gpu) -> dict[str, float]:
     problem = Problem(load_model("llama3-8b"), cluster, TrainingSpec(seq_len=8192, global_batch=64))
     layout = dict.fromkeys(KNOBS, 0)  # knobs not named here (categoricals) take their first value
     layout.update(tp=1, pp=1, dp=8, cp=1, ep=1, vpp=1, mbs=1, zero=1, recompute=0, sp=0, schedule=0)
-    return price_layout(problem, layout)
+    return price_layout(problem, Layout.from_dict(layout))
 
 
 def test_higher_matmul_efficiency_predicts_faster(tmp_path):

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import cols
+from conftest import layout
 
 from planner.cost import context, data
 from planner.cost.compute import attention_length_factor, ring_length_factor
@@ -99,8 +99,7 @@ def test_cp_variants_no_longer_tie_and_ring_across_nodes_costs():
     problem = Problem(load_model("llama3-70b"), load_cluster("h100x512"), TrainingSpec(seq_len=8192, global_batch=512))
     steps, cp_comm = [], []
     for cp in (2, 4, 8):
-        met = price_layout(problem, {k: int(v[0]) for k, v in cols(tp=8, cp=cp, dp=64 // cp, mbs=1, sp=1,
-                                                                     zero=Zero.OPTIMIZER).items()})
+        met = price_layout(problem, layout(tp=8, cp=cp, dp=64 // cp, mbs=1, sp=1, zero=Zero.OPTIMIZER))
         steps.append(met["step_time_s"])
         cp_comm.append(met["cp_comm_s"])
     assert cp_comm[2] > cp_comm[1] > 0  # more, shorter ring steps: more exposed and more launches
@@ -110,7 +109,7 @@ def test_cp_variants_no_longer_tie_and_ring_across_nodes_costs():
 
 def test_ulysses_pays_its_all_to_alls():
     problem = Problem(load_model("llama3-8b"), load_cluster("h100x64"), TrainingSpec(seq_len=32768, global_batch=64))
-    met = price_layout(problem, {k: int(v[0]) for k, v in cols(cp=8, dp=8, cp_comm=CpComm.A2A).items()})
+    met = price_layout(problem, layout(cp=8, dp=8, cp_comm=CpComm.A2A))
     assert met["cp_comm_s"] > 0
 
 
@@ -121,9 +120,9 @@ def _deepspeed(gbs: int) -> Problem:
 
 def test_deepspeed_zero2_reduces_every_micro_batch_zero1_once():
     """DeepSpeed stage 2 reduce-scatters gradients at every micro-step (stage_1_and_2.py); stage 1 once per step."""
-    lay = {k: int(v[0]) for k, v in cols(dp=64, mbs=1).items()}
-    z2_one, z2_eight = (price_layout(_deepspeed(g), {**lay, "zero": Zero.GRADIENTS})["dp_comm_s"] for g in (64, 512))
-    z1_one, z1_eight = (price_layout(_deepspeed(g), {**lay, "zero": Zero.OPTIMIZER})["dp_comm_s"] for g in (64, 512))
+    lay = layout(dp=64, mbs=1)
+    z2_one, z2_eight = (price_layout(_deepspeed(g), lay.replace(zero=Zero.GRADIENTS))["dp_comm_s"] for g in (64, 512))
+    z1_one, z1_eight = (price_layout(_deepspeed(g), lay.replace(zero=Zero.OPTIMIZER))["dp_comm_s"] for g in (64, 512))
     assert z1_eight == pytest.approx(z1_one, rel=1e-9)  # one reduction per step, however many micro-batches
     assert z2_eight > z2_one
 

@@ -135,7 +135,7 @@ def test_deepseek_v3_with_its_own_recipe_gets_its_own_layout_first():
                              optimizer_moments="bf16"))
     top = search(p, top=1).plans[0].layout
     keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "zero", "schedule")
-    assert tuple(top[k] for k in keys) == (1, 16, 128, 1, 64, 1, 1, int(Schedule.DUALPIPE)), top
+    assert tuple(getattr(top, k) for k in keys) == (1, 16, 128, 1, 64, 1, 1, int(Schedule.DUALPIPE)), top
 
 
 def test_llama3_70b_on_gb300_gets_nvidias_offload_recipe_first() -> None:
@@ -149,7 +149,7 @@ def test_llama3_70b_on_gb300_gets_nvidias_offload_recipe_first() -> None:
     best = search(p, top=1).plans[0]
     top = best.layout
     keys = ("tp", "pp", "dp", "cp", "mbs", "zero", "recompute")
-    assert tuple(top[k] for k in keys) == (1, 1, 64, 1, 2, 3, int(Recompute.OFFLOAD)), top
+    assert tuple(getattr(top, k) for k in keys) == (1, 1, 64, 1, 2, 3, int(Recompute.OFFLOAD)), top
     assert 1 <= best.metrics["offloaded_layers"] <= 78
     full = price(p, "tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=full")
     assert full["metrics"]["step_time_s"] >= 1.2 * best.metrics["step_time_s"]

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import cols
+from conftest import layout
 
 from planner.cost import compute, memory
 from planner.cost.profiles import profile_for
@@ -38,7 +38,7 @@ def test_blockwise_slows_a_hopper_plan_by_the_gemm_share():
     def step(recipe: str) -> float:
         p = Problem(load_model("llama3-70b"), load_cluster("h100x64"),
                     TrainingSpec(seq_len=8192, global_batch=64, precision="fp8", fp8_recipe=recipe))
-        lay = {k: int(v[0]) for k, v in cols(tp=8, dp=8, zero=1, sp=1).items()}
+        lay = layout(tp=8, dp=8, zero=1, sp=1)
         return price_layout(p, lay)["step_time_s"]
     slower = step("blockwise") / step("tensorwise")
     # GEMMs are most of the step but not all of it (attention runs in bf16, norms are memory-bound)

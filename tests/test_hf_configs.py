@@ -276,17 +276,18 @@ def test_partition_inputs_carry_per_layer_weights():
     from planner.inputs.catalog import load_cluster
     from planner.inputs.problem import Problem
     from planner.inputs.specs import TrainingSpec
+    from planner.strategies.osdp_table import full_layout
     from planner.strategies.partition import layer_weights
 
     m = load_model(str(DATA / "llama-4-maverick.json"))
     problem = Problem(m, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
-    w = layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 2})
+    w = layer_weights(problem, full_layout({"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 2}))
     t, mem = w["layer_time_weights"], w["layer_static_weights"]
     assert len(t) == 48 and sum(t) == pytest.approx(48) and sum(mem) == pytest.approx(48)
     assert mem[1] > 2 * mem[0]  # a MoE layer holds 64 experts per GPU, a dense one only its MLP
     uniform = load_model("llama3-8b")
     problem = Problem(uniform, load_cluster("h100x64"), TrainingSpec(seq_len=8192, global_batch=64))
-    assert layer_weights(problem, {"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 1}) == {
+    assert layer_weights(problem, full_layout({"tp": 8, "pp": 4, "dp": 2, "cp": 1, "ep": 1})) == {
         "layer_time_weights": None, "layer_static_weights": None}
 
 

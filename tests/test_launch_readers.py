@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli.options import build_problem, framework_for
+from cli.plan_options import PlanOptions
 from planner.errors import PlanInputError
 from planner.inputs.catalog import load_model
 from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
@@ -46,7 +47,8 @@ def test_every_format_reads_back_as_the_same_layout(case, tmp_path):
     model, cluster, seq, gbs, precision, pins, formats = case
     checked = 0
     for fmt in formats:
-        problem = build_problem(model, cluster, seq, gbs, precision, framework_for(None, fmt), pins)
+        problem = build_problem(PlanOptions(model=model, cluster=cluster, seq_len=seq, global_batch=gbs,
+                                            precision=precision, framework=framework_for(None, fmt), fix=tuple(pins)))
         result = search(problem, top=3)
         doc = document.build(result, {})
         for rank, plan in enumerate(result.plans, 1):
@@ -64,8 +66,8 @@ def test_every_format_reads_back_as_the_same_layout(case, tmp_path):
             m = resolve_model(cfg, opts[0])
             c = resolve_cluster(cfg, opts[1])
             assert (m.name, c.name, c.num_gpus) == (problem.model.name, problem.cluster.name, problem.num_gpus)
-            back = complete_layout(problem, layout_for(cfg, m, c.num_gpus))
-            want = {k: plan.layout[k] for k in KNOBS}
+            back = complete_layout(problem, layout_for(cfg, m, c.num_gpus)).as_dict()
+            want = plan.layout.as_dict()
             if want["tp"] == 1:
                 want["sp"] = back["sp"] = 0  # sequence parallelism without TP is no knob at all
             assert {k: back[k] for k in KNOBS} == want, (fmt, rank, text)
@@ -89,7 +91,7 @@ torchrun --nproc_per_node 8 --nnodes 64 --node_rank $NODE_RANK pretrain_gpt.py \
     --tensor-model-parallel-size $TP --pipeline-model-parallel-size ${PP} \\
     --num-layers-per-virtual-pipeline-stage 5 --sequence-parallel --use-distributed-optimizer \\
     --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 \\
-    --group-query-attention --num-query-groups 8 --swiglu \\
+    --group-query-attention --num-query-groups 8 --swiglu --untie-embeddings-and-output-weights --disable-bias-linear \\
     --micro-batch-size 1 --global-batch-size $GBS --seq-length 8192 \\
     --recompute-activations --bf16 --lr 3e-4 --use-fancy-thing --foo-size 3
 """
@@ -261,7 +263,7 @@ def test_pretrain_mamba_commands_read_back(config, cluster, pins, tmp_path):
     same layers: with --model the file is checked against the config, without it the flags build the model."""
     src = str(ROOT / "tests/data/hf_configs" / f"{config}.json")
     ref = load_model(src)
-    problem = build_problem(src, cluster, 8192, 512, "bf16", "megatron-core", pins)
+    problem = build_problem(PlanOptions(model=src, cluster=cluster, framework="megatron-core", fix=tuple(pins)))
     result = search(problem, top=3)
     doc = document.build(result, {})
     for rank, chosen in enumerate(result.plans, 1):
@@ -270,8 +272,8 @@ def test_pretrain_mamba_commands_read_back(config, cluster, pins, tmp_path):
         cfg = read_launch_file(str(path))
         assert cfg.dialect == "megatron" and cfg.ignored == []
         model = resolve_model(cfg, src)
-        back = complete_layout(problem, layout_for(cfg, model, problem.num_gpus))
-        want = {k: chosen.layout[k] for k in KNOBS}
+        back = complete_layout(problem, layout_for(cfg, model, problem.num_gpus)).as_dict()
+        want = chosen.layout.as_dict()
         if want["tp"] == 1:
             want["sp"] = back["sp"] = 0
         assert {k: back[k] for k in KNOBS} == want, (rank, path.read_text())
@@ -353,3 +355,116 @@ def test_gpt_oss_launches_as_gpt_oss(tmp_path):
     gpt3 = plan("-m", "gpt3-175b", "-c", "h100x1024", "--seq-len", "2048", "--framework", "megatron-core",
                 "--format", "megatron")
     assert gpt3.returncode == 0 and "--disable-bias-linear" not in gpt3.stdout
+
+
+def _deep_json(n: int) -> str:
+    return '{"zero_optimization": ' + '{"a": ' * n + "1" + "}" * n + "}"
+
+
+@pytest.mark.parametrize("name,content,args,needle", [
+    ("deep.json", _deep_json(100_000), ("--model", "llama3-8b", "--cluster", "h100x8"), "nested too deeply"),
+    ("deep.toml", "a = " + "[" * 100_000 + "]" * 100_000 + "\n", ("--model", "llama3-8b", "--cluster", "h100x8"),
+     "nested too deeply"),
+    ("deep.yaml", "model: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n",
+     ("--model", "llama3-8b", "--cluster", "h100x8"), "nested too deeply"),
+    ("keys.yaml", "model:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(400)) + "  " * 401 + "x: 1\n",
+     ("--model", "llama3-8b", "--cluster", "h100x8"), "none of the keys"),
+    ("junk.sh", "\x00\x01\xff\xfe binary", (), "UTF-8"),
+    ("big.json", " " * (5 * 1024 * 1024), (), "larger than"),
+    ("neg.sh", "pretrain_gpt.py --tensor-model-parallel-size -2 --num-layers 2\n", ("--model", "llama3-8b"),
+     "--tensor-model-parallel-size"),
+    ("neg-layers.sh", "pretrain_gpt.py --num-layers -32 --hidden-size 4096 --num-attention-heads 32\n", (),
+     "--num-layers"),
+    ("zero-experts.sh", "pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --num-experts 0 "
+     "--moe-router-topk 2 --vocab-size 100\n", ("--cluster", "h100x8"), "--num-experts"),
+    ("layout.sh", "pretrain_gpt.py --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "
+     "'(t|)*99999999999' --num-layers 2\n", ("--model", "llama3-8b"), "--pipeline-model-parallel-layout"),
+    ("freq.sh", "pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-experts 2 "
+     "--moe-layer-freq '__import__(\"os\")' --vocab-size 100\n", ("--cluster", "h100x8"), "--moe-layer-freq"),
+    ("stage.json", '{"zero_optimization": {"stage": 7}, "train_micro_batch_size_per_gpu": 1}',
+     ("--model", "llama3-8b", "--cluster", "h100x8"), "zero_optimization.stage"),
+    ("degree.toml", "[parallelism]\ntensor_parallel_degree = -1\n", ("--model", "llama3-8b", "--cluster", "h100x8"),
+     "parallelism.tp"),
+    ("nemo.yaml", "model: [1, 2]\n", ("--model", "llama3-8b", "--cluster", "h100x8"), "section of fields"),
+    ("md.md", "# a guide\n\nno code here\n", (), "fenced shell block"),
+])
+def test_hostile_launch_files_are_one_line_exit_2(tmp_path, name, content, args, needle):
+    path = tmp_path / name
+    path.write_bytes(content.encode("utf-8", "surrogateescape") if "\x00" not in content else
+                     b"\x00\x01\xff\xfe binary")
+    r = plan("explain", "--from", str(path), *args)
+    assert r.returncode == 2, (r.returncode, r.stderr[-400:])
+    lines = [x for x in r.stderr.strip().splitlines() if not x.startswith("warning:")]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr[-400:]
+    assert r.stdout == ""
+
+
+DENSE_MIXTRAL_SHAPE = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                       "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+                       "--swiglu --untie-embeddings-and-output-weights --disable-bias-linear --micro-batch-size 1 "
+                       "--global-batch-size 64 --seq-length 4096 --bf16 {extra}\n")
+
+
+def test_a_dense_script_is_never_taken_for_a_moe_model(tmp_path):
+    """Mixtral's attention and MLP widths without --num-experts are a dense model: not mixtral-8x7b. With its
+    vocabulary stated, no catalog model has that exact shape and the model is built from the flags (said so);
+    without it, the one catalog model of that shape (Llama 3 8B) gives the vocabulary, and that is said too."""
+    path = tmp_path / "dense.sh"
+    path.write_text(DENSE_MIXTRAL_SHAPE.format(extra="--vocab-size 32000"))
+    cfg = read_launch_file(str(path))
+    built = resolve_model(cfg, None)
+    assert not built.is_moe and built.vocab_size == 32000 and built.name == "dense"
+    assert any("built from the file" in d for d in cfg.defaults)
+    path.write_text(DENSE_MIXTRAL_SHAPE.format(extra=""))
+    cfg = read_launch_file(str(path))
+    assert resolve_model(cfg, None).name == "llama3-8b"
+    assert any("vocabulary 128256 from the catalog's llama3-8b" in d for d in cfg.defaults)
+    with pytest.raises(PlanInputError) as raised:
+        resolve_model(cfg, "mixtral-8x7b")
+    assert raised.value.field == "num_local_experts"
+    moe = tmp_path / "moe.sh"
+    moe.write_text(DENSE_MIXTRAL_SHAPE.format(extra="--num-experts 8 --moe-router-topk 2"))
+    assert resolve_model(read_launch_file(str(moe)), None).name == "mixtral-8x7b"
+
+
+def test_mtp_is_priced_only_where_the_file_runs_it(tmp_path):
+    """DeepSeek-V3's catalog entry trains one MTP layer; a Megatron script without --mtp-num-layers and torchtitan's
+    DeepSeek-V3 (no MTP module) are priced without it, and say so."""
+    guide = ROOT / "tests/data/launch_files/megatron/deepseek-v3-gb200-reproduce-guide.md"
+    cfg = read_launch_file(str(guide))
+    assert cfg.mtp_layers == 0 and resolve_model(cfg, None).num_nextn_predict_layers == 0
+    assert resolve_model(read_launch_file(str(guide)), "deepseek-v3").num_nextn_predict_layers == 0
+    sbatch = ROOT / "tests/data/launch_files/megatron/sbatch_mfsdp_deepseek_v3.sh"
+    assert resolve_model(read_launch_file(str(sbatch)), None).num_nextn_predict_layers == 1
+    toml = ROOT / "tests/data/launch_files/torchtitan/models/deepseek_v3_671b.toml"
+    cfg = read_launch_file(str(toml))
+    assert resolve_model(cfg, None).num_nextn_predict_layers == 0 and "MTP" in " ".join(cfg.defaults)
+
+
+@pytest.mark.parametrize("name,content,cluster,want", [
+    # DeepSpeed fills the missing batch key from the other two and the data-parallel world (runtime/config.py)
+    ("a.json", '{"train_batch_size": 256}', "h100x8", (256, 32, 1)),
+    ("b.json", '{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}', "h100x16", (128, 4, 2)),
+    ("c.json", '{"train_batch_size": 512, "gradient_accumulation_steps": 4}', "h100x16", (512, 8, 4)),
+    ("d.json", '{"train_batch_size": 300, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}',
+     "h100x64", "train_batch_size"),
+    # torchtitan: the global batch defaults to local x dp and must be a multiple of it (accumulation)
+    ("e.toml", "[training]\nlocal_batch_size = 2\nglobal_batch_size = 64\n", "h100x8", (64, 2, None)),
+    ("f.toml", "[training]\nlocal_batch_size = 2\nglobal_batch_size = 20\n", "h100x8", "training.global_batch_size"),
+    ("g.toml", "[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n", "h100x8",
+     (32, 8, None)),
+])
+def test_batches_complete_as_each_framework_completes_them(tmp_path, name, content, cluster, want):
+    path = tmp_path / name
+    path.write_text(content)
+    cfg = read_launch_file(str(path))
+    model = resolve_model(cfg, "llama3-8b")
+    gpus = resolve_cluster(cfg, cluster).num_gpus
+    if isinstance(want, str):
+        with pytest.raises(PlanInputError) as raised:
+            layout_for(cfg, model, gpus)
+        assert raised.value.field == want
+        return
+    lay = layout_for(cfg, model, gpus)
+    assert (cfg.global_batch, lay["mbs"], cfg.grad_accum) == want
+    assert cfg.defaults  # the completed value is said

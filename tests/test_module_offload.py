@@ -122,11 +122,11 @@ def test_search_picks_it_where_layer_offload_cannot_run() -> None:
     layout faster than any that recomputes."""
     result = search(_deepseek(), top=5)
     best = result.plans[0]
-    assert best.layout["recompute"] == OFFM, best.layout
-    assert not any(pl.layout["recompute"] == Recompute.OFFLOAD for pl in result.plans)
+    assert best.layout.recompute == OFFM, best.layout
+    assert not any(pl.layout.recompute == Recompute.OFFLOAD for pl in result.plans)
     assert best.metrics["offload_s"] < 0.02 * best.metrics["step_time_s"]  # C2C hides the copies
     # the same layout with every activation on the GPU does not fit
-    none = evaluate(_deepseek(), {k: np.array([v]) for k, v in {**best.layout, "recompute": 0}.items()})
+    none = evaluate(_deepseek(), best.layout.replace(recompute=Recompute.NONE).columns())
     assert none["memory_peak_gib"][0] > best.metrics["memory_peak_gib"] * 1.1
 
 
@@ -135,7 +135,7 @@ def test_not_chosen_where_the_host_link_cannot_hide_the_copies() -> None:
     # exceed what recomputation costs, and no offload-modules layout ranks first.
     slow = _with_host(load_cluster("gb200x256"), host_link_gbps=4.0)
     result = search(_deepseek(slow), top=5)
-    assert result.plans[0].layout["recompute"] != OFFM, result.plans[0].layout
+    assert result.plans[0].layout.recompute != OFFM, result.plans[0].layout
     priced = search(Problem(*(_deepseek(slow).model, slow), _deepseek(slow).training,
                             fixed={"pp": 4, "recompute": OFFM}), top=1)
     # pinned, it is priced: its copies are what makes it lose

@@ -14,7 +14,7 @@ from planner.search.search import price_layout
 from planner.strategies.osdp import plan_osdp, price_choice
 from planner.strategies.osdp_table import full_layout, osdp_table
 
-LAYOUT = {"tp": 1, "dp": 8, "mbs": 1, "recompute": 0}
+LAYOUT = full_layout({"tp": 1, "dp": 8, "mbs": 1, "recompute": 0})
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +37,12 @@ def test_ample_budget_replicates_every_layer(llama8b):
 
 def test_uniform_ends_agree_with_the_cost_model(llama8b):
     plan = plan_osdp(llama8b, LAYOUT, capacity_gib=1000.0)
-    ref1 = price_layout(llama8b, full_layout(LAYOUT, zero=1))
+    ref1 = price_layout(llama8b, LAYOUT.replace(zero=1))
     assert plan.zero1.step_time_s == pytest.approx(ref1["step_time_s"], rel=1e-9)
     assert plan.zero1.memory_gib == pytest.approx(ref1["memory_peak_gib"], rel=1e-9)
     # All-sharded differs from step.py's zero=3 by the embedding/LM-head gathers and their buffer, which OSDP prices
     # (step.py gathers transformer layers only).
-    ref3 = price_layout(llama8b, full_layout(LAYOUT, zero=3))
+    ref3 = price_layout(llama8b, LAYOUT.replace(zero=3))
     assert plan.zero3.step_time_s == pytest.approx(ref3["step_time_s"], rel=0.10)
     assert plan.zero3.memory_gib == pytest.approx(ref3["memory_peak_gib"], rel=0.10)
 
@@ -69,7 +69,7 @@ def _tiny3() -> Problem:
 
 @pytest.mark.parametrize("splits", [(), (1, 2)], ids=["shard-or-replicate", "with-splitting"])
 def test_three_layers_match_brute_force(splits):
-    p, lay = _tiny3(), {"tp": 1, "dp": 16, "mbs": 1, "recompute": 0}
+    p, lay = _tiny3(), full_layout({"tp": 1, "dp": 16, "mbs": 1, "recompute": 0})
     wide = osdp_table(p, lay, splits, capacity_gib=1000.0)
     combos = list(itertools.product(*(range(len(it.options)) for it in wide.items)))
     if not splits:  # 2^3 layer choices x the tied embedding table
@@ -97,7 +97,7 @@ def test_paper_setup_osdp_beats_fsdp(hidden, heads, vocab):
                   intermediate_size=4 * hidden, vocab_size=vocab, hidden_act="gelu", tie_word_embeddings=False)
     p = Problem(m, load_cluster("a100x8"), TrainingSpec(seq_len=512, global_batch=64))
     capacity = 8.0 + (device_memory.CONTEXT_BYTES + device_memory.NCCL_BYTES_PER_GROUP) / memory.GIB
-    plan = plan_osdp(p, {"tp": 1, "dp": 8, "mbs": 1, "recompute": 2}, capacity_gib=capacity)
+    plan = plan_osdp(p, full_layout({"tp": 1, "dp": 8, "mbs": 1, "recompute": 2}), capacity_gib=capacity)
     assert plan.zero3.fits and not plan.zero1.fits
     assert plan.zero3.memory_gib < plan.memory_gib <= capacity
     assert plan.beats_uniform and plan.speedup_vs_best_uniform > 1.0
@@ -114,7 +114,7 @@ def test_deterministic(llama8b):
 
 def test_rejects_pipelined_layouts_and_moe(llama8b):
     with pytest.raises(PlanInputError):
-        plan_osdp(llama8b, {**LAYOUT, "pp": 2, "dp": 4})
+        plan_osdp(llama8b, LAYOUT.replace(pp=2, dp=4))
     moe = Problem(load_model("mixtral-8x7b"), load_cluster("h100x8"), TrainingSpec(seq_len=4096, global_batch=64))
     with pytest.raises(PlanInputError):
         plan_osdp(moe, LAYOUT)

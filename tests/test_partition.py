@@ -27,7 +27,7 @@ def test_heavy_lm_head_gives_the_last_stage_fewer_layers():
     # Llama-3-8B with a 256K vocabulary: the LM head costs about two and a half layers.
     model = load_model("llama3-8b").model_copy(update={"vocab_size": 256_000})
     p = Problem(model, load_cluster("h100x32"), TrainingSpec(seq_len=4096, global_batch=256))
-    part = partition_for(p, {"tp": 1, "pp": 4, "dp": 8, "mbs": 1, "zero": 1, "recompute": 1})
+    part = partition_for(p, full_layout({"tp": 1, "pp": 4, "dp": 8, "mbs": 1, "zero": 1, "recompute": 1}))
     assert sum(part.layers) == 32
     assert part.layers[-1] < 8 and part.layers[-1] < min(part.layers[:-1])
     assert part.bottleneck_s < part.even_bottleneck_s
@@ -42,7 +42,8 @@ def llama405b() -> Problem:
 
 def test_llama405b_on_16_stages_lightens_first_and_last(llama405b):
     # Llama 3 (arXiv 2407.21783 §3.3.2): 126 layers on 16 stages, one layer fewer on the first and the last.
-    part = partition_for(llama405b, {"tp": 8, "pp": 16, "dp": 8, "mbs": 1, "zero": 1, "recompute": 1, "sp": 1})
+    part = partition_for(llama405b, full_layout({"tp": 8, "pp": 16, "dp": 8, "mbs": 1, "zero": 1,
+                                                 "recompute": 1, "sp": 1}))
     middle = part.layers[1:-1]
     assert sum(part.layers) == 126
     assert part.layers[0] < max(middle) and part.layers[-1] < max(middle)
@@ -51,7 +52,8 @@ def test_llama405b_on_16_stages_lightens_first_and_last(llama405b):
 
 def test_tight_memory_recomputes_more_on_the_first_stage(llama405b):
     # Without selective recompute, 1F1B's 16 in-flight micro-batches on stage 0 force full recompute there.
-    part = partition_for(llama405b, {"tp": 8, "pp": 16, "dp": 8, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1})
+    part = partition_for(llama405b, full_layout({"tp": 8, "pp": 16, "dp": 8, "mbs": 1, "zero": 1,
+                                                 "recompute": 0, "sp": 1}))
     assert part.recomputed[0] > part.recomputed[-1] == 0
     assert all(m <= part.capacity_bytes for m in part.stage_memory_bytes)
     # Synthetic: 4 stages of 4 layers; stage 0 holds 4 micro-batches, the last one.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -94,8 +93,6 @@ def solve(problem: Problem, top: int = 5):
         return None
 
 
-def as_cols(layout: dict[str, int]) -> dict[str, np.ndarray]:
-    return {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
 
 
 POSITIVE = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib", "compute_s", "num_microbatches",
@@ -114,11 +111,11 @@ def test_reported_plans_obey_rules_memory_and_are_finite(problem):
     assert result.feasible >= len(result.plans) and result.candidates >= result.feasible
     best = result.plans[0].metrics["tokens_per_s_per_gpu"]
     for plan in result.plans:
-        cols = as_cols(plan.layout)
+        cols = plan.layout.columns()
         broken = [r.name for r in RULES if not bool(r.check(cols, problem)[0])]
         assert not broken, (plan.layout, broken)
         for knob, value in problem.fixed.items():
-            assert plan.layout[knob] == value
+            assert getattr(plan.layout, knob) == value
         mt = plan.metrics
         assert mt["memory_peak_gib"] <= cap, (plan.layout, mt["memory_peak_gib"], cap)
         for key, value in mt.items():
@@ -200,10 +197,10 @@ def test_higher_zero_stage_never_raises_state_memory(problem, pick):
     result = solve(problem)
     if result is None:
         return
-    layout = dict(result.plans[pick % len(result.plans)].layout)
+    layout = result.plans[pick % len(result.plans)].layout
     states = []
     for zero in (0, 1, 2, 3):
-        mt = price_layout(problem, {**layout, "zero": zero})
+        mt = price_layout(problem, layout.replace(zero=zero))
         states.append(mt["mem_weights_gib"] + mt["mem_grads_gib"] + mt["mem_optimizer_gib"])
     for lower, higher in zip(states, states[1:], strict=False):
         assert higher <= lower * (1 + 1e-9), (layout, problem.training.framework, states)

@@ -1,17 +1,18 @@
-"""cli/quick.py reads a plain `plan` command line without typer: it must give run_plan exactly what typer gives it
-(values and types), and leave to typer every command line it does not promise to read the same way."""
+"""cli/quick.py reads a plain `plan` command line without typer: it must give run_plan exactly the PlanOptions typer
+gives it (values and types), and leave to typer every command line it does not promise to read the same way."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import typing
 from unittest import mock
 
 import pytest
 from conftest import run_plan_in_process
 
-from cli import plan_run, quick
+from cli import quick
 from cli.commands import plan as plan_command
+from cli.plan_options import PlanOptions, plan_options
 
 KINDS = {int: "int", float: "float", str: "str", bool: "flag", list[str]: "list"}
 
@@ -35,29 +36,19 @@ def test_the_table_is_plans_typer_options() -> None:
     assert quick.OPTIONS == _declared()
 
 
-def test_run_plan_defaults_are_the_typer_defaults() -> None:
-    typed = inspect.signature(plan_command.main).parameters
-    plain = inspect.signature(plan_run.run_plan).parameters
-    assert list(plain) == [n for n in typed if n != "ctx"]
-    assert {n: p.default for n, p in plain.items()} == {n: typed[n].default for n in plain}
-
-
-def _typer_args(argv: list[str]) -> dict[str, object]:
-    """The arguments typer's `plan` passes on to run_plan for `argv`."""
-    seen: dict[str, object] = {}
-
-    def capture(*args: object) -> None:
-        seen.update(zip(inspect.signature(plan_run.run_plan).parameters, args, strict=True))
-
+def _typer_options(argv: list[str]) -> PlanOptions:
+    """The PlanOptions typer's `plan` passes on to run_plan for `argv`."""
+    seen: list[PlanOptions] = []
     with mock.patch.object(quick, "plan_args", return_value=None), \
-            mock.patch.object(plan_command, "run_plan", capture):
+            mock.patch.object(plan_command, "run_plan", seen.append):
         r = run_plan_in_process(*argv)
     assert r.returncode == 0, r.stderr
-    return seen
+    [options] = seen
+    return options
 
 
-def _typed(args: dict[str, object]) -> dict[str, tuple[type, object]]:
-    return {k: (type(v), v) for k, v in args.items()}
+def _typed(options: PlanOptions) -> dict[str, tuple[type, object]]:
+    return {f.name: (type(getattr(options, f.name)), getattr(options, f.name)) for f in dataclasses.fields(options)}
 
 
 READ = [
@@ -78,8 +69,7 @@ READ = [
 def test_quick_gives_run_plan_what_typer_gives(argv: list[str]) -> None:
     quick_args = quick.plan_args(argv)
     assert quick_args is not None
-    defaults = {n: p.default for n, p in inspect.signature(plan_run.run_plan).parameters.items()}
-    assert _typed({**defaults, **quick_args}) == _typed(_typer_args(argv))
+    assert _typed(plan_options(quick_args)) == _typed(_typer_options(argv))
 
 
 LEFT_TO_TYPER = [

@@ -90,11 +90,13 @@ def test_replan_is_byte_identical(tmp_path: Path):
 
 
 def test_problem_from_document_matches_the_cli_problem(baseline: Path):
-    from cli.options import build_problem as _problem
+    from cli.options import build_problem
+    from cli.plan_options import PlanOptions
 
     doc = json.loads(record(baseline.parent, "fixed.json", *SMALL, "--fix", "recompute=full", "--fix", "sp=true",
                             "--framework", "torchtitan", "--allow-tp-across-nodes").read_text())
-    want = _problem("llama3-8b", "h100x16", 8192, 512, "bf16", "torchtitan", ["recompute=full", "sp=true"], True)
+    want = build_problem(PlanOptions(model="llama3-8b", cluster="h100x16", framework="torchtitan",
+                                     fix=("recompute=full", "sp=true"), allow_tp_across_nodes=True))
     assert problem_from_document(doc) == want
 
 

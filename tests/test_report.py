@@ -21,6 +21,7 @@ from planner.report import charts
 from planner.report.explain import complete_layout
 from planner.report.timeline_chart import HEAT_BINS, busy_bins, heat_image, ops_of, timeline_figure
 from planner.search.search import price_layout, search
+from planner.strategies.osdp_table import full_layout
 from planner.strategies.pipeline_sim import simulate_schedule
 
 # A problem whose top pick is pipelined (tp8 pp2 vpp4 interleaved, 64 micro-batches) and that plans in under a second.
@@ -174,18 +175,18 @@ def test_stage_memory_matches_evaluate_for_v_and_dual_schedules(moe: Problem, sc
 def _check_stages(problem: Problem, layout: str) -> None:
     lay = complete_layout(problem, parse_pairs([layout], "layout"))
     met = price_layout(problem, lay)
-    stages = stage_memory_gib(problem, lay)
-    assert len(stages) == lay["pp"]
+    stages = stage_memory_gib(problem, lay.as_dict())
+    assert len(stages) == lay.pp
     # the same per-stage sum (allocations.stage_memories) and device total (device_memory.device_bytes): the same bits
     assert stages[0]["total"] == met["mem_first_stage_gib"]
-    if lay["pp"] > 1:  # with one stage there is no separate last stage to compare
+    if lay.pp > 1:  # with one stage there is no separate last stage to compare
         assert stages[-1]["total"] == met["mem_last_stage_gib"]
     busiest = max(stages, key=lambda s: s["total"])
     assert busiest["total"] == met["memory_peak_gib"]
     for kind in ("weights", "grads", "optimizer", "activations", "logits", "buffers"):
         assert busiest[kind] == met[f"mem_{kind}_gib"]
     assert all(s["total"] == pytest.approx(sum(s[k] for k in STAGE_KINDS)) for s in stages)
-    if lay["pp"] > 2 and lay["schedule"] == Schedule.ONE_F_ONE_B:  # 1F1B's warm-up depth falls with the rank
+    if lay.pp > 2 and lay.schedule == Schedule.ONE_F_ONE_B:  # 1F1B's warm-up depth falls with the rank
         mids = [s["activations"] for s in stages[:-1]]
         assert mids == sorted(mids, reverse=True) and mids[0] > mids[-1]
 
@@ -256,9 +257,9 @@ def test_simulation_is_capped_to_a_budget_and_the_title_says_so() -> None:
     from planner.report.timeline_chart import title
 
     base = {"tp": 8, "dp": 4, "cp": 1, "ep": 1, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1, "cp_comm": 0}
-    one = {**base, "pp": 64, "vpp": 1, "schedule": int(Schedule.ONE_F_ONE_B)}
+    one = full_layout({**base, "pp": 64, "vpp": 1, "schedule": int(Schedule.ONE_F_ONE_B)})
     assert sim_microbatch_cap(one) * 64 * 2 <= SIM_OPS_BUDGET < (sim_microbatch_cap(one) + 1) * 64 * 2
-    inter = {**base, "pp": 64, "vpp": 16, "schedule": int(Schedule.INTERLEAVED)}
+    inter = full_layout({**base, "pp": 64, "vpp": 16, "schedule": int(Schedule.INTERLEAVED)})
     assert sim_microbatch_cap(inter) == 64  # Megatron needs a multiple of pp micro-batches: at least one round
     sim = simulate_schedule("1f1b", 4, 8, t_f=1.0, t_b=2.0)
     assert "(first 8 of 300 simulated)" in title(sim, 300) and "first" not in title(sim, 8)
@@ -271,6 +272,6 @@ def test_every_schedule_has_a_table_abbreviation_and_legend() -> None:
     base = {"tp": 2, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "vpp": 2, "mbs": 1, "zero": 1, "recompute": 0, "sp": 1,
             "cp_comm": 0}
     for sched in Schedule:
-        text, used = compact_layout({**base, "schedule": int(sched)})
+        text, used = compact_layout(full_layout({**base, "schedule": int(sched)}))
         assert used <= set(LEGEND), sched
         assert text.split()[-1] in used

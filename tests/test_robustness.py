@@ -428,7 +428,7 @@ def test_scale_100k_gpus():
     problem = _problem(load_model("llama3-70b"), "h100x100000", 8192, 12500)
     result = search(problem, top=3)
     lay = result.plans[0].layout
-    assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == 100_000
+    assert lay.tp * lay.pp * lay.cp * lay.dp == 100_000
 
 
 def test_scale_1000_layers():
@@ -439,13 +439,13 @@ def test_scale_1000_layers():
 def test_scale_1m_token_sequence():
     result = search(_problem(load_model("llama3-8b"), "h100x1024", 1_048_576, 64), top=3)
     best = result.plans[0].layout
-    assert best["cp"] > 1  # a million tokens do not fit one GPU's activations
+    assert best.cp > 1  # a million tokens do not fit one GPU's activations
 
 
 def test_scale_1024_experts():
     model = _scale_model(num_local_experts=1024, num_experts_per_tok=8, moe_intermediate_size=1024)
     result = search(_problem(model, "h100x1024", 8192, 512), top=3)
-    assert result.plans[0].layout["ep"] > 1
+    assert result.plans[0].layout.ep > 1
 
 
 def test_time_limit_caps_search_and_says_not_proven():

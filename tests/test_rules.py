@@ -142,7 +142,7 @@ def test_search_never_returns_a_plan_breaking_a_rule():
     problem = prob("mixtral-8x7b", "h100x64", gbs=256)
     result = search(problem, top=50)
     for plan in result.plans:
-        c = cols(**plan.layout)
+        c = cols(**plan.layout.as_dict())
         assert all(r.check(c, problem)[0] for r in RULES)
 
 
@@ -155,13 +155,13 @@ def test_pruned_counts_add_up():
 def test_pinned_knobs_are_respected():
     problem = prob(fixed=parse_pairs(["tp=4,pp=2,recompute=full"], "--fix"))
     for plan in search(problem, top=10).plans:
-        assert (plan.layout["tp"], plan.layout["pp"], plan.layout["recompute"]) == (4, 2, 2)
+        assert (plan.layout.tp, plan.layout.pp, plan.layout.recompute) == (4, 2, 2)
 
 
 def test_megatron_profile_offers_no_zero_bubble():
     assert Schedule.ZB_H1 not in capabilities_for("megatron").schedules
     plans = search(prob(framework="megatron", cluster="h100x512", gbs=512), top=20).plans
-    assert all(p.layout["schedule"] in (0, 1) for p in plans)
+    assert all(p.layout.schedule in (0, 1) for p in plans)
 
 
 def test_zbv_takes_any_microbatch_count_interleaved_needs_a_multiple_of_pp():

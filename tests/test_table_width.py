@@ -11,6 +11,8 @@ from pathlib import Path
 from rich.console import Console
 
 from cli.options import build_problem
+from cli.plan_options import PlanOptions
+from planner.inputs.layout import Layout
 from planner.report.table import LEGEND, compact_layout, render
 from planner.search.search import price_layout, search
 
@@ -44,8 +46,7 @@ def test_piped_table_fits_80_columns_and_wider_shows_more():
 
 
 def test_every_abbreviation_in_the_table_is_in_the_legend():
-    problem = build_problem("mixtral-8x22b", "h100x256", 8192, 512, "bf16", "generic", ["pp=4"],
-                            compress=None)
+    problem = build_problem(PlanOptions(model="mixtral-8x22b", cluster="h100x256", fix=("pp=4",)))
     text = _render(problem, 80)
     legend_line = next(i for i, line in enumerate(text.splitlines()) if line.startswith("legend:"))
     legend_text = " ".join(" ".join(text.splitlines()[legend_line:legend_line + 6]).split())
@@ -65,29 +66,28 @@ def test_every_abbreviation_in_the_table_is_in_the_legend():
 
 
 def test_compact_layout_names_its_abbreviations():
-    text, used = compact_layout({"tp": 4, "pp": 8, "vpp": 6, "dp": 32, "cp": 2, "ep": 1, "mbs": 1, "zero": 1,
-                                 "recompute": 1, "sp": 1, "schedule": 1, "cp_comm": 1})
+    text, used = compact_layout(Layout.from_dict({"tp": 4, "pp": 8, "vpp": 6, "dp": 32, "cp": 2, "ep": 1, "mbs": 1,
+                                                  "zero": 1, "recompute": 1, "sp": 1, "schedule": 1, "cp_comm": 1}))
     assert text == "tp4 pp8 v6 dp32 cp2u m1 z1 sele sp il"
     assert {"v", "cpu", "sele", "sp", "il", "z", "m"} <= used
 
 
 def test_header_names_active_what_ifs():
-    problem = build_problem("llama3-8b", "h100x64", 8192, 512, "bf16", "generic", None, compress=["dp=4,tp=1.5"])
+    problem = build_problem(PlanOptions(model="llama3-8b", cluster="h100x64", compress=("dp=4,tp=1.5",)))
     head = _render(problem, 80).splitlines()[:5]
     assert any(line.startswith("what-if") and "--compress dp=4,tp=1.5" in line for line in head)
-    plain = build_problem("llama3-8b", "h100x64", 8192, 512, "bf16", "generic", None)
+    plain = build_problem(PlanOptions(model="llama3-8b", cluster="h100x64"))
     assert not any(line.startswith("what-if") for line in _render(plain, 80).splitlines())
 
 
 def test_compressing_a_dimension_of_size_one_changes_nothing():
-    layout = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 1, "recompute": 1, "sp": 0,
-              "schedule": 0, "cp_comm": 0}
-    base = build_problem("llama3-8b", "h100x64", 8192, 512, "bf16", "generic", None)
+    layout = Layout.from_dict({"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 1,
+                               "recompute": 1, "sp": 0, "schedule": 0, "cp_comm": 0})
+    base = build_problem(PlanOptions(model="llama3-8b", cluster="h100x64"))
     for dim in ("tp", "pp", "cp", "ep"):
-        squeezed = build_problem("llama3-8b", "h100x64", 8192, 512, "bf16", "generic", None,
-                                 compress=[f"{dim}=8"])
+        squeezed = build_problem(PlanOptions(model="llama3-8b", cluster="h100x64", compress=(f"{dim}=8",)))
         assert price_layout(squeezed, layout) == price_layout(base, layout), dim
     # while the same ratio on a dimension that exists moves the price
-    wide = {**layout, "tp": 8, "dp": 8, "sp": 1}
-    tp = build_problem("llama3-8b", "h100x64", 8192, 512, "bf16", "generic", None, compress=["tp=8"])
+    wide = layout.replace(tp=8, dp=8, sp=1)
+    tp = build_problem(PlanOptions(model="llama3-8b", cluster="h100x64", compress=("tp=8",)))
     assert price_layout(tp, wide)["tp_comm_s"] != price_layout(base, wide)["tp_comm_s"]

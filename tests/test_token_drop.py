@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import cols
+from conftest import layout
 from pydantic import ValidationError
 
 from planner.cost import compute, expert, fitted, flops, memory
@@ -103,8 +103,7 @@ def test_dropping_to_capacity_prices_the_alltoall_dispatcher_slower_across_nodes
     """Qwen3-235B on 256 H100 (EP 32 over 4 nodes): with token drop the plain alltoall sends every routed copy
     across the network, where DeepEP sends a token once per node; the expert GEMMs lose their imbalance."""
     m, cl = load_model("qwen3-235b-a22b"), load_cluster("h100x256")
-    lay = {k: int(v[0]) for k, v in cols(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1,
-                                          schedule=int(Schedule.INTERLEAVED)).items()}
+    lay = layout(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1, schedule=int(Schedule.INTERLEAVED))
     dropless = price_layout(Problem(m, cl, _training(precision="fp8")), lay)
     dropping = price_layout(Problem(m, cl, _training(1.0, True, precision="fp8")), lay)
     assert dropping["ep_comm_s"] > 1.5 * dropless["ep_comm_s"]

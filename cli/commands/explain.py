@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,7 +11,7 @@ import typer
 
 from cli.commands.report import writable_path, write_text
 from cli.exit_codes import ExitCode
-from cli.option_types import MoePadOpt, PlanFwOpt
+from cli.option_types import SetOpt, plan_command
 from cli.options import (
     build_problem,
     check_format,
@@ -20,17 +21,19 @@ from cli.options import (
     stdout,
     table_console,
 )
+from cli.plan_options import PlanOptions
 from planner.errors import PlanInputError
 
 if TYPE_CHECKING:
+    from planner.inputs.launch_readers import LaunchConfig
+    from planner.inputs.layout import Knobs
     from planner.inputs.problem import Problem
 
 
+@plan_command("explain", after="cluster")
 def explain(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="catalog name/alias, or a model YAML / HF "
-                                              "config.json path (with --from: only if the file does not say)")] = None,
-    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="{gpu}x{count} or a cluster YAML (with "
-                                                "--from: only if the file does not say)")] = None,
+    options: PlanOptions,
+    stated: frozenset[str],
     layout: Annotated[str | None, typer.Option("--layout", "-l", help="knobs as 'tp=8,pp=4,vpp=5,mbs=1,zero=1,"
                                                "recompute=selective'; the rest take defaults")] = None,
     from_file: Annotated[str | None, typer.Option(
@@ -39,26 +42,7 @@ def explain(
         "with what changes")] = None,
     dialect: Annotated[str | None, typer.Option("--dialect", help="with --from: megatron | torchtitan | deepspeed | "
                                                 "nemo (default: detected)")] = None,
-    seq_len: Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence (default: the file's, "
-                                                "else 8192)")] = None,
-    global_batch: Annotated[int | None, typer.Option("--global-batch", help="sequences per optimizer step "
-                                                     "(default: the file's, else 512)")] = None,
-    precision: Annotated[str | None, typer.Option("--precision", help="bf16 | fp8 | fp4 (default: the file's, "
-                                                  "else bf16)")] = None,
-    framework: PlanFwOpt = None,
-    fp8_recipe: Annotated[str, typer.Option(
-        "--fp8-recipe", help="with --precision fp8: tensorwise | blockwise (1x128 / 128x128 block scales)")
-    ] = "tensorwise",
-    optimizer_offload: Annotated[float | None, typer.Option(
-        "--optimizer-offload", min=0.0, max=1.0, help="share of optimizer states kept and stepped in CPU memory "
-        "(default: the file's, else 0)")] = None,
-    optimizer_moments: Annotated[str | None, typer.Option(
-        "--optimizer-moments", help="dtype of Adam's moments: fp32 | bf16 (default: the file's, else fp32)")] = None,
-    moe_capacity_factor: Annotated[float | None, typer.Option(
-        "--moe-capacity-factor", min=0.01, max=64.0, help="token dropping: each expert's capacity in even shares of "
-        "the routed tokens (default: the file's, else dropless)", show_default=False)] = None,
-    moe_pad_to_capacity: MoePadOpt = False,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
+    assign: SetOpt = None,
     osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,
     partition: Annotated[bool, typer.Option("--partition", help="also balance layers (and recompute) per "
@@ -71,24 +55,22 @@ def explain(
     from planner.report.explain import explain as run_explain
     from planner.report.explain import explain_extras, render
 
+    fmt = options.fmt
     check_format(fmt, ("table", "json", "yaml"))
     if (layout is None) == (from_file is None):
         raise PlanInputError("give exactly one of --layout and --from", field="--layout",
                              fix='e.g. --layout "tp=8,pp=4" or --from launch.sh')
+    assigned = _assignments(assign or [], from_file is not None)
     svg_path = writable_path(svg, "--svg", ".svg") if svg is not None else None
     if from_file is not None:
-        _explain_from(from_file, dialect, model, cluster, seq_len, global_batch, precision, framework, fmt, svg_path,
-                      optimizer_offload, optimizer_moments, (moe_capacity_factor, moe_pad_to_capacity))
+        _explain_from(from_file, dialect, options, stated, svg_path, assigned)
         return
-    if model is None or cluster is None:
-        raise PlanInputError("is required with --layout", field="--model" if model is None else "--cluster",
+    if options.model is None or options.cluster is None:
+        raise PlanInputError("is required with --layout", field="--model" if options.model is None else "--cluster",
                              fix="e.g. --model llama70b --cluster h100x512")
     from planner.inputs.layout import parse_pairs
 
-    problem = build_problem(model, cluster, seq_len or 8192, global_batch or 512, precision or "bf16",
-                            framework or "generic", None, fp8_recipe=fp8_recipe,
-                            optimizer_offload=optimizer_offload or 0.0, optimizer_moments=optimizer_moments or "fp32",
-                            moe_capacity_factor=moe_capacity_factor, moe_pad_to_capacity=moe_pad_to_capacity)
+    problem = build_problem(options)
     given = parse_pairs([layout or ""], "--layout")
     out = run_explain(problem, given)
     if svg_path is not None:
@@ -106,7 +88,20 @@ def explain(
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
 
 
-def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
+def _assignments(items: list[str], with_file: bool) -> dict[str, str]:
+    """--set NAME=VALUE pairs (the last of a repeated name wins); only with --from."""
+    if items and not with_file:
+        raise PlanInputError("is for values a --from file leaves open", field="--set", fix="drop --set, or use --from")
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip() or len(name) > 200:
+            raise PlanInputError(f"'{item[:60]}' is not NAME=VALUE", field="--set", fix="e.g. --set NNODES=16")
+        out[name.strip()] = value
+    return out
+
+
+def write_svg(problem: Problem, given: Knobs, path: Path) -> None:
     """The layout's timeline and memory chart, priced as `explain` prices it (even when it breaks a rule)."""
     from planner.report.explain import complete_layout
     from planner.report.html import layout_svg
@@ -117,34 +112,32 @@ def write_svg(problem: Problem, given: dict[str, int], path: Path) -> None:
     stderr().print(f"wrote {path}")
 
 
-def _explain_from(path: str, dialect: str | None, model: str | None, cluster: str | None, seq_len: int | None,
-                  global_batch: int | None, precision: str | None, framework: str | None, fmt: str,
-                  svg_path: Path | None = None, optimizer_offload: float | None = None,
-                  optimizer_moments: str | None = None,
-                  token_drop: tuple[float | None, bool] = (None, False)) -> None:
-    """`--from FILE`: the file's problem and layout (options fill what it leaves out), priced beside the best.
-    `token_drop`: the --moe-capacity-factor and --moe-pad-to-capacity options (None / False: the file's)."""
-    from planner.inputs.files import warn
-    from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
+def _explain_from(path: str, dialect: str | None, options: PlanOptions, stated: frozenset[str],
+                  svg_path: Path | None = None, assigned: dict[str, str] | None = None) -> None:
+    """`--from FILE`: the file's problem and layout (options fill what it leaves out, and override what they state),
+    priced beside the best. `assigned`: the --set values."""
+    from planner.inputs.launch_readers import (
+        layout_for,
+        read_launch_file,
+        recompute_note,
+        resolve_cluster,
+        resolve_model,
+    )
     from planner.report import document
     from planner.report.explain_from import explain_from, render_from
 
-    cfg = read_launch_file(path, dialect)
-    if cfg.ignored:
-        warn(f"{cfg.source}: not understood, ignored: {', '.join(cfg.ignored)}")
-    resolved_model = resolve_model(cfg, model)
-    resolved_cluster = resolve_cluster(cfg, cluster)
+    cfg = read_launch_file(path, dialect, assigned)
+    resolved_model = resolve_model(cfg, options.model)
+    resolved_cluster = resolve_cluster(cfg, options.cluster)
+    recompute_note(cfg, resolved_model)
     given = layout_for(cfg, resolved_model, resolved_cluster.num_gpus)
-    precision = precision or cfg.precision or "bf16"
-    recipe = (cfg.fp8_recipe or "tensorwise") if precision == "fp8" else "tensorwise"
-    problem = problem_for(resolved_model, resolved_cluster, seq_len or cfg.seq_len or 8192,
-                          global_batch or cfg.global_batch or 512, precision,
-                          framework_for(framework, cfg.dialect), None, fp8_recipe=recipe,
-                          optimizer_offload=(cfg.optimizer_offload or 0.0) if optimizer_offload is None
-                          else optimizer_offload,
-                          optimizer_moments=optimizer_moments or cfg.optimizer_moments or "fp32",
-                          moe_capacity_factor=cfg.moe_capacity_factor if token_drop[0] is None else token_drop[0],
-                          moe_pad_to_capacity=token_drop[1] or cfg.moe_pad_to_capacity)
+    if "seq_len" not in stated and cfg.seq_len is None:
+        cfg.defaults.append(f"sequence length {options.seq_len}: the file does not state one (pass --seq-len)")
+    if "global_batch" not in stated and cfg.global_batch is None:
+        cfg.defaults.append(f"global batch {options.global_batch}: the file does not state one (pass --global-batch)")
+    _warn_read(cfg)
+    problem = problem_for(resolved_model, resolved_cluster, _with_file(options, stated, cfg))
+    fmt = options.fmt
     out = explain_from(problem, given, cfg)
     if svg_path is not None:
         write_svg(problem, given, svg_path)
@@ -155,3 +148,30 @@ def _explain_from(path: str, dialect: str | None, model: str | None, cluster: st
         render_from(out, table_console())
     if not out["yours"]["feasible"]:
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
+
+
+def _warn_read(cfg: object) -> None:
+    """What the reader could not price as written, what the file leaves open, and the framework defaults it took:
+    one stderr line each."""
+    from planner.inputs.files import warn
+
+    source = getattr(cfg, "source", "")
+    for label, items in (("not understood, ignored", getattr(cfg, "ignored", [])),
+                         ("left open by the file", getattr(cfg, "doubts", [])),
+                         ("taken from defaults", getattr(cfg, "defaults", []))):
+        if items:
+            warn(f"{source}: {label}: {'; '.join(dict.fromkeys(items))}")
+
+
+def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) -> PlanOptions:
+    """The options for a launch file: what the command line states, else what the file says, else the defaults.
+    The fp8 recipe is always the file's (blockwise only where it says so and trains in fp8)."""
+    file = {"seq_len": cfg.seq_len, "global_batch": cfg.global_batch, "precision": cfg.precision,
+            "optimizer_offload": cfg.optimizer_offload, "optimizer_moments": cfg.optimizer_moments,
+            "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity}
+    # (a capacity factor the file states is taken as it is; the other figures only where they are set and not zero)
+    merged = replace(options, **{k: v for k, v in file.items()
+                                 if k not in stated and (v is not None if k == "moe_capacity_factor" else v)})
+    recipe = (cfg.fp8_recipe or "tensorwise") if merged.precision == "fp8" else "tensorwise"
+    framework = options.framework or cfg.framework or framework_for(None, cfg.dialect)
+    return replace(merged, fp8_recipe=recipe, framework=framework)

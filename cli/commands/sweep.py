@@ -6,13 +6,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Annotated
 
 import typer
 
-from cli import option_types as opts
-from cli.option_types import ModelOpt, PrecOpt, SeqOpt
+from cli.option_types import plan_command
 from cli.options import build_problem, check_format, stderr, table_console
+from cli.plan_options import PlanOptions
 
 PROGRESS_AFTER_S = 2.0  # a sweep quicker than this prints no progress at all
 # Default tokens per optimizer step: Llama 3 405B's batch after 2.87T tokens of its pre-training (Dubey et al. 2024,
@@ -45,35 +46,27 @@ def _progress() -> Iterator[Callable[[int, int, str], None]]:
     yield report
 
 
+@plan_command("sweep", after="model")
 def sweep(
-    model: ModelOpt,
     gpus: Annotated[str, typer.Option("--gpus", help="catalog GPU keys, comma-separated: h100,b200,gb200")],
     counts: Annotated[str, typer.Option("--counts", help="GPU counts, comma-separated: 256,512,1024")],
     train_tokens: Annotated[str, typer.Option("--train-tokens", help="token budget of the run: 15T, 2.5e12")],
+    options: PlanOptions,
     gpu_hour_price: Annotated[list[str] | None, typer.Option(
         "--gpu-hour-price", help="dollars per GPU-hour, GPU=PRICE (repeatable or comma-separated): h100=2.5,b200=4; "
         "the frontier trades days against dollars when every GPU has a price, else against GPU-hours")] = None,
     tokens_per_batch: Annotated[str, typer.Option(
         "--tokens-per-batch", help="target tokens per optimizer step; global batch = this / seq_len, rounded so "
         "every count's layouts divide it")] = DEFAULT_TOKENS_PER_BATCH,
-    seq_len: SeqOpt = 8192,
-    precision: PrecOpt = "bf16",
-    framework: Annotated[str, typer.Option("--framework", help="training stack to plan for (see plan --help)")] = (
-        "generic"),
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json | yaml")] = "table",
     chart: Annotated[str | None, typer.Option("--chart", help="also write days vs cost (or GPU-hours) as an SVG "
                                               "chart to this file")] = None,
-    optimizer_offload: opts.OptOffloadOpt = 0.0,
-    optimizer_moments: opts.OptMomentsOpt = "fp32",
-    fp8_recipe: opts.Fp8RecipeOpt = "tensorwise",
-    moe_capacity_factor: opts.MoeCapacityOpt = None,
-    moe_pad_to_capacity: opts.MoePadOpt = False,
 ) -> None:
     """Best layout, days, GPU-hours and cost to train a token budget at every (GPU kind, count); frontier starred."""
     from planner.inputs.sweep_args import global_batch_for, parse_amount, parse_counts, parse_gpus, parse_prices
     from planner.report import document
     from planner.report.sweep import RECIPE_KEYS, SweepSpec, run_sweep, sweep_document
 
+    fmt, seq_len = options.fmt, options.seq_len
     check_format(fmt, ("table", "json", "yaml"))
     gpu_keys, count_list = parse_gpus(gpus), parse_counts(counts)
     tokens = parse_amount(train_tokens, "--train-tokens", "15T")
@@ -84,14 +77,11 @@ def sweep(
 
         check_chart_path(chart)
     # One problem built the usual way checks model, precision, framework and sequence length before any search.
-    first = build_problem(model, f"{gpu_keys[0]}x{count_list[0]}", seq_len,
-                          global_batch_for(per_batch, seq_len, count_list[0]), precision, framework, None,
-                          optimizer_offload=optimizer_offload, optimizer_moments=optimizer_moments,
-                          fp8_recipe=fp8_recipe, moe_capacity_factor=moe_capacity_factor,
-                          moe_pad_to_capacity=moe_pad_to_capacity)
+    first = build_problem(replace(options, cluster=f"{gpu_keys[0]}x{count_list[0]}",
+                                  global_batch=global_batch_for(per_batch, seq_len, count_list[0])))
     recipe = {key: getattr(first.training, key) for key in RECIPE_KEYS}
-    spec = SweepSpec(first.model, gpu_keys, count_list, tokens, per_batch, seq_len, precision, framework, prices,
-                     recipe)
+    spec = SweepSpec(first.model, gpu_keys, count_list, tokens, per_batch, seq_len, options.precision,
+                     first.training.framework, prices, recipe)
     with _progress() as progress:
         points = run_sweep(spec, progress)
     if chart:

@@ -54,10 +54,21 @@ def _int_list(doc: dict, key: str, n: int | None, source: str) -> list[int]:
     return value
 
 
+def _routed_without_experts(doc: dict[str, Any], source: str) -> None:
+    """A config that states zero experts and still routes each token to top-k of them describes no model."""
+    counts = [doc[k] for k in ("num_local_experts", *_ALIASES["num_local_experts"]) if k in doc]
+    routed = next((doc[k] for k in ("num_experts_per_tok", *_ALIASES["num_experts_per_tok"]) if k in doc), None)
+    if (isinstance(routed, int) and not isinstance(routed, bool) and routed > 0
+            and any(isinstance(c, int) and not isinstance(c, bool) and c == 0 for c in counts)):
+        raise _fail("num_experts_per_tok", f"routes each token to {routed} experts, but the config has 0",
+                    "set the expert count (num_local_experts), or drop num_experts_per_tok for a dense model", source)
+
+
 def normalize(doc: dict[str, Any], source: str) -> tuple[dict[str, Any], list[str]]:
     """The config with its family's layer keys folded into ModelSpec fields, and the notes to warn about."""
     notes: list[str] = []
     doc = _unwrap(dict(doc), notes)
+    _routed_without_experts(doc, source)
     dialects.translate(doc, source, notes)
     for key, aliases in _ALIASES.items():
         for alias in aliases:
@@ -135,8 +146,12 @@ def _block_configs(doc: dict, n: int, source: str, notes: list[str]) -> None:
     if not isinstance(h, int) or isinstance(h, bool) or h <= 0:
         return  # the spec reports hidden_size
     mixers, mlps, widths, groups = [], [], [], Counter()
-    for block in blocks:
+    for i, block in enumerate(blocks):
         attn, ffn = block.get("attention") or {}, block.get("ffn") or {}
+        if not isinstance(attn, dict) or not isinstance(ffn, dict):
+            part, got = ("attention", attn) if not isinstance(attn, dict) else ("ffn", ffn)
+            raise _fail(f"block_configs[{i}].{part}", f"must be a mapping (got {type(got).__name__})",
+                        "give each block an attention and an ffn mapping, as DeciLM configs do", source)
         if attn.get("no_op"):
             mixers.append("none")
         elif attn.get("replace_with_linear"):
@@ -222,9 +237,9 @@ def _attention_kinds(doc: dict, n: int, source: str, notes: list[str]) -> None:
             raise _fail("layer_types", f"must list {n} layer kinds, e.g. {sorted(_HF_LAYER_TYPES)}",
                         "give one kind per layer", source)
         other = sorted(set(kinds) - _HF_LAYER_TYPES)
-        if other:
-            notes.append(f"layer_types {other}: not a kind the planner prices; those layers priced as full attention")
-            kinds = [k if k in _HF_LAYER_TYPES else "full_attention" for k in kinds]
+        if other:  # pricing an unknown mixer as anything would be a guess: refused, naming it
+            raise _fail("layer_types", f"{', '.join(repr(k[:30]) for k in other[:3])} is not a layer kind the planner "
+                        "prices", f"use {', '.join(sorted(_HF_LAYER_TYPES))}", source)
     elif "full_attention_interval" in doc:  # HF Qwen3NextConfig: every interval-th layer full, the rest linear
         every = doc["full_attention_interval"]
         if not isinstance(every, int) or isinstance(every, bool) or every <= 0:

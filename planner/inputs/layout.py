@@ -8,11 +8,17 @@ Rules, cost terms, documents, launchers and `plan check` all read these definiti
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 from planner.errors import PlanInputError
+
+if TYPE_CHECKING:  # numpy is imported on use: `plan --help` needs none
+    import numpy as np
 
 
 class _Labelled(IntEnum):
@@ -101,13 +107,13 @@ def default_expert_tp(dp: int, cp: int, ep: int) -> int:
     return int(ExpertTp.TP if (dp * cp) % max(ep, 1) == 0 else ExpertTp.ONE)
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One layout knob: its key, what it means, and (for categorical knobs) its enum."""
+class Knob:  # (a plain class, not a dataclass: why, beside Layout's methods)
+    """One layout knob: its key, what it means, and its enum (None: a positive size, or sp's flag)."""
 
-    name: str
-    meaning: str
-    choices: type[_Labelled] | None = None  # None: a positive size (or a flag, for sp)
+    __slots__ = ("name", "meaning", "choices")
+
+    def __init__(self, name: str, meaning: str, choices: type[_Labelled] | None = None) -> None:
+        self.name, self.meaning, self.choices = name, meaning, choices
 
     def allowed(self) -> tuple[int, ...] | None:
         """Every allowed encoded value of a categorical knob; None for sizes."""
@@ -236,6 +242,109 @@ def decode(name: str, value: int) -> int | str | bool:
     if name == "sp":
         return bool(value)
     return int(value)
+
+
+# Some knobs, encoded: a partial layout, as `--fix` pins, `--layout` and a launch file give them (Layout: complete).
+Knobs = Mapping[str, int]
+
+
+@dataclass(init=False, repr=False, eq=False)  # (its methods are written out below: why, beside them)
+class Layout:
+    """One complete training layout, every knob of KNOB_TABLE (sizes as ints, choices as their enums): how one layout
+    travels between modules. The search and the cost model price many at once as columns (numpy arrays keyed by
+    KNOBS: `columns()`, `from_columns()`); `as_dict()` / `from_dict()` give the encoded mapping `--fix` uses."""
+
+    tp: int
+    """Tensor-parallel size: each layer's weight matrices are split over this many GPUs of one NVLink domain
+    (Megatron --tensor-model-parallel-size)."""
+    pp: int
+    """Pipeline-parallel size: the layers are cut into this many stages, one per rank of a pipeline."""
+    dp: int
+    """Data-parallel size: model replicas (or ZeRO shards) that each take a share of the global batch."""
+    cp: int
+    """Context-parallel size: each sequence is split over this many GPUs, which exchange keys and values (cp_comm)."""
+    ep: int
+    """Expert-parallel size: a mixture-of-experts layer's experts are spread over this many GPUs (1: dense)."""
+    etp: ExpertTp
+    """Tensor parallelism inside the experts: the attention's tp, or 1 (whole experts per GPU: MoE folding)."""
+    vpp: int
+    """Model chunks per pipeline rank (virtual pipeline stages; interleaved schedules); 1 without interleaving."""
+    mbs: int
+    """Micro-batch size in sequences: what one forward/backward pass of one pipeline rank takes."""
+    zero: Zero
+    """What data-parallel ranks shard: ZeRO stage 0-3, or HSDP (ZeRO-3 inside the NVLink domain)."""
+    recompute: Recompute
+    """Where the backward pass gets activations: kept, recomputed (selective, full), or offloaded to host memory."""
+    sp: bool
+    """Sequence parallelism: with tp > 1, the norms and dropout work on a tp-th of the sequence each."""
+    schedule: Schedule
+    """The pipeline schedule (1F1B, interleaved, zero-bubble, Seq1F1B, combined 1F1B, DualPipe); 1F1B when pp = 1."""
+    cp_comm: CpComm
+    """How context-parallel ranks exchange keys and values: ring (p2p), all-to-all (Ulysses), or both."""
+
+    # Written out rather than generated: a dataclass compiles the methods it generates when its module is imported,
+    # a cost every plain `plan` run would pay; these come with the module's bytecode. Frozen, as frozen=True makes it.
+    def __init__(self, tp: int, pp: int, dp: int, cp: int, ep: int, etp: int, vpp: int, mbs: int, zero: int,
+                 recompute: int, sp: int, schedule: int, cp_comm: int) -> None:
+        values = (tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, schedule, cp_comm)
+        for knob, value in zip(KNOB_TABLE, values, strict=True):  # numpy ints and codes in, the declared types out
+            typed = knob.choices(int(value)) if knob.choices else bool(value) if knob.name == "sp" else int(value)
+            object.__setattr__(self, knob.name, typed)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().values()))
+
+    def __repr__(self) -> str:
+        return "Layout(" + ", ".join(f"{k}={v!r}" for k, v in self.labels().items()) + ")"
+
+    @classmethod
+    def from_dict(cls, knobs: Mapping[str, int]) -> Layout:
+        """From encoded values keyed by KNOBS. `etp` and `cp_comm` (knobs added after the first plan documents) may be
+        missing: then Megatron's default expert tp (default_expert_tp) and the ring."""
+        values = {"cp_comm": int(CpComm.RING), **knobs}
+        values.setdefault("etp", default_expert_tp(values["dp"], values["cp"], values["ep"]))
+        return cls(**{k: values[k] for k in KNOBS})
+
+    @classmethod
+    def from_columns(cls, cols: Mapping[str, Sequence[int]], row: int = 0) -> Layout:
+        """Row `row` of the search's knob columns."""
+        return cls(**{k: int(cols[k][row]) for k in KNOBS})
+
+    @classmethod
+    def from_labels(cls, labels: Mapping[str, object]) -> Layout:
+        """From the values users type and `labels()` gives ("selective", "hsdp", True); PlanInputError if bad."""
+        return cls.from_dict(dict(encode(k, str(v), "layout") for k, v in labels.items()))
+
+    def as_dict(self) -> dict[str, int]:
+        """The encoded values (plain ints, categoricals as their codes), keyed by KNOBS in KNOB_TABLE's order."""
+        return {k: int(getattr(self, k)) for k in KNOBS}
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The layout as one-row knob columns (int64), what the cost model prices."""
+        import numpy as np
+
+        return {k: np.array([int(getattr(self, k))], dtype=np.int64) for k in KNOBS}
+
+    def labels(self) -> dict[str, int | str | bool]:
+        """Each knob as users write it: sizes as ints, choices as labels, sp as a bool."""
+        return {k: decode(k, int(getattr(self, k))) for k in KNOBS}
+
+    def text(self) -> str:
+        """'tp=8,pp=4,...,recompute=selective,...': every knob, as `--layout` and `--fix` read it (parse_pairs)."""
+        return ",".join(f"{k}={str(v).lower()}" for k, v in self.labels().items())
+
+    def replace(self, **changes: int) -> Layout:
+        """This layout with some knobs changed (encoded values or enum members)."""
+        return dataclasses.replace(self, **changes)
 
 
 def embedding_loss_split(layers: int, pp: int, vpp: int) -> int | None:

@@ -16,8 +16,8 @@ from planner.inputs.layout import (
     HSDP,
     CpComm,
     ExpertTp,
+    Layout,
     Zero,
-    decode,
     embedding_loss_split,
     uneven_stage_layers,
 )
@@ -31,35 +31,37 @@ def sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def layout_dict(layout: dict[str, int], metrics: dict[str, float] | None = None,
+def layout_dict(layout: Layout, metrics: dict[str, float] | None = None,
                 layers: int | None = None, nvlink_domain: int | None = None,
                 framework: str | None = None) -> dict[str, Any]:
+    """A plan document's `layout` (docs/plan-schema.md): the knobs as labels, and with the plan's metrics, model depth
+    and NVLink domain what follows from them (micro-batches, offloaded layers, HSDP shard group, hybrid CP sizes,
+    expert tp, an uneven stage split)."""
+    tp, cp = layout.tp, layout.cp
     out = {
-        "tp": layout["tp"], "pp": layout["pp"], "dp": layout["dp"], "cp": layout["cp"], "ep": layout["ep"],
-        "vpp": layout["vpp"], "micro_batch": layout["mbs"], "zero": min(int(layout["zero"]), int(Zero.PARAMETERS)),
-        "recompute": decode("recompute", layout["recompute"]), "sequence_parallel": bool(layout["sp"]),
-        "schedule": decode("schedule", layout["schedule"]),
-        "cp_comm": decode("cp_comm", layout.get("cp_comm", 0)),
+        "tp": tp, "pp": layout.pp, "dp": layout.dp, "cp": cp, "ep": layout.ep,
+        "vpp": layout.vpp, "micro_batch": layout.mbs, "zero": min(int(layout.zero), int(Zero.PARAMETERS)),
+        "recompute": layout.recompute.label, "sequence_parallel": layout.sp,
+        "schedule": layout.schedule.label, "cp_comm": layout.cp_comm.label,
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
         if metrics.get("offloaded_layers", 0) > 0:  # recompute=offload: --cpu-offloading-num-layers
             out["offload_layers"] = int(round(metrics["offloaded_layers"]))
-    if layout["zero"] == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
-        data = layout["dp"] * layout["cp"]
-        out["fsdp_shard_group"] = math.gcd(data, max(nvlink_domain // layout["tp"], 1))
+    if layout.zero == HSDP and nvlink_domain:  # ZeRO-3 inside a domain, replicated across domains
+        out["fsdp_shard_group"] = math.gcd(layout.dp * cp, max(nvlink_domain // tp, 1))
     # Hybrid CP: all-to-all size inside the domain, ring across.
-    if layout.get("cp_comm", CpComm.RING) == CpComm.HYBRID and nvlink_domain:
-        inside = math.gcd(layout["cp"], max(nvlink_domain // layout["tp"], 1))
-        out["cp_hierarchy"] = [inside, layout["cp"] // inside]
-    if layout["ep"] > 1:  # whole experts (MoE parallel folding) or split like the attention
-        out["expert_tp"] = 1 if layout.get("etp", ExpertTp.TP) == ExpertTp.ONE else layout["tp"]
+    if layout.cp_comm == CpComm.HYBRID and nvlink_domain:
+        inside = math.gcd(cp, max(nvlink_domain // tp, 1))
+        out["cp_hierarchy"] = [inside, cp // inside]
+    if layout.ep > 1:  # whole experts (MoE parallel folding) or split like the attention
+        out["expert_tp"] = 1 if layout.etp == ExpertTp.ONE else tp
     if layers is not None:
         emb_loss = framework is not None and capabilities_for(framework).embedding_loss_split
-        split = uneven_stage_layers(layers, layout["pp"], layout["vpp"], emb_loss)
+        split = uneven_stage_layers(layers, layout.pp, layout.vpp, emb_loss)
         if split:
             out["first_stage_layers"], out["last_stage_layers"] = split
-            if embedding_loss_split(layers, layout["pp"], layout["vpp"]) is not None and emb_loss:
+            if embedding_loss_split(layers, layout.pp, layout.vpp) is not None and emb_loss:
                 out["stage_split"] = "embedding_loss"  # the embedding and the loss count as one layer each
     return out
 

@@ -11,15 +11,16 @@ from planner.cost import compute, memory, pipeline
 from planner.cost.stages import memory_stages
 from planner.cost.step import layer_terms
 from planner.inputs.frameworks import offload_modules
-from planner.inputs.layout import CpComm, Recompute, Schedule, Zero, default_expert_tp
+from planner.inputs.layout import CpComm, Knobs, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, goodput_dict, layout_dict, metrics_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
 from planner.search.search import is_tight, price_layout
 
 
-def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
-    """Fill the knobs a user left out with the defaults documented in docs/commands.md (dp from the GPU count)."""
+def complete_layout(problem: Problem, given: Knobs) -> Layout:
+    """The knobs a user gave (encoded, as parse_pairs reads them), the rest filled with the defaults documented in
+    docs/commands.md (dp from the GPU count)."""
     lay = dict(given)
     lay.setdefault("tp", 1)
     lay.setdefault("pp", 1)
@@ -35,12 +36,11 @@ def complete_layout(problem: Problem, given: dict[str, int]) -> dict[str, int]:
     if "dp" not in lay:
         denom = lay["tp"] * lay["pp"] * lay["cp"]
         lay["dp"] = max(problem.num_gpus // denom, 1)
-    # Megatron's default expert TP is tp; where ep does not divide dp x cp only folding (etp 1) can launch it
-    lay.setdefault("etp", default_expert_tp(lay["dp"], lay["cp"], lay["ep"]))
-    return lay
+    # etp left out: Megatron's default, tp, or 1 where ep does not divide dp x cp (Layout.from_dict)
+    return Layout.from_dict(lay)
 
 
-def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], width: int = 100) -> str:
+def timeline(problem: Problem, lay: Layout, metrics: dict[str, float], width: int = 100) -> str:
     """The schedule's order of operations, simulated with this layout's per-stage times
     (planner.strategies.pipeline_sim), and a line saying how its bubble differs from the step's `bubble_s`.
 
@@ -54,8 +54,8 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     from planner.report.timeline import render_timeline
     from planner.strategies.pipeline_sim import simulate_layout
 
-    name = Schedule(lay["schedule"]).label
-    p, v = lay["pp"], lay["vpp"]
+    name = lay.schedule.label
+    p, v = lay.pp, lay.vpp
     if p < 2:
         return "no pipeline (pp = 1): nothing to schedule"
     if name == "dualpipe" and p % 2:
@@ -77,9 +77,10 @@ def timeline(problem: Problem, lay: dict[str, int], metrics: dict[str, float], w
     return head + "\n" + why + "\n" + render_timeline(sim, width=width)
 
 
-def explain(problem: Problem, given: dict[str, int]) -> dict[str, Any]:
+def explain(problem: Problem, given: Knobs) -> dict[str, Any]:
+    """The layout `given` (completed by complete_layout) priced in full, with the rules it breaks."""
     lay = complete_layout(problem, given)
-    cols = {k: np.array([v], dtype=np.int64) for k, v in lay.items()}
+    cols = lay.columns()
     broken = broken_rules(cols, problem)
     metrics = price_layout(problem, lay)
     cap = problem.cluster.gpu.memory_gib
@@ -142,7 +143,7 @@ def _rounded(kinds: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: round(float(v[0]), 3) for k, v in kinds.items()}
 
 
-def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partition: bool) -> dict[str, Any]:
+def explain_extras(problem: Problem, given: Knobs, osdp: bool, partition: bool) -> dict[str, Any]:
     """`--osdp` / `--partition`: their JSON-safe results by name, and their text under "text"."""
     import dataclasses
 
@@ -155,7 +156,7 @@ def explain_extras(problem: Problem, given: dict[str, int], osdp: bool, partitio
         from planner.strategies.osdp import plan_osdp
 
         plan = plan_osdp(problem, lay)
-        out["osdp"] = jsonable(dataclasses.asdict(plan))
+        out["osdp"] = jsonable({**dataclasses.asdict(plan), "layout": plan.layout.as_dict()})
         out["text"].append(render_osdp(plan))
     if partition:
         from planner.strategies.partition import partition_for, render_partition

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from planner.errors import NoFeasiblePlan
 from planner.inputs.launch_readers import LaunchConfig
+from planner.inputs.layout import Knobs
 from planner.inputs.problem import Problem
 from planner.report.changes import changes, fmt
 from planner.report.document import layout_dict, metrics_dict, sig
@@ -33,9 +34,14 @@ def _follows(change_key: str, new: dict[str, Any]) -> bool:
             and new["tp"] == 1) or (change_key == "cp_comm" and new["cp"] == 1))
 
 
-def explain_from(problem: Problem, given: dict[str, int], cfg: LaunchConfig, top: int = 3) -> dict[str, Any]:
+def explain_from(problem: Problem, given: Knobs, cfg: LaunchConfig, top: int = 3) -> dict[str, Any]:
     """The file's layout priced, and up to `top` better (or equal) layouts with their changes and gains."""
     yours = explain(problem, given)
+    met = [r for r in yours["broken_rules"] if r["rule"] in cfg.runs_anyway]
+    if met:  # the file states what the planner's own launcher could not (a custom stage split, trainer recompute)
+        yours["broken_rules"] = [r for r in yours["broken_rules"] if r["rule"] not in cfg.runs_anyway]
+        yours["feasible"] = not yours["broken_rules"]
+        yours["met_by_file"] = [{"rule": r["rule"], "by": cfg.runs_anyway[r["rule"]]} for r in met]
     mine = _knobs(yours["layout"])
     mfu, step = yours["metrics"]["mfu"], yours["metrics"]["step_time_s"]
     alternatives: list[dict[str, Any]] = []
@@ -43,7 +49,8 @@ def explain_from(problem: Problem, given: dict[str, int], cfg: LaunchConfig, top
     try:
         result = search(problem, top=top + 1)
     except NoFeasiblePlan as exc:
-        result, note = None, f"no layout satisfies every rule ({exc.message})"
+        result = None
+        note = exc.message if exc.message.startswith("no layout") else f"no layout satisfies every rule ({exc.message})"
     cap = problem.cluster.gpu.memory_gib
     complete = complete_layout(problem, given)
     compact, used = compact_layout(complete)
@@ -84,6 +91,8 @@ def render_from(out: dict[str, Any], console: Console) -> None:
                   f"{mt['memory_peak_gib']:.1f}/{mt['memory_capacity_gib']:g} GiB; {fits}", highlight=False)
     for rule in yours["broken_rules"]:
         console.print(f"  breaks {rule['rule']}: {rule['message']} (fix: {rule['fix']})", highlight=False)
+    for rule in yours.get("met_by_file", []):
+        console.print(f"  {rule['rule']}: met by the file's {rule['by']}", highlight=False)
     if out["yours_rank"]:
         console.print(f"yours is #{out['yours_rank']} of the search's ranking", highlight=False)
     for alt in out["alternatives"]:

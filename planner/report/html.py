@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from planner.cost.stages import stage_memory_gib
-from planner.inputs.layout import KNOBS, SEQ1F1B_SEGMENTS, Schedule
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
 from planner.report.table import compact_layout, legend, precision_label, why
@@ -30,7 +30,7 @@ SIM_OPS_BUDGET = 70_000
 SIM_OPS_BUDGET_ZB_V = 12_000
 
 
-def layout_text(lay: dict[str, int]) -> str:
+def layout_text(lay: Layout) -> str:
     """A layout as the ranked table writes it ('tp4 pp16 dp4 cp8h m1 z1 norc sp 1f1b'; the page prints the legend)."""
     return compact_layout(lay)[0]
 
@@ -45,40 +45,40 @@ class Chart:
     caption: str
 
 
-def sim_microbatch_cap(lay: dict[str, int]) -> int:
+def sim_microbatch_cap(lay: Layout) -> int:
     """Micro-batches the timeline simulates at most, so that pp x m x v x ops-per-micro-batch stays in budget."""
-    sched = Schedule(lay["schedule"])
-    chunks = 2 if sched in (Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPE_V) else max(lay["vpp"], 1)
-    per_mb = lay["pp"] * chunks * (3 if sched.label in SPLIT_SCHEDULES else 2)
+    sched = lay.schedule
+    chunks = 2 if sched in (Schedule.ZB_V, Schedule.DUALPIPE, Schedule.DUALPIPE_V) else max(lay.vpp, 1)
+    per_mb = lay.pp * chunks * (3 if sched.label in SPLIT_SCHEDULES else 2)
     per_mb *= SEQ1F1B_SEGMENTS if sched == Schedule.SEQ1F1B else 1
     budget = SIM_OPS_BUDGET_ZB_V if sched in (Schedule.ZB_V, Schedule.DUALPIPE_V) else SIM_OPS_BUDGET
-    return max(lay["pp"] if sched == Schedule.INTERLEAVED else 1, budget // per_mb)
+    return max(lay.pp if sched == Schedule.INTERLEAVED else 1, budget // per_mb)
 
 
-def simulate(lay: dict[str, int], metrics: dict[str, float]) -> PipelineSimResult | None:
+def simulate(lay: Layout, metrics: dict[str, float]) -> PipelineSimResult | None:
     return simulate_layout(lay, metrics, max_microbatches=sim_microbatch_cap(lay))
 
 
-def _pipelined(result: SearchResult) -> tuple[str, dict[str, int], dict[str, float]] | None:
+def _pipelined(result: SearchResult) -> tuple[str, Layout, dict[str, float]] | None:
     """The layout whose timeline the page shows: the top pick, or when it has no pipeline the fastest layout with one
     (from the ranked plans, else from every priced layout)."""
     top = result.plans[0]
-    if top.layout["pp"] > 1:
+    if top.layout.pp > 1:
         return "the top pick (#1)", top.layout, top.metrics
     for i, plan in enumerate(result.plans[1:], start=2):
-        if plan.layout["pp"] > 1:
+        if plan.layout.pp > 1:
             return f"#{i}, the best plan with a pipeline (the top pick has pp = 1)", plan.layout, plan.metrics
     priced = result.priced
     if priced is None or not (priced["pp"] > 1).any():
         return None
     idx = np.flatnonzero(priced["pp"] > 1)
     best = int(idx[np.argmax(priced["tokens_per_s_per_gpu"][idx])])
-    lay = {k: int(priced[k][best]) for k in KNOBS}
+    lay = Layout.from_columns(priced, best)
     return ("the fastest layout with a pipeline (the top pick has pp = 1)", lay,
             price_layout(result.problem, lay))
 
 
-def timeline_chart(lay: dict[str, int], metrics: dict[str, float], who: str) -> Chart | None:
+def timeline_chart(lay: Layout, metrics: dict[str, float], who: str) -> Chart | None:
     sim = simulate(lay, metrics)
     if sim is None:
         return None
@@ -118,7 +118,7 @@ def _charts(result: SearchResult) -> list[Chart]:
             "Seconds per optimizer step on the busiest pipeline stage, split into the cost model's terms: kernels, "
             "recomputation, the communication each parallel dimension leaves exposed (not hidden behind compute), "
             "the pipeline bubble and the optimizer update (docs/architecture.md names every formula).")))
-        stages = stage_memory_gib(problem, top.layout)
+        stages = stage_memory_gib(problem, top.layout.as_dict())
         fig = charts.new_figure(11, 3.8)
         charts.draw_stage_memory(fig.add_subplot(), stages, cap)
         out.append(Chart("memory", "Memory per pipeline stage (top pick)", charts.to_svg(fig), (
@@ -211,9 +211,9 @@ def render_report(result: SearchResult, options: dict[str, Any]) -> str:
         capacity=f"{p.cluster.gpu.memory_gib:g}")
 
 
-def layout_svg(problem: Problem, lay: dict[str, int], metrics: dict[str, float]) -> str:
+def layout_svg(problem: Problem, lay: Layout, metrics: dict[str, float]) -> str:
     """`plan explain --svg`: one layout's simulated pipeline timeline (when pp > 1) above its memory per stage."""
-    stages = stage_memory_gib(problem, lay)
+    stages = stage_memory_gib(problem, lay.as_dict())
     sim = simulate(lay, metrics)
     mem_h = 3.4
     with charts.style():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from planner.inputs.layout import Recompute
 from planner.strategies.osdp import ItemDecision, OsdpPlan
 
 
@@ -32,8 +31,8 @@ def _runs(decisions: Sequence[ItemDecision]) -> list[tuple[str, str]]:
 
 def render_osdp(plan: OsdpPlan) -> str:
     lay = plan.layout
-    lines = [f"OSDP (Jiang et al., IJCAI 2023) for tp{lay['tp']} dp{lay['dp']} mbs{lay['mbs']} "
-             f"recompute={Recompute(lay['recompute']).label}, budget {plan.capacity_gib:g} GiB per GPU"]
+    lines = [f"OSDP (Jiang et al., IJCAI 2023) for tp{lay.tp} dp{lay.dp} mbs{lay.mbs} "
+             f"recompute={lay.recompute.label}, budget {plan.capacity_gib:g} GiB per GPU"]
     for u in (plan.zero1, plan.zero3):
         fit = "fits" if u.fits else "does not fit"
         lines.append(f"  {u.name:<24} step {u.step_time_s:8.3f} s  memory {u.memory_gib:7.2f} GiB  ({fit}; "

@@ -131,7 +131,7 @@ def check_plans(doc: dict[str, Any], source: str | None = None) -> list[dict[str
 
 # --- recorded options -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class PlanOptions:
+class RecordedOptions:
     """inputs.options, checked and normalised to what `plan` writes."""
 
     fix: dict[str, int]  # knob -> encoded value (categoricals as their enum codes)
@@ -202,7 +202,7 @@ def _fixed(raw: Any, source: str | None) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def read_options(options: dict[str, Any], source: str | None = None) -> PlanOptions:
+def read_options(options: dict[str, Any], source: str | None = None) -> RecordedOptions:
     """The recorded options, checked (fix, top, allow_tp_across_nodes, time_limit, compress)."""
     _unknown_keys(options, set(OPTION_KEYS), "inputs.options", source)
     if "top" not in options:
@@ -227,7 +227,7 @@ def read_options(options: dict[str, Any], source: str | None = None) -> PlanOpti
     if headroom is not None and not (is_number(headroom) and 0 <= headroom <= 0.5):
         raise PlanInputError(f"expected a share from 0 to 0.5, got {headroom!r:.60}",
                              field="inputs.options.memory_headroom", source=source, fix="e.g. memory_headroom: 0.05")
-    return PlanOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom)
+    return RecordedOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom)
 
 
 def _spec(cls: type[BaseModel], data: dict[str, Any], name: str, source: str | None) -> Any:
@@ -308,7 +308,7 @@ class PlanDocument:
                                  fix=f"pick a rank between 1 and {len(plans)}")
         return plans[rank - 1]
 
-    def options(self) -> PlanOptions:
+    def options(self) -> RecordedOptions:
         return read_options(check_header(self.raw, self.source)["options"], self.source)
 
     def problem(self) -> Problem:

@@ -19,6 +19,7 @@ from planner import __version__
 from planner.cost.goodput import goodput
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster
+from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.inputs.sweep_args import global_batch_for
@@ -58,7 +59,7 @@ class SweepPoint:
     gpu: str
     count: int
     global_batch: int
-    layout: dict[str, int] | None = None
+    layout: Layout | None = None
     metrics: dict[str, float] | None = None
     capacity_gib: float = 0.0
     steps: int = 0

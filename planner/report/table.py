@@ -8,7 +8,7 @@ from rich.table import Table
 
 from planner.cost import flops
 from planner.cost.goodput import goodput
-from planner.inputs.layout import CpComm, ExpertTp, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, ExpertTp, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.search.rules import RULES_BY_NAME
@@ -40,34 +40,34 @@ LEGEND = {
 }
 
 
-def compact_layout(layout: dict[str, int]) -> tuple[str, set[str]]:
+def compact_layout(layout: Layout) -> tuple[str, set[str]]:
     """One plan's layout in a few characters ('tp4 pp8 v6 dp32 m1 z1 sele sp il') and the LEGEND keys it uses."""
     used = {"tp", "m"}
-    parts = [f"tp{layout['tp']}", f"pp{layout['pp']}"]
-    if layout["vpp"] > 1:
-        parts.append(f"v{layout['vpp']}")
+    parts = [f"tp{layout.tp}", f"pp{layout.pp}"]
+    if layout.vpp > 1:
+        parts.append(f"v{layout.vpp}")
         used.add("v")
-    parts.append(f"dp{layout['dp']}")
-    if layout["cp"] > 1:
-        suffix = _CP_COMM_SHORT[CpComm(layout.get("cp_comm", CpComm.RING))]
-        parts.append(f"cp{layout['cp']}{suffix}")
+    parts.append(f"dp{layout.dp}")
+    if layout.cp > 1:
+        suffix = _CP_COMM_SHORT[layout.cp_comm]
+        parts.append(f"cp{layout.cp}{suffix}")
         if suffix:
             used.add("cp" + suffix)
-    if layout["ep"] > 1:
-        whole = layout["tp"] > 1 and layout.get("etp", ExpertTp.TP) == ExpertTp.ONE
-        parts.append(f"ep{layout['ep']}" + ("e1" if whole else ""))
+    if layout.ep > 1:
+        whole = layout.tp > 1 and layout.etp == ExpertTp.ONE
+        parts.append(f"ep{layout.ep}" + ("e1" if whole else ""))
         if whole:
             used.add("e1")
-    zero = "zh" if layout["zero"] == Zero.HSDP else f"z{layout['zero']}"
+    zero = "zh" if layout.zero == Zero.HSDP else f"z{int(layout.zero)}"
     used.add("zh" if zero == "zh" else "z")
-    recompute = _RECOMPUTE_SHORT[Recompute(layout["recompute"])]
-    parts += [f"m{layout['mbs']}", zero, recompute]
+    recompute = _RECOMPUTE_SHORT[layout.recompute]
+    parts += [f"m{layout.mbs}", zero, recompute]
     used.add(recompute)
-    if layout["sp"] and layout["tp"] > 1:
+    if layout.sp and layout.tp > 1:
         parts.append("sp")
         used.add("sp")
-    if layout["pp"] > 1 or layout["schedule"] == Schedule.COMBINED_1F1B:  # EP overlap pairs micro-batches at pp 1
-        schedule = _SCHEDULE_SHORT[Schedule(layout["schedule"])]
+    if layout.pp > 1 or layout.schedule == Schedule.COMBINED_1F1B:  # EP overlap pairs micro-batches at pp 1
+        schedule = _SCHEDULE_SHORT[layout.schedule]
         parts.append(schedule)
         used.add(schedule)
     return " ".join(parts), used

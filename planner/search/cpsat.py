@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.search.rules import DOMINANCE, RULES, Rule
 from planner.search.space import divisors, domains
@@ -24,7 +25,7 @@ MAX_TABLE_ROWS = 2_000_000
 class CoreResult:
     feasible: bool
     core: list[Rule]
-    example: dict[str, int] | None
+    example: Layout | None
     decided: bool = True  # False: the time limit ran out before CP-SAT found a layout or a conflict
 
 
@@ -69,7 +70,7 @@ def diagnose(problem: Problem, time_limit_s: float = 5.0) -> CoreResult:
     solver.parameters.cp_model_presolve = False
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CoreResult(True, [], {k: int(solver.value(v)) for k, v in var.items()})
+        return CoreResult(True, [], Layout.from_dict({k: int(solver.value(v)) for k, v in var.items()}))
     if status != cp_model.INFEASIBLE:
         return CoreResult(False, [], None, decided=False)
     core_idx = set(solver.sufficient_assumptions_for_infeasibility())

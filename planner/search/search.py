@@ -23,7 +23,7 @@ from planner.cost.step import (
     step_time_floor,
 )
 from planner.errors import NoFeasiblePlan
-from planner.inputs.layout import KNOBS, Recompute, default_expert_tp
+from planner.inputs.layout import KNOBS, Layout, Recompute
 from planner.inputs.problem import Problem
 from planner.search.lazy import take_rows
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
@@ -39,7 +39,9 @@ _SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedu
 
 @dataclass
 class Plan:
-    layout: dict[str, int]
+    """One ranked plan: its layout and the cost model's metrics for it (evaluate's keys)."""
+
+    layout: Layout
     metrics: dict[str, float]
 
 
@@ -97,8 +99,7 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     # plans without headroom rank after every plan with room: they are priced, not trusted
     tight = np.asarray(is_tight(problem, all_met["memory_peak_gib"]), dtype=bool)
     order = np.concatenate([_top_rows(np.flatnonzero(group), all_cols, tput, top) for group in (~tight, tight)])[:top]
-    plans = [Plan({k: int(all_cols[k][i]) for k in KNOBS}, {k: float(v[i]) for k, v in all_met.items()})
-             for i in order]
+    plans = [Plan(Layout.from_columns(all_cols, i), {k: float(v[i]) for k, v in all_met.items()}) for i in order]
     priced = {**all_cols, **{k: all_met[k] for k in PRICED_METRICS}} if keep_priced else None
     return SearchResult(problem, plans, candidates, feasible, pruned, time.perf_counter() - start, proven,
                         priced=priced)
@@ -334,11 +335,7 @@ def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, t
     return rows[_rank_order({k: v[rows] for k, v in cols.items()}, tput[rows])[:top]]
 
 
-def price_layout(problem: Problem, layout: dict[str, int]) -> dict[str, float]:
-    """The cost model for one fully specified layout (no rule checks). A layout without `etp` (written before the
-    knob existed) gets Megatron's default, tp, or 1 where ep does not divide dp x cp."""
-    if "etp" not in layout:
-        layout = {**layout, "etp": default_expert_tp(layout["dp"], layout["cp"], layout["ep"])}
-    cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
-    return {k: float(v[0]) for k, v in evaluate(problem, cols).items()}
+def price_layout(problem: Problem, layout: Layout) -> dict[str, float]:
+    """The cost model for one layout (no rule checks)."""
+    return {k: float(v[0]) for k, v in evaluate(problem, layout.columns()).items()}
 

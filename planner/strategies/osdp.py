@@ -45,9 +45,10 @@ from ortools.sat.python import cp_model
 from planner.cost import device_memory, memory
 from planner.cost.fabric import overlapped_exposed
 from planner.errors import NoFeasiblePlan
+from planner.inputs.layout import Layout, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
-from planner.strategies.osdp_table import MIB, US, OsdpTable, full_layout, osdp_table
+from planner.strategies.osdp_table import MIB, US, OsdpTable, osdp_table
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class Uniform:
 
 @dataclass(frozen=True)
 class OsdpPlan:
-    layout: dict[str, int]
+    layout: Layout
     capacity_gib: float
     decisions: tuple[ItemDecision, ...]
     step_time_s: float
@@ -167,23 +168,23 @@ class OsdpPlan:
     optimal: bool
 
 
-def _uniform(problem: Problem, layout: dict[str, int], table: OsdpTable, pick: int, name: str, zero: int) -> Uniform:
+def _uniform(problem: Problem, layout: Layout, table: OsdpTable, pick: int, name: str, zero: Zero) -> Uniform:
     priced = price_choice(table, [pick] * len(table.items))
-    ref = price_layout(problem, full_layout(layout, zero=zero))
+    ref = price_layout(problem, layout.replace(zero=zero))
     return Uniform(name, priced.step_time_s, priced.memory_gib, priced.fits, ref["step_time_s"],
                    ref["memory_peak_gib"])
 
 
-def plan_osdp(problem: Problem, layout: dict[str, int], split_choices: Sequence[int] = (1, 2, 4),
+def plan_osdp(problem: Problem, layout: Layout, split_choices: Sequence[int] = (1, 2, 4),
               capacity_gib: float | None = None, time_limit_s: float = 10.0) -> OsdpPlan:
     """Per-layer shard/replicate (and split) decisions for a pp = 1 layout under the per-GPU memory capacity
     (`capacity_gib`, default the GPU's HBM; counted like `memory_peak_gib`)."""
-    lay = full_layout(layout)
+    lay = layout
     table = osdp_table(problem, lay, split_choices, capacity_gib)
     solved = solve_table(table, time_limit_s)
     priced = price_choice(table, solved.choice)
-    zero1 = _uniform(problem, lay, table, 0, "zero1 (all replicated)", 1)
-    zero3 = _uniform(problem, lay, table, 1, "zero3 (all sharded)", 3)
+    zero1 = _uniform(problem, lay, table, 0, "zero1 (all replicated)", Zero.OPTIMIZER)
+    zero3 = _uniform(problem, lay, table, 1, "zero3 (all sharded)", Zero.PARAMETERS)
     fitting = [u.step_time_s for u in (zero1, zero3) if u.fits]
     best = min(fitting) if fitting else math.inf
     decisions = tuple(

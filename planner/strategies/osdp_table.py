@@ -19,25 +19,23 @@ from planner.cost.profiles import stack_profile
 from planner.cost.step import layer_terms
 from planner.errors import PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY, KERNEL_OVERHEAD_S
-from planner.inputs.layout import KNOBS, RECOMPUTE
+from planner.inputs.layout import KNOBS, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 
 US = 1e-6  # CP-SAT time unit (s)
 MIB = 2.0**20  # CP-SAT memory unit (bytes)
-FULL = RECOMPUTE.index("full")
 _ONE_KNOBS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")
 _GATHER_BYTES = 2.0  # bf16 compute copy gathered per use (as step.py's ZeRO-3 term)
 _PREFETCH = 2  # gathered units alive at once: the running one and the prefetched next one (step.py's z3 buffer)
 
 
-def full_layout(layout: Mapping[str, int], **changes: int) -> dict[str, int]:
-    """Every knob of `planner.inputs.problem.KNOBS`: the given ones, `changes`, and 1 (sizes) or 0 (choices) for the
-    rest."""
+def full_layout(knobs: Mapping[str, int], **changes: int) -> Layout:
+    """A layout from some encoded knobs: the given ones, `changes`, and 1 (sizes) or 0 (choices) for the rest."""
     lay = {k: (1 if k in _ONE_KNOBS else 0) for k in KNOBS}
-    lay.update({k: int(v) for k, v in layout.items() if k in KNOBS})
+    lay.update({k: int(v) for k, v in knobs.items() if k in KNOBS})
     lay.update(changes)
-    return lay
+    return Layout.from_dict(lay)
 
 
 @dataclass(frozen=True)
@@ -59,18 +57,16 @@ class LayerCosts:
     logits_bytes: float  # last stage's logits (+ fp32 copy for the loss)
 
 
-def _layer_terms(problem: Problem, layout: Mapping[str, int]) -> dict[str, float]:
-    cols = {k: np.array([layout[k]], dtype=np.int64) for k in KNOBS}
-    return {k: float(v[0]) for k, v in layer_terms(problem, cols).items()}
+def _layer_terms(problem: Problem, layout: Layout) -> dict[str, float]:
+    return {k: float(v[0]) for k, v in layer_terms(problem, layout.columns()).items()}
 
 
-def layer_costs(problem: Problem, layout: Mapping[str, int]) -> LayerCosts:
+def layer_costs(problem: Problem, layout: Layout) -> LayerCosts:
     """Per-layer terms of the layout at pp = 1 from `planner.cost.step.layer_terms` (the same terms `evaluate`
     composes), in the layout's recompute mode (full read as none) and under full recompute."""
-    base_rc = int(layout.get("recompute", 0))
-    base_rc = 0 if base_rc == FULL else base_rc
-    lay = full_layout(layout, pp=1, vpp=1, schedule=0, recompute=base_rc)
-    a, af = _layer_terms(problem, lay), _layer_terms(problem, {**lay, "recompute": FULL})
+    base_rc = Recompute.NONE if layout.recompute == Recompute.FULL else layout.recompute
+    lay = layout.replace(pp=1, vpp=1, schedule=Schedule.ONE_F_ONE_B, recompute=base_rc)
+    a, af = _layer_terms(problem, lay), _layer_terms(problem, lay.replace(recompute=Recompute.FULL))
     return LayerCosts(
         micro_batches=a["micro_batches"],
         layer_compute_s=a["fwd_s"] + a["bwd_s"],
@@ -209,25 +205,25 @@ def _prune(opts: list[Option]) -> list[Option]:
     return kept
 
 
-def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Sequence[int] = (1, 2, 4),
+def osdp_table(problem: Problem, layout: Layout, split_choices: Sequence[int] = (1, 2, 4),
                capacity_gib: float | None = None) -> OsdpTable:
     """The knapsack for a data-parallel layout (pp = 1): one item per transformer layer, the embedding and LM head."""
     m, cl = problem.model, problem.cluster
-    lay = full_layout(layout)
-    if lay["pp"] != 1:
+    lay = layout
+    if lay.pp != 1:
         raise PlanInputError("OSDP plans data-parallel layouts only (pp = 1)", field="--layout", fix="set pp=1")
     if m.is_moe:
         raise PlanInputError("OSDP here models dense layers only (experts reduce over a different group)",
                              field="--model", fix="use a dense model")
     prof = stack_profile(problem.training)
     fp8 = problem.training.precision in ("fp8", "fp4")
-    repl = full_layout(lay, zero=1)
+    repl = lay.replace(zero=Zero.OPTIMIZER)
     cost = layer_costs(problem, repl)
     priced = price_layout(problem, repl)
     micro = priced["num_microbatches"]
     base_mb = (priced["step_time_s"] - priced["dp_comm_s"] - priced["optimizer_s"]) / micro
-    tp = float(lay["tp"])
-    ranks = np.array(float(lay["dp"] * lay["cp"]))
+    tp = float(lay.tp)
+    ranks = np.array(float(lay.dp * lay.cp))
     stride = np.array(tp)
 
     def gather(p: float) -> float:
@@ -242,8 +238,8 @@ def osdp_table(problem: Problem, layout: Mapping[str, int], split_choices: Seque
 
     # Split overhead per micro-batch: one more kernel per slice in forward, input-grad and weight-grad (and in the
     # recomputed forward), plus reading two partial outputs and writing their sum (bf16, tok x h per slice boundary).
-    tok = lay["mbs"] * problem.training.seq_len / lay["cp"]
-    forwards = 2 if lay["recompute"] == FULL else 1
+    tok = lay.mbs * problem.training.seq_len / lay.cp
+    forwards = 2 if lay.recompute == Recompute.FULL else 1
     hbm = cl.gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     split_cost = (2 + forwards) * KERNEL_OVERHEAD_S + forwards * 3 * 2.0 * tok * m.hidden_size / tp / hbm
     c = _Pricing(gather, scatter, states, prof.grad_reduce_bytes, split_cost, comm.collective_sm_share(cl))

@@ -30,7 +30,7 @@ interleaving; the pipeline hand-off time is the same on every stage and left out
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,10 +41,10 @@ from planner.cost import fabric as comm
 from planner.cost.groups import expert_tp
 from planner.errors import NoFeasiblePlan, PlanInputError
 from planner.inputs.hardware import HBM_EFFICIENCY
-from planner.inputs.layout import Schedule, Zero
+from planner.inputs.layout import Layout, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
-from planner.strategies.osdp_table import full_layout, layer_costs
+from planner.strategies.osdp_table import layer_costs
 
 TIME_TICKS = 100_000  # integer units per (largest) per-layer time
 MEMORY_TICKS = 1_000_000  # integer units per capacity
@@ -257,7 +257,7 @@ def partition_layers(num_layers: int, pp: int, layer_time: float, head_time: flo
     return solve_partition(inp, min_layers, time_limit_s)
 
 
-def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: float | None = None
+def partition_inputs(problem: Problem, layout: Layout, capacity_gib: float | None = None
                      ) -> PartitionInputs:
     """Per-stage cost terms of a pipelined layout, from planner.cost.
 
@@ -270,16 +270,16 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     NCCL buffers of the layout's groups; a ZeRO-3 layout's gather buffer is a fixed per-stage allocation.
     """
     m, cl = problem.model, problem.cluster
-    lay = full_layout(layout)
-    if lay["vpp"] > 1 or lay["schedule"] not in (Schedule.ONE_F_ONE_B, Schedule.ZB_H1):
+    lay = layout
+    if lay.vpp > 1 or lay.schedule not in (Schedule.ONE_F_ONE_B, Schedule.ZB_H1):
         raise PlanInputError("the partition models 1F1B (or ZB-H1) without virtual stages", field="--layout",
                              fix="set vpp=1 and schedule=1f1b")
-    pp = lay["pp"]
+    pp = lay.pp
     cost = layer_costs(problem, lay)
-    tok = lay["mbs"] * problem.training.seq_len / lay["cp"]
+    tok = lay.mbs * problem.training.seq_len / lay.cp
     hbm = cl.gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     act = tok * m.hidden_size * 2.0
-    embed_time = 3 * act / hbm + float(comm.all_reduce_time(np.array(act), np.array(lay["tp"]), np.array(1), cl))
+    embed_time = 3 * act / hbm + float(comm.all_reduce_time(np.array(act), np.array(lay.tp), np.array(1), cl))
 
     emb_p = flops.embedding_params(m)
     head_p = flops.lm_head_params(m)
@@ -287,11 +287,11 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
     head_copy = head_p if head_p else emb_p  # tied: the last stage keeps its own copy of the table (Megatron)
     gib = memory.GIB
 
-    below_z3 = price_layout(problem, full_layout(lay, zero=min(lay["zero"], 2)))
+    below_z3 = price_layout(problem, lay.replace(zero=min(lay.zero, Zero.GRADIENTS)))
     fixed = device_memory.plan_fixed_bytes(below_z3)  # context + NCCL + buffers, in bytes
     # ZeRO-3's gather buffer: an allocation of each stage (scaled by the fragmentation share with the rest)
     z3_buffer = ((price_layout(problem, lay)["mem_buffers_gib"] - below_z3["mem_buffers_gib"]) * gib
-                 if lay["zero"] == Zero.PARAMETERS else 0.0)
+                 if lay.zero == Zero.PARAMETERS else 0.0)
     cap = (cl.gpu.memory_gib if capacity_gib is None else capacity_gib) * gib
     micro = int(cost.micro_batches)
     return PartitionInputs(
@@ -305,13 +305,13 @@ def partition_inputs(problem: Problem, layout: Mapping[str, int], capacity_gib: 
         inflight=tuple(min(micro, pp - s) for s in range(pp)), **layer_weights(problem, lay))
 
 
-def layer_weights(problem: Problem, lay: Mapping[str, int]) -> dict[str, tuple[float, ...] | None]:
+def layer_weights(problem: Problem, lay: Layout) -> dict[str, tuple[float, ...] | None]:
     """Per-layer time and static-memory weights (mean 1): forward FLOPs, and parameters per GPU (non-expert / tp,
     routed experts / (expert-tp x ep)); None when every layer is alike."""
     m = problem.model
     fwd = flops.layer_forward_flops(m, problem.training.seq_len)
-    etp = float(expert_tp({k: np.array(lay[k]) for k in ("tp", "dp", "cp", "ep", "etp") if k in lay}))
-    held = [ne / lay["tp"] + ex / (etp * lay["ep"]) for ne, ex in flops.layer_params(m)]
+    etp = float(expert_tp({k: np.array(int(getattr(lay, k))) for k in ("tp", "dp", "cp", "ep", "etp")}))
+    held = [ne / lay.tp + ex / (etp * lay.ep) for ne, ex in flops.layer_params(m)]
 
     def normalised(values: Sequence[float]) -> tuple[float, ...] | None:
         mean = math.fsum(values) / len(values)
@@ -320,7 +320,7 @@ def layer_weights(problem: Problem, lay: Mapping[str, int]) -> dict[str, tuple[f
     return {"layer_time_weights": normalised(fwd), "layer_static_weights": normalised(held)}
 
 
-def partition_for(problem: Problem, layout: Mapping[str, int], capacity_gib: float | None = None,
+def partition_for(problem: Problem, layout: Layout, capacity_gib: float | None = None,
                   time_limit_s: float = 10.0) -> Partition:
     """`partition_inputs` for the layout, solved (capacity defaults to the GPU's HBM, counted as memory_peak_gib)."""
     return solve_partition(partition_inputs(problem, layout, capacity_gib), time_limit_s=time_limit_s)

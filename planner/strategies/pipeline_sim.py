@@ -51,7 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from planner.inputs.layout import SEQ1F1B_SEGMENTS, Schedule
+from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.strategies.pipeline_ops import (
     W_SHARE_FUSED_ATTENTION,
     Key,
@@ -252,15 +252,15 @@ def simulate_schedule(schedule: str, p: int, m: int, *, t_f: float, t_b: float, 
     return _measure(spec, schedule, m, orders, _run_orders(spec, orders))
 
 
-def simulate_layout(lay: dict[str, int], metrics: dict[str, float], max_microbatches: int | None = None
+def simulate_layout(lay: Layout, metrics: dict[str, float], max_microbatches: int | None = None
                     ) -> PipelineSimResult | None:
     """Simulate a priced layout's schedule with its own stage times (`evaluate`'s stage_fwd_s, stage_bwd_s,
     stage_wgrad_s, p2p_s); None without a pipeline, or for DualPipe on an odd number of ranks. `max_microbatches`
     caps m to bound the simulation's cost (the steady state repeats, so a capped run shows the same warm-up, cool-down
     and bubble); interleaved (and combined-1f1b with chunks) keeps a multiple of pp, as Megatron requires, and
     DualPipe an even count of at least 2 pp."""
-    name = Schedule(lay["schedule"]).label
-    p, v = lay["pp"], lay["vpp"]
+    name = lay.schedule.label
+    p, v = lay.pp, lay.vpp
     if p < 2 or (name == "dualpipe" and p % 2):
         return None
     m = max(1, int(round(metrics["num_microbatches"])))

@@ -38,6 +38,22 @@ class LaunchConfig:
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
     ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning
+    doubts: list[str] = field(default_factory=list)  # values the file leaves open (unset variables), one warning
+    defaults: list[str] = field(default_factory=list)  # knobs left to the framework's default, where it matters
+    # How the framework completes the batch once the data-parallel size is known (planner.inputs.launch_readers.batch)
+    batch_rule: str | None = None  # "megatron" | "torchtitan" | "deepspeed" | None (the file states everything)
+    micro_batch: int | None = None  # per-rank micro-batch as the file states it (None: the framework decides)
+    grad_accum: int | None = None  # gradient-accumulation steps as the file states them
+    world_in_doubt: str | None = None  # why num_gpus may not be what runs (a scheduler variable's default)
+    complete_model: bool = False  # model_keys describe the whole model (the framework's defaults filled in)
+    vocab_source: str | None = None  # where the vocabulary size came from, or why it is unknown
+    vocab_unpadded: int | None = None  # the tokenizer's own size, before the framework pads it
+    mtp_layers: int | None = None  # multi-token-prediction layers the file runs (None: it cannot say)
+    recompute_modules: tuple[str, ...] | None = None  # Megatron-Core's selective-recompute modules, as the file runs
+    framework: str | None = None  # the planning framework the file implies beside its dialect's (megatron-deepspeed)
+    # Launchability rules the file itself shows are met (it states its own stage split, or its trainer switches on
+    # a recompute a bare config cannot): a rule the planner's launcher could not meet is no fault of this file.
+    runs_anyway: dict[str, str] = field(default_factory=dict)  # rule name -> the flag or key that meets it
 
     def set_knob(self, key: str, raw: object, flag: str) -> None:
         """Encode one knob as `--fix` would, naming the file's flag when the value is bad."""

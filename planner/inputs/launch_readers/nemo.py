@@ -1,12 +1,17 @@
-"""Read Megatron-Bridge (NeMo) recipe overrides, `section.field=value` (what `--format nemo` writes; a
-`run_recipe.py ... key=value` command line works too), into a LaunchConfig. Keys of sections that do not change the
-plan's arithmetic (optimizer, logger, checkpoint, ...) are accepted silently; unknown keys are named in a warning."""
+"""Read NeMo launch configurations into a LaunchConfig: Megatron-Bridge (NeMo 2) recipe overrides, `section.field=value`
+(what `--format nemo` writes; a `run_recipe.py ... key=value` command line works too) or the same as a YAML override
+file; and NeMo 1.x YAML training configs and the NeMo-Framework-Launcher scripts that run them
+(planner.inputs.launch_readers.nemo_yaml). Keys of sections that do not change the plan's arithmetic (optimizer,
+logger, checkpoint, ...) are accepted silently; unknown keys are named in a warning."""
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
+from typing import Any
 
 from planner.errors import PlanInputError
+from planner.inputs.launch_readers import nemo_yaml
 from planner.inputs.launch_readers._common import (
     LaunchConfig,
     as_bool,
@@ -32,7 +37,8 @@ _PRECISION = {"bf16_mixed": "bf16", "bf16_with_fp8_delayed_scaling_mixed": "fp8"
               "bf16_with_nvfp4_mixed": "fp4"}
 _CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 _FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
-_HANDLED = {"model.seq_length", "dataset.seq_length", "train.global_batch_size", "model.sequence_parallel",
+_HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length", "train.global_batch_size",
+            "model.sequence_parallel", "dist.use_torch_fsdp2", "ddp.use_torch_fsdp2",
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
             "model.recompute_modules", "model.cpu_offloading", "model.cpu_offloading_num_layers",
             "model.cpu_offloading_activations", "model.cpu_offloading_weights", "model.moe_token_dispatcher_type",
@@ -66,10 +72,63 @@ def overrides(text: str, source: str) -> dict[str, str]:
     return out
 
 
-def read(text: str, source: str) -> LaunchConfig:
+def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchConfig:
+    given = dict(given or {})
+    if Path(source).suffix.lower() in (".yaml", ".yml"):
+        return _yaml(text, source, given)
+    if "main.py" in text and "training" in text:  # a NeMo-Framework-Launcher run script
+        from planner.inputs.launch_readers.shell import read_script
+
+        cfg = LaunchConfig("nemo", source)
+        doc, _ = nemo_yaml.from_launcher_script(read_script(text, source, given), source, given)
+        nemo_yaml.read(nemo_yaml.resolve(doc, source), cfg)
+        return cfg
+    return _overrides(text, source, {**overrides(text, source), **given})
+
+
+def _yaml(text: str, source: str, given: dict[str, str]) -> LaunchConfig:
+    doc = nemo_yaml.load_yaml(text, source)
+    if not isinstance(doc, dict):
+        raise PlanInputError("expected a mapping of sections", source=source,
+                             fix="pass a NeMo training config (trainer:, model:) or a Bridge override YAML")
+    cfg = LaunchConfig("nemo", source)
+    if nemo_yaml.looks_like(doc):  # NeMo 1.x / launcher training config; --set key=value as Hydra overrides
+        for key, value in given.items():
+            nemo_yaml.override(doc, key.removeprefix("training."), value, False)
+        nemo_yaml.read(nemo_yaml.resolve(doc, source), cfg)
+        return cfg
+    for key, value in doc.items():  # Bridge's ConfigContainer: sections of fields, mixed_precision a preset name
+        if not isinstance(value, dict) and key != "mixed_precision":
+            raise PlanInputError(f"expected a section of fields, got {type(value).__name__}", field=str(key)[:40],
+                                 source=source, fix="write Bridge overrides as `section:` mappings (model:, train:)")
+    found = {**_flatten(doc), **given}
+    if not any(k in _KNOBS or k in _SHAPE or k in _HANDLED for k in found):
+        raise PlanInputError("states none of the keys plan reads (no parallel sizes, batch, model or precision)",
+                             source=source, fix="pass a NeMo training config (trainer:, model:) or Bridge overrides")
+    return _overrides(text, source, found)
+
+
+def _flatten(doc: dict[str, Any], prefix: str = "", depth: int = 0) -> dict[str, str]:
+    """A Bridge override YAML as the `section.field=value` overrides it amounts to."""
+    out: dict[str, str] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and depth < 8:
+            out.update(_flatten(value, name + ".", depth + 1))
+        elif isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        elif value is None:
+            out[name] = "null"
+        elif isinstance(value, list):
+            out[name] = "[" + ",".join(str(v) for v in value) + "]"
+        else:
+            out[name] = str(value)
+    return out
+
+
+def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     cfg = LaunchConfig("nemo", source)
     read_header(cfg, text)
-    found = overrides(text, source)
     if not found:
         raise PlanInputError("no section.key=value overrides found", source=source,
                              fix="pass Megatron-Bridge recipe overrides (the output of --format nemo)")
@@ -85,17 +144,20 @@ def read(text: str, source: str) -> LaunchConfig:
         if cfg.model_keys and key in found and not is_null(found[key]):
             cfg.model_keys[name] = as_int(found[key], key, source)
     mtp = found.get("model.mtp_num_layers")
+    if mtp is not None:
+        cfg.mtp_layers = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers", source, minimum=0)
     if cfg.model_keys and mtp is not None:
         cfg.model_keys["num_nextn_predict_layers"] = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers",
                                                                                    source, minimum=0)
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)
-    for key in ("model.seq_length", "dataset.seq_length"):
+    for key in ("model.seq_length", "dataset.seq_length", "dataset.sequence_length"):
         if key in found:
             cfg.seq_len = as_int(found[key], key, source)
     if "train.global_batch_size" in found:
         cfg.global_batch = as_int(found["train.global_batch_size"], "train.global_batch_size", source)
+    cfg.batch_rule, cfg.micro_batch = "megatron", cfg.layout.get("mbs")  # Bridge runs Megatron's batch arithmetic
     _memory(cfg, found)
     if "mixed_precision" in found:
         preset = found["mixed_precision"].strip("'\"")
@@ -115,7 +177,9 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     def flag(key: str) -> bool:
         return key in found and as_bool(found[key], key, src)
 
-    if flag("ddp.use_megatron_fsdp") or flag("dist.use_megatron_fsdp"):
+    if flag("dist.use_torch_fsdp2") or flag("ddp.use_torch_fsdp2"):
+        cfg.layout["zero"] = 3  # PyTorch FSDP2 reshards after forward: ZeRO-3
+    elif flag("ddp.use_megatron_fsdp") or flag("dist.use_megatron_fsdp"):
         strategy = found.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
         if strategy not in _FSDP_ZERO:
             raise PlanInputError(f"unknown strategy '{strategy[:40]}'", field="ddp.data_parallel_sharding_strategy",
@@ -126,6 +190,10 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.layout["zero"] = int(flag("ddp.use_distributed_optimizer") or flag("optimizer.use_distributed_optimizer"))
     granularity = found.get("model.recompute_granularity")
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
+    if not is_null(granularity) and str(granularity) == "selective":  # TransformerConfig default: core_attn
+        raw = str(found.get("model.recompute_modules", "null"))
+        modules = [x.strip(" '\"") for x in raw.strip("[] ").split(",") if x.strip(" '\"")]
+        cfg.recompute_modules = tuple(modules) if not is_null(raw) and modules else ("core_attn",)
     if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
     if flag("model.fine_grained_activation_offloading"):  # a Hydra list: [core_attn,attn_proj]

@@ -81,7 +81,7 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
-class Layout:
+class PlanLayout:  # a plan document's plans[i].layout, read back (what each knob means: planner.inputs.layout)
     tp: int
     pp: int
     dp: int
@@ -127,7 +127,7 @@ class PlanView:
     seq_len: int
     global_batch: int
     precision: str
-    layout: Layout
+    layout: PlanLayout
     optimizer_offload: float = 0.0  # share of optimizer states in CPU memory (inputs.training.optimizer_offload)
     optimizer_moments: str = "fp32"  # dtype of Adam's moments (inputs.training.optimizer_moments)
     fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
@@ -253,7 +253,7 @@ def _moe_pattern(kinds: Any) -> tuple[int, ...] | None:
     return tuple(int(k == "moe") for k in kinds)
 
 
-def _layout(raw: Any, path: str) -> Layout:
+def _layout(raw: Any, path: str) -> PlanLayout:
     if not isinstance(raw, dict):
         raise PlanInputError("layout must be a JSON object", field=path)
     first = get_int(raw, "first_stage_layers", path, minimum=1) if raw.get("first_stage_layers") is not None else None
@@ -262,7 +262,7 @@ def _layout(raw: Any, path: str) -> Layout:
     if not isinstance(sp, bool):
         raise PlanInputError(f"expected true or false, got {sp!r}", field=f"{path}.sequence_parallel")
     tp = get_int(raw, "tp", path, minimum=1)
-    return Layout(
+    return PlanLayout(
         tp=tp,
         pp=get_int(raw, "pp", path, minimum=1),
         dp=get_int(raw, "dp", path, minimum=1),
