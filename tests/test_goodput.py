@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli.options import build_problem
+from cli.plan_options import PlanOptions
 from planner.cost import goodput as gp
 from planner.errors import PlanInputError
 from planner.inputs.catalog import load_cluster
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _problem(cluster: str = "h100x16384", batch: int = 2048):
-    return build_problem("llama3-405b", cluster, 8192, batch, "bf16", "generic", None, False)
+    return build_problem(PlanOptions(model="llama3-405b", cluster=cluster, global_batch=batch))
 
 
 def _with(problem, reliability: dict | None = None, storage: dict | None = None):

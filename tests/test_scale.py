@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cli.options import build_problem
+from cli.plan_options import PlanOptions
 from planner.search import cpsat, diagnosis, nearest
 from planner.search.core import knob_domains, minimal_core, rule_matrix, shape_conflict, shape_knobs
 from planner.search.search import has_plan
@@ -18,8 +19,8 @@ from planner.search.search import has_plan
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _problem(cluster: str, batch: int = 512, fix: list[str] | None = None):
-    return build_problem("llama3-405b", cluster, 8192, batch, "bf16", "generic", fix, False)
+def _problem(cluster: str, batch: int = 512):
+    return build_problem(PlanOptions(model="llama3-405b", cluster=cluster, global_batch=batch))
 
 
 def test_minimal_core_by_hand():
