@@ -35,8 +35,24 @@ from planner.report.document import layout_dict, sig
 from planner.search.search import search
 
 # Published peak memory comes from the framework's own log, and stacks log different figures (Megatron: peak
-# allocated; torchtitan: peak reserved): the prediction compared is the one the case's framework profile says it
-# prints (FrameworkProfile.memory_reported), never the device total the fit check uses.
+# allocated; torchtitan, NeMo 2: peak reserved): the prediction compared is the one the case's framework profile says
+# it prints (FrameworkProfile.memory_reported), or the one the case names (`measured.memory_figure`, or the knob
+# file's `memory_figure` for the run, with its source) where its log line is not its priced profile's, never the
+# device total the fit check uses.
+
+
+def memory_figure(case: dict[str, Any], framework: str, entry: dict[str, Any] | None = None) -> str:
+    """Which printed memory figure a case's measured memory is: `measured.memory_figure`, else the knob file's
+    `memory_figure` for that run, else its profile's."""
+    named = (case.get("measured") or {}).get("memory_figure")
+    if named is None and isinstance((entry or {}).get("memory_figure"), dict):
+        named = entry["memory_figure"].get("value")
+    if named is None:
+        return profile_for(framework).memory_reported
+    if named not in MEMORY_METRIC:
+        raise PlanInputError(f"'{named}' is not a memory figure", field="measured.memory_figure",
+                             source=str(case.get("id", "?")), fix=f"use one of {', '.join(MEMORY_METRIC)}")
+    return str(named)
 
 
 def _ape(pred: float, meas: float) -> float:
@@ -95,7 +111,8 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
         bare = case_problem(case, source)
     except PlanInputError as exc:
         return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
-    knobs = case_knobs(case, recipe_entry(recipes or {}, case), bare)
+    entry = recipe_entry(recipes or {}, case)
+    knobs = case_knobs(case, entry, bare)
     problem, applied = apply_knobs(bare, knobs)
     found = _search_case(problem, bare, applied, knobs)
     out["knobs"] = knobs
@@ -106,7 +123,10 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
     note = "; ".join(n for n in (*read, note) if n) or None
     plan = result.plans[0]
     mt = plan.metrics
-    figure = profile_for(problem.training.framework).memory_reported
+    try:
+        figure = memory_figure(case, problem.training.framework, entry)
+    except PlanInputError as exc:
+        return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
     pred = {"tokens_per_s_per_gpu": sig(mt["tokens_per_s_per_gpu"]), "step_time_s": sig(mt["step_time_s"]),
             "memory_gib": sig(mt[MEMORY_METRIC[figure]], 4), "memory_figure": figure, "mfu": sig(mt["mfu"], 4)}
     meas = {k: v for k, v in out["measured"].items()
