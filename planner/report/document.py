@@ -23,6 +23,7 @@ from planner.inputs.layout import (
 )
 from planner.inputs.problem import Problem
 from planner.report import SCHEMA_VERSION
+from planner.report.ranking import band_dict, why_first
 from planner.search.search import Plan, SearchResult
 
 
@@ -107,22 +108,48 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
-def plan_entry(rank: int, plan: Plan, problem: Problem) -> dict[str, Any]:
-    layers, framework = problem.model.num_hidden_layers, problem.training.framework
-    return {"rank": rank,
-            "layout": layout_dict(plan.layout, plan.metrics, layers, problem.cluster.nvlink_domain, framework),
-            "metrics": metrics_dict(plan.metrics, problem.cluster.gpu.memory_gib),
-            "breakdown": breakdown_dict(plan.metrics), "goodput": goodput_dict(problem, plan.metrics)}
+def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
+               nvlink_domain: int | None = None, framework: str | None = None,
+               band: dict[str, Any] | None = None, goodput: dict[str, Any] | None = None) -> dict[str, Any]:
+    entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
+             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+    if band is not None:
+        entry["band"] = band
+    if goodput is not None:
+        entry["goodput"] = goodput
+    return entry
+
+
+def ranking_dict(result: SearchResult) -> dict[str, Any]:
+    """How the plans were ordered (planner.search.preference): by price alone or by preference inside the tie
+    width, and why #1 is not the fastest-priced plan where it is not."""
+    from planner.report.table import compact_layout
+
+    fastest = result.fastest
+    out: dict[str, Any] = {"rank_by": result.rank_by, "tie_width": sig(result.tie_width, 4),
+                           "why_first": why_first(result, lambda lay: compact_layout(lay)[0]), "fastest": None}
+    if fastest is not None:
+        p = result.problem
+        out["fastest"] = {"rank": result.fastest_rank,
+                          "layout": layout_dict(fastest.layout, fastest.metrics, p.model.num_hidden_layers,
+                                                p.cluster.nvlink_domain, p.training.framework),
+                          "metrics": metrics_dict(fastest.metrics, p.cluster.gpu.memory_gib)}
+    return out
 
 
 def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
     p = result.problem
+    cap = p.cluster.gpu.memory_gib
     return {
         "schema_version": SCHEMA_VERSION,
         "planner_version": __version__,
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
-        "plans": [plan_entry(i + 1, plan, p) for i, plan in enumerate(result.plans)],
+        "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
+                              p.training.framework, band_dict(p, plan.layout, plan.metrics),
+                              goodput_dict(p, plan.metrics))
+                  for i, plan in enumerate(result.plans)],
+        "ranking": ranking_dict(result),
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

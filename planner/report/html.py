@@ -17,6 +17,7 @@ from planner.cost.stages import stage_memory_gib
 from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
+from planner.report.ranking import band_line, why_first
 from planner.report.table import compact_layout, legend, precision_label, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
@@ -176,13 +177,16 @@ def _goodput_card(g: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _rows(result: SearchResult, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per ranked plan; days per trillion tokens are wall-clock, the throughput times goodput."""
+    """The ranked plans' table rows; `band` is the tokens/s band (planner.report.ranking), its regime the tooltip;
+    days per trillion tokens are wall-clock, the throughput times goodput (planner.cost.goodput)."""
     best, gpus = result.plans[0], result.problem.num_gpus
     rows = []
     for i, (p, entry) in enumerate(zip(result.plans, doc["plans"], strict=True)):
-        kept = entry["goodput"]["tokens_per_s_per_gpu"] * gpus
+        band, kept = entry["band"], entry["goodput"]["tokens_per_s_per_gpu"] * gpus
+        lo, hi = band["tokens_per_s_per_gpu"]
         rows.append({"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
-                     "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "mfu": f"{p.metrics['mfu']:.1%}",
+                     "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "band": f"{lo:,.0f}-{hi:,.0f}",
+                     "regime": band["regime"], "mfu": f"{p.metrics['mfu']:.1%}",
                      "mem": f"{p.metrics['memory_peak_gib']:.1f}", "goodput": f"{entry['goodput']['goodput']:.1%}",
                      "days": f"{1e12 / kept / 86_400:.3g}" if kept > 0 else "-", "why": why(p, best)})
     return rows
@@ -206,7 +210,9 @@ def render_report(result: SearchResult, options: dict[str, Any]) -> str:
     used = set().union(*(compact_layout(lay)[1] for lay in shown + ([chosen[1]] if chosen else [])))
     return env.from_string(template).render(
         title=f"plan: {p.model.name} on {p.cluster.name}", version=__version__, inputs=cards, pruned=pruned,
-        rows=_rows(result, doc), legend=legend(used), charts=[(c.id, c.title, Markup(c.svg), c.caption)
+        rows=_rows(result, doc), legend=legend(used), band_line=band_line(p, result.plans[0].layout,
+                                                                           result.plans[0].metrics),
+        why_first=why_first(result, layout_text), charts=[(c.id, c.title, Markup(c.svg), c.caption)
                                     for c in charts_],
         capacity=f"{p.cluster.gpu.memory_gib:g}")
 
