@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from planner.inputs.resilience import ReliabilitySpec, StorageSpec
+
 # swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
 GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
 # xielu: Apertus's xIELU, an elementwise activation between up_proj and down_proj (no gate: HF/vLLM ApertusMLP).
@@ -331,6 +333,8 @@ class ClusterSpec(_Spec):
     network_latency_us: float = Field(default=5.0, ge=0, le=1e6)
     oversubscription: float = Field(default=1.0, ge=1.0, le=1000.0,
                                     description="fabric oversubscription above a rail group")
+    reliability: ReliabilitySpec = Field(default_factory=ReliabilitySpec)  # planner.inputs.resilience
+    storage: StorageSpec = Field(default_factory=StorageSpec)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
