@@ -305,8 +305,7 @@ class GPUSpec(_Spec):
         "lack block scaling and promote partial sums on CUDA cores (Hopper); None = block scaling is native"))
     attention_efficiency: Efficiency = Field(default=0.5, description="fused attention kernel / peak")
     host_cpu: Literal["x86", "grace"] = Field(default="x86", description=(
-        "the node's host CPU, which issues the GPU's kernels: x86 (Intel Xeon / AMD EPYC in HGX, DGX and MI300X "
-        "nodes) or grace (Arm Neoverse V2 in GH200, GB200 and GB300 superchips); planner.cost.host prices it"))
+        "host CPU issuing the kernels: x86 (HGX, DGX, MI300X nodes) or grace (GH200, GB200, GB300); planner.cost.host"))
     sm_count: int | None = Field(default=None, gt=0, le=10_000,
                                  description="streaming multiprocessors (AMD: compute units) for GEMM wave "
                                              "quantisation; None = no wave model")
@@ -367,13 +366,10 @@ class TrainingSpec(_Spec):
         "and drops the rest (Megatron-Core --moe-expert-capacity-factor; Switch Transformer's capacity factor); "
         "None = dropless, every routed token is computed"))
     cuda_graphs: Literal["none", "per-layer", "full-iteration"] = Field(default="none", description=(
-        "CUDA graph capture of the training step: none (eager, Megatron-Core's and Megatron-Bridge's default); "
-        "per-layer (Transformer Engine make_graphed_callables or Megatron-Core's CudaGraphManager per layer: the whole "
-        "layer, or attention + router + dispatch preprocessing of a dropless MoE layer); full-iteration (Megatron-Core "
-        "--cuda-graph-impl full_iteration: forward and backward of every micro-batch in one graph)"))
+        "CUDA graph capture: none (eager, Megatron-Core's default); per-layer (each layer, or a dropless MoE layer's "
+        "attention + router + dispatch preprocessing); full-iteration (every micro-batch's forward and backward)"))
     moe_dispatcher: Literal["stack", "alltoall", "flex"] = Field(default="stack", exclude=True, description=(
-        "MoE dispatcher as a run ran it (validate only, not in plan documents): stack = the profile's; alltoall = one "
-        "copy per routed expert on the wire; flex = DeepEP / HybridEP, node-deduplicated (expert.dispatcher_profile)"))
+        "MoE dispatcher a run ran (validate only): stack's, alltoall, or flex (DeepEP/HybridEP, node-deduplicated)"))
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
