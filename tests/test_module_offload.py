@@ -124,7 +124,9 @@ def test_search_picks_it_where_layer_offload_cannot_run() -> None:
     best = result.plans[0]
     assert best.layout.recompute == OFFM, best.layout
     assert not any(pl.layout.recompute == Recompute.OFFLOAD for pl in result.plans)
-    assert best.metrics["offload_s"] < 0.02 * best.metrics["step_time_s"]  # C2C hides the copies
+    # C2C hides most of the copies: 2.7 % of the step exposed since issue 25's MoE pricing (host-bound layers and
+    # Blackwell's attention rates shorten the GPU time they hide behind; 2 % before)
+    assert best.metrics["offload_s"] < 0.03 * best.metrics["step_time_s"]
     # the same layout with every activation on the GPU does not fit
     none = evaluate(_deepseek(), best.layout.replace(recompute=Recompute.NONE).columns())
     assert none["memory_peak_gib"][0] > best.metrics["memory_peak_gib"] * 1.1
