@@ -87,6 +87,8 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     model = problem.model.dump()
     cluster = problem.cluster.model_dump()
+    if cluster["tiers"] is None:  # a two-tier cluster: its document reads as before tiers existed
+        del cluster["tiers"]
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
