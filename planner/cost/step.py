@@ -105,7 +105,7 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     whole_experts = m.moe_layers / m.num_hidden_layers if (m.is_moe and not m.n_shared_experts) else 0.0
     tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc, 1.0 - whole_experts * (etp == 1))
-    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
+    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     tr = problem.training
     ep_all, ep_f = expert.dispatch_exposed(m, fab, expert.dispatcher_profile(prof, tr), tok, tp, ep, etp,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.inputs.network import Tier, check_tiers, legacy_tiers
 from planner.inputs.spec_base import (  # noqa: F401 - re-exported: callers import the bounds from here
@@ -302,10 +302,8 @@ class GPUSpec(_Spec):
 
 
 class ClusterSpec(_Spec):
-    """The GPUs and the network joining them. `tiers` (planner.inputs.network) describes the network level by level;
-    without it, `nvlink_domain`, `network_gbps` and `oversubscription` describe two tiers (legacy_tiers). With it,
-    those three are read off the first two tiers, so code that needs only the NVLink domain or the NIC rate reads them
-    alike for both kinds of file."""
+    """The GPUs and their network: `tiers` level by level (planner.inputs.network), or two tiers described by
+    nvlink_domain, network_gbps and oversubscription, which a tiered cluster reads off its first two tiers."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -398,20 +396,3 @@ class TrainingSpec(_Spec):
             raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (padding is to each expert's capacity)")
         return self
 
-
-class Layout(BaseModel):
-    """One point of the search space (what `--fix` and `explain --layout` set)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    ep: int = 1
-    vpp: int = 1
-    micro_batch: int = 1
-    zero: int = 1
-    recompute: Literal["none", "selective", "full"] = "none"
-    sequence_parallel: bool = False
-    schedule: Literal["1f1b", "interleaved", "zb-h1", "zb-h2"] = "1f1b"
