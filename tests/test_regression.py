@@ -201,7 +201,7 @@ def test_check_json_format(tmp_path: Path, baseline: Path):
 
 # --- bad baselines: exit 2, one line ----------------------------------------------------------------------------------
 def _wrong_schema(d: dict) -> None:
-    d["schema_version"] = 2
+    d["schema_version"] = 99  # a version this planner does not read (it reads 1 and 2)
 
 
 BAD = {
@@ -211,7 +211,7 @@ BAD = {
     "foreign.json": (b'{"hello": "world"}', ["schema_version", "not a plan document"]),
 }
 EDITS = {
-    "wrong-schema.json": (_wrong_schema, ["schema_version", "2 is not supported"]),
+    "wrong-schema.json": (_wrong_schema, ["schema_version", "99 is not supported"]),
     "no-inputs.json": (lambda d: d.pop("inputs"), ["inputs: missing"]),
     "no-model.json": (lambda d: d["inputs"].pop("model"), ["inputs.model: missing"]),
     "no-plans.json": (lambda d: d.update(plans=[]), ["plans", "non-empty"]),

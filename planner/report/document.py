@@ -10,6 +10,7 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
+from planner.cost.placement import placement_dict
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
@@ -21,6 +22,7 @@ from planner.inputs.layout import (
     uneven_stage_layers,
 )
 from planner.inputs.problem import Problem
+from planner.inputs.specs import ClusterSpec
 from planner.report import SCHEMA_VERSION
 from planner.search.search import Plan, SearchResult
 
@@ -41,7 +43,7 @@ def layout_dict(layout: Layout, metrics: dict[str, float] | None = None,
         "tp": tp, "pp": layout.pp, "dp": layout.dp, "cp": cp, "ep": layout.ep,
         "vpp": layout.vpp, "micro_batch": layout.mbs, "zero": min(int(layout.zero), int(Zero.PARAMETERS)),
         "recompute": layout.recompute.label, "sequence_parallel": layout.sp,
-        "schedule": layout.schedule.label, "cp_comm": layout.cp_comm.label,
+        "schedule": layout.schedule.label, "cp_comm": layout.cp_comm.label, "rank_order": layout.order.label,
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
@@ -84,18 +86,31 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
     return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
 
 
+def cluster_dict(cluster: ClusterSpec) -> dict[str, Any]:
+    """The cluster as documents write it: every field, `tiers` only where the file gave them (a two-tier cluster's
+    document reads as before tiers existed)."""
+    out = cluster.model_dump()
+    if out["tiers"] is None:
+        del out["tiers"]
+    return out
+
+
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     model = problem.model.dump()
-    cluster = problem.cluster.model_dump()
-    if cluster["tiers"] is None:  # a two-tier cluster: its document reads as before tiers existed
-        del cluster["tiers"]
+    cluster = cluster_dict(problem.cluster)
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
-               nvlink_domain: int | None = None, framework: str | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
-            "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+               nvlink_domain: int | None = None, framework: str | None = None,
+               problem: Problem | None = None) -> dict[str, Any]:
+    """One ranked plan; with `problem`, its `placement`: each parallel dimension's group and the innermost network tier
+    whose one domain holds it (planner.cost.placement)."""
+    out = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
+           "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+    if problem is not None:
+        out["placement"] = {dim: info["within"] for dim, info in placement_dict(problem, plan.layout).items()}
+    return out
 
 
 def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +122,7 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
         "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
-                              p.training.framework)
+                              p.training.framework, p)
                   for i, plan in enumerate(result.plans)],
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},

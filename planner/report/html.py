@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from planner.cost.placement import placement_dict
 from planner.cost.stages import stage_memory_gib
 from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
-from planner.report.table import compact_layout, legend, precision_label, why
+from planner.report.table import compact_layout, legend, precision_label, tiers_text, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
 from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, PipelineSimResult, simulate_layout
@@ -151,8 +152,10 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
                    ("heads / KV heads", f"{m.num_attention_heads} / {m.kv_heads}"),
                    ("vocabulary", f"{m.vocab_size:,}")]),
         ("Cluster", [("name", c.name), ("GPU", c.gpu.name), ("GPUs", f"{c.num_gpus:,}"),
-                     ("NVLink domain", f"{c.nvlink_domain} GPUs"), ("GPU memory", f"{c.gpu.memory_gib:g} GiB"),
-                     ("scale-out", f"{c.network_gbps:g} GB/s per GPU")]),
+                     *([("network", tiers_text(problem))] if c.tiered else [
+                         ("NVLink domain", f"{c.nvlink_domain} GPUs"),
+                         ("scale-out", f"{c.network_gbps:g} GB/s per GPU")]),
+                     ("GPU memory", f"{c.gpu.memory_gib:g} GiB")]),
         ("Training", [("sequence length", f"{tr.seq_len:,}"), ("global batch", f"{tr.global_batch:,} sequences"),
                       ("precision", precision_label(tr)), ("framework", tr.framework), ("pinned knobs", fixed)]),
         ("Search", [("candidates", f"{search['candidates']:,}"), ("feasible", f"{search['feasible']:,}"),
@@ -161,10 +164,17 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
 
 
 def _rows(result: SearchResult) -> list[dict[str, Any]]:
-    best = result.plans[0]
+    """The ranked plans' cells; `placement`: the rank order and the innermost tier holding each group."""
+    best, problem = result.plans[0], result.problem
+
+    def placed(lay: Layout) -> str:
+        groups = " · ".join(f"{dim} {info['within']}" for dim, info in placement_dict(problem, lay).items())
+        return f"{lay.order.label}: {groups}" if groups else lay.order.label
+
     return [{"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
              "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "mfu": f"{p.metrics['mfu']:.1%}",
-             "mem": f"{p.metrics['memory_peak_gib']:.1f}", "why": why(p, best)} for i, p in enumerate(result.plans)]
+             "mem": f"{p.metrics['memory_peak_gib']:.1f}", "placement": placed(p.layout), "why": why(p, best)}
+            for i, p in enumerate(result.plans)]
 
 
 def render_report(result: SearchResult, options: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from planner.errors import PlanInputError
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS, encode
 from planner.inputs.problem import Problem, parse_compress
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, TrainingSpec
-from planner.report import SCHEMA_VERSION
+from planner.report import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
 
 METRIC_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
 OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom")
@@ -84,7 +84,8 @@ def get_choice(obj: Any, key: str, path: str, choices: tuple[str, ...]) -> str:
 
 # --- shape checks ---------------------------------------------------------------------------------------------------
 def check_header(doc: Any, source: str | None = None) -> dict[str, Any]:
-    """The document is a mapping with schema_version 1 and an `inputs` mapping holding the four sections."""
+    """The document is a mapping with a schema_version this planner reads and an `inputs` mapping holding the four
+    sections."""
     if not isinstance(doc, dict):
         raise PlanInputError(f"not a plan document (expected a mapping, got {_type_name(doc)})", source=source,
                              fix=RECORD_FIX)
@@ -92,7 +93,7 @@ def check_header(doc: Any, source: str | None = None) -> dict[str, Any]:
         raise PlanInputError("not a plan document (no schema_version)", field="schema_version", source=source,
                              fix=RECORD_FIX)
     version = doc["schema_version"]
-    if isinstance(version, bool) or version != SCHEMA_VERSION:
+    if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
         raise PlanInputError(f"{version!r:.40} is not supported (this planner reads {SCHEMA_VERSION})",
                              field="schema_version", source=source, fix=RERECORD_FIX)
     inputs = _mapping(doc.get("inputs", ABSENT), "inputs", source)
