@@ -99,7 +99,7 @@ def replan(doc: dict[str, Any] | PlanDocument, source: str | None = None) -> dic
     options = read_options(pd.raw["inputs"]["options"], pd.source)
     plans = pd.raw.get("plans")
     top = max(options.top, len(plans) if isinstance(plans, list) else 0)  # `plan --rank N` reports max(top, N)
-    result = search(problem, top=top, time_limit_s=options.time_limit)
+    result = search(problem, top=top, time_limit_s=options.time_limit, rank_by=options.rank_by)
     new = document.build(result, options.as_dict())
     recorded = pd.raw.get("search")
     timed = isinstance(recorded, dict) and recorded.get("seconds") is not None  # recorded with --timings

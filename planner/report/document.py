@@ -24,6 +24,7 @@ from planner.inputs.layout import (
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ClusterSpec
 from planner.report import SCHEMA_VERSION
+from planner.report.ranking import band_dict, why_first
 from planner.search.search import Plan, SearchResult
 
 
@@ -103,13 +104,32 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
                nvlink_domain: int | None = None, framework: str | None = None,
-               problem: Problem | None = None) -> dict[str, Any]:
+               band: dict[str, Any] | None = None, problem: Problem | None = None) -> dict[str, Any]:
     """One ranked plan; with `problem`, its `placement`: each parallel dimension's group and the innermost network tier
     whose one domain holds it (planner.cost.placement)."""
-    out = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
-           "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+    entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
+             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+    if band is not None:
+        entry["band"] = band
     if problem is not None:
-        out["placement"] = {dim: info["within"] for dim, info in placement_dict(problem, plan.layout).items()}
+        entry["placement"] = {dim: info["within"] for dim, info in placement_dict(problem, plan.layout).items()}
+    return entry
+
+
+def ranking_dict(result: SearchResult) -> dict[str, Any]:
+    """How the plans were ordered (planner.search.preference): by price alone or by preference inside the tie
+    width, and why #1 is not the fastest-priced plan where it is not."""
+    from planner.report.table import compact_layout
+
+    fastest = result.fastest
+    out: dict[str, Any] = {"rank_by": result.rank_by, "tie_width": sig(result.tie_width, 4),
+                           "why_first": why_first(result, lambda lay: compact_layout(lay)[0]), "fastest": None}
+    if fastest is not None:
+        p = result.problem
+        out["fastest"] = {"rank": result.fastest_rank,
+                          "layout": layout_dict(fastest.layout, fastest.metrics, p.model.num_hidden_layers,
+                                                p.cluster.nvlink_domain, p.training.framework),
+                          "metrics": metrics_dict(fastest.metrics, p.cluster.gpu.memory_gib)}
     return out
 
 
@@ -122,8 +142,9 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
         "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
-                              p.training.framework, p)
+                              p.training.framework, band_dict(p, plan.layout, plan.metrics), p)
                   for i, plan in enumerate(result.plans)],
+        "ranking": ranking_dict(result),
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

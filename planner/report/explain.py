@@ -15,6 +15,7 @@ from planner.inputs.frameworks import offload_modules
 from planner.inputs.layout import CpComm, Knobs, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.report.document import breakdown_dict, layout_dict, metrics_dict
+from planner.report.ranking import band_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
 from planner.search.search import is_tight, price_layout
 
@@ -99,6 +100,7 @@ def explain(problem: Problem, given: Knobs) -> dict[str, Any]:
         "breakdown": breakdown_dict(metrics),
         "timeline": timeline(problem, lay, metrics),
         "memory_tight": bool(is_tight(problem, metrics["memory_peak_gib"])),
+        "band": band_dict(problem, lay, metrics),
         "stages": {
             "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3),
                       "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6),
@@ -182,6 +184,13 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
     mt = out["metrics"]
     console.print(f"step {mt['step_time_s']:.3f} s, {mt['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"MFU {mt['mfu']:.1%}, peak memory {mt['memory_peak_gib']:.1f} of {mt['memory_capacity_gib']:g} GiB")
+    band = out["band"]
+    (t_lo, t_hi), (m_lo, m_hi) = band["tokens_per_s_per_gpu"], band["memory_peak_gib"]
+    console.print(f"band ({band['coverage']:.0%} of published runs of its regime): {t_lo:,.0f}-{t_hi:,.0f} "
+                  f"tokens/s/GPU ({band['regime']}); peak memory {m_lo:.1f}-{m_hi:.1f} GiB "
+                  f"({band['memory_regime']}: {band['memory_cases']} cases)", highlight=False)
+    for note in band["notes"]:
+        console.print(f"  {note}", style="dim", highlight=False)
     bd = out["breakdown"]
     console.print("time (s per step): " + ", ".join(f"{_term(k)} {v:.3f}" for k, v in bd.items() if k.endswith("_s")))
     console.print("memory (GiB, busiest stage): " + ", ".join(f"{k} {v:.2f}" for k, v in bd["memory_gib"].items()))

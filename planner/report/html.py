@@ -18,6 +18,7 @@ from planner.cost.stages import stage_memory_gib
 from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
+from planner.report.ranking import band_dict, band_line, why_first
 from planner.report.table import compact_layout, legend, precision_label, tiers_text, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
@@ -164,17 +165,24 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
 
 
 def _rows(result: SearchResult) -> list[dict[str, Any]]:
-    """The ranked plans' cells; `placement`: the rank order and the innermost tier holding each group."""
-    best, problem = result.plans[0], result.problem
+    """The ranked plans' table rows; `band` is the tokens/s band (planner.report.ranking), its regime the tooltip;
+    `placement` the rank order and the innermost network tier holding each group."""
+    best, prob = result.plans[0], result.problem
 
     def placed(lay: Layout) -> str:
-        groups = " · ".join(f"{dim} {info['within']}" for dim, info in placement_dict(problem, lay).items())
+        groups = " · ".join(f"{dim} {info['within']}" for dim, info in placement_dict(prob, lay).items())
         return f"{lay.order.label}: {groups}" if groups else lay.order.label
 
-    return [{"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
-             "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "mfu": f"{p.metrics['mfu']:.1%}",
-             "mem": f"{p.metrics['memory_peak_gib']:.1f}", "placement": placed(p.layout), "why": why(p, best)}
-            for i, p in enumerate(result.plans)]
+    rows = []
+    for i, p in enumerate(result.plans):
+        band = band_dict(prob, p.layout, p.metrics)
+        lo, hi = band["tokens_per_s_per_gpu"]
+        rows.append({"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
+                     "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "band": f"{lo:,.0f}-{hi:,.0f}",
+                     "regime": band["regime"], "mfu": f"{p.metrics['mfu']:.1%}",
+                     "mem": f"{p.metrics['memory_peak_gib']:.1f}", "placement": placed(p.layout),
+                     "why": why(p, best)})
+    return rows
 
 
 def render_report(result: SearchResult, options: dict[str, Any]) -> str:
@@ -195,7 +203,9 @@ def render_report(result: SearchResult, options: dict[str, Any]) -> str:
     used = set().union(*(compact_layout(lay)[1] for lay in shown + ([chosen[1]] if chosen else [])))
     return env.from_string(template).render(
         title=f"plan: {p.model.name} on {p.cluster.name}", version=__version__, inputs=cards, pruned=pruned,
-        rows=_rows(result), legend=legend(used), charts=[(c.id, c.title, Markup(c.svg), c.caption)
+        rows=_rows(result), legend=legend(used), band_line=band_line(p, result.plans[0].layout,
+                                                                      result.plans[0].metrics),
+        why_first=why_first(result, layout_text), charts=[(c.id, c.title, Markup(c.svg), c.caption)
                                     for c in charts_],
         capacity=f"{p.cluster.gpu.memory_gib:g}")
 

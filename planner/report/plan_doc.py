@@ -22,9 +22,10 @@ from planner.inputs.layout import KNOB_BY_NAME, KNOBS, encode
 from planner.inputs.problem import Problem, parse_compress
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, TrainingSpec
 from planner.report import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
+from planner.search.preference import RANK_BY
 
 METRIC_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
-OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom")
+OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom", "rank_by")
 MAX_TOP = 1000  # the CLI's --top bound
 RECORD_FIX = "record a baseline with 'plan --model ... --cluster ... --format json > baseline.json'"
 RERECORD_FIX = "re-record the baseline with this planner ('plan ... --format json > baseline.json')"
@@ -137,6 +138,7 @@ class RecordedOptions:
     time_limit: float | None
     compress: dict[str, float] | None  # None: recorded by a planner without --compress
     memory_headroom: float | None = None  # None: recorded by a planner without --memory-headroom (the default)
+    rank_by: str = "preference"  # planner.search.preference.RANK_BY
 
     def as_dict(self) -> dict[str, Any]:
         """The options mapping as `plan` records it in a new document."""
@@ -146,6 +148,7 @@ class RecordedOptions:
             out["compress"] = dict(self.compress)
         if self.memory_headroom is not None:
             out["memory_headroom"] = self.memory_headroom
+        out["rank_by"] = self.rank_by
         return out
 
 
@@ -224,7 +227,11 @@ def read_options(options: dict[str, Any], source: str | None = None) -> Recorded
     if headroom is not None and not (is_number(headroom) and 0 <= headroom <= 0.5):
         raise PlanInputError(f"expected a share from 0 to 0.5, got {headroom!r:.60}",
                              field="inputs.options.memory_headroom", source=source, fix="e.g. memory_headroom: 0.05")
-    return RecordedOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom)
+    rank_by = options.get("rank_by", "preference")
+    if rank_by not in RANK_BY:
+        raise PlanInputError(f"unknown ranking {rank_by!r:.40}", field="inputs.options.rank_by", source=source,
+                             fix=f"use {' or '.join(RANK_BY)}")
+    return RecordedOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom, rank_by)
 
 
 def _spec(cls: type[BaseModel], data: dict[str, Any], name: str, source: str | None) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 from planner import __version__
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster
+from planner.inputs.frameworks import DEFAULT_FRAMEWORK
 from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
@@ -39,7 +40,7 @@ class SweepSpec:
     tokens_per_batch: int
     seq_len: int = 8192
     precision: str = "bf16"
-    framework: str = "generic"
+    framework: str = DEFAULT_FRAMEWORK
     prices: dict[str, float] = field(default_factory=dict)  # dollars per GPU-hour, by GPU key
     # The training recipe beyond precision (fp8 scaling, Adam moments and offload, token dropping): TrainingSpec
     # fields other than seq_len, global_batch, precision and framework, as `plan` takes them.
