@@ -166,7 +166,7 @@ def test_deepspeed_batch_hint_is_a_multiple_of_the_gpus() -> None:
     proc = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x512", "--global-batch", "768",
                                "--format", "deepspeed")
     assert proc.returncode == 1, proc.stderr
-    assert "--global-batch 512 (the nearest batch every rule accepts)" in proc.stderr
+    assert "--global-batch 512 (the nearest batch with a plan)" in proc.stderr
     assert "set cp=1" not in proc.stderr and "megatron or torchtitan" in proc.stderr
 
 

@@ -25,6 +25,7 @@ from planner.inputs.files import (
     warn,
 )
 from planner.inputs.network import TIER_KEYS
+from planner.inputs.resilience import SECTIONS
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
 
 # Keys of a Hugging Face config.json that do not change the planner's arithmetic; accepted without a warning.
@@ -219,7 +220,7 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         raise PlanInputError(f"expected a mapping, got {type(doc).__name__}", source=source,
                              fix="write 'gpu: h100' and 'nodes: 64' keys")
     known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
-             "network_latency_us", "oversubscription", "profile", "tiers"}
+             "network_latency_us", "oversubscription", "profile", "tiers", *SECTIONS}
     unknown = check_keys(doc, source, known, cutoff=0.6)
     pending = [unknown, *_tier_keys(doc, source)]
     if "gpu" not in doc:
@@ -256,6 +257,7 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         "network_latency_us": doc.get("network_latency_us", 5.0),
         "oversubscription": doc.get("oversubscription", 1.0),
         **({"tiers": doc["tiers"]} if "tiers" in doc else {}),
+        **_sections(doc, source, pending),
     }
     try:
         cluster = ClusterSpec.model_validate(spec)
@@ -280,6 +282,25 @@ def _tier_keys(doc: dict, source: str) -> list[UnknownKeys]:
         raise PlanInputError("must be a list of tiers, each a mapping", field="tiers", source=source,
                              fix="e.g. '- {name: nvlink, size: 8}' then '- {name: network, size: 1024, gbps: 50}'")
     return [check_keys(t, source, set(TIER_KEYS), where=f"tiers.{i}", cutoff=0.6) for i, t in enumerate(tiers)]
+
+
+def _sections(doc: dict, source: str, pending: list[UnknownKeys]) -> dict[str, Any]:
+    """The optional `reliability:` and `storage:` mappings (planner.inputs.resilience), their unknown keys warned
+    about with the rest of the file's."""
+    out: dict[str, Any] = {}
+    for name, spec in SECTIONS.items():
+        if doc.get(name) is None:
+            continue
+        section = doc[name]
+        if not isinstance(section, dict):
+            raise PlanInputError(f"expected a mapping, got {type(section).__name__}", field=name, source=source,
+                                 fix=f"write e.g. '{name}:' with indented keys (docs/commands.md)")
+        pending.append(check_keys(section, source, set(spec.model_fields), where=name))
+        try:
+            out[name] = spec.model_validate(section)
+        except ValidationError as exc:
+            raise pydantic_error(exc, source, prefix=f"{name}.") from None
+    return out
 
 
 def load_cluster(ref: str) -> ClusterSpec:

@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from planner.inputs.network import Tier, check_tiers, legacy_tiers
+from planner.inputs.resilience import ReliabilitySpec, StorageSpec
 from planner.inputs.spec_base import (  # noqa: F401 - re-exported: callers import the bounds from here
     MAX_RATE,
     MAX_SIZE,
@@ -320,6 +321,8 @@ class ClusterSpec(_Spec):
     network_latency_us: float = Field(default=5.0, ge=0, le=1e6)
     oversubscription: float = Field(default=1.0, ge=1.0, le=1000.0,
                                     description="fabric oversubscription above a rail group")
+    reliability: ReliabilitySpec = Field(default_factory=ReliabilitySpec)  # planner.inputs.resilience
+    storage: StorageSpec = Field(default_factory=StorageSpec)
 
     @model_validator(mode="before")
     @classmethod

@@ -10,6 +10,7 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
+from planner.cost.goodput import goodput
 from planner.cost.placement import placement_dict
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
@@ -96,6 +97,22 @@ def cluster_dict(cluster: ClusterSpec) -> dict[str, Any]:
     return out
 
 
+def goodput_dict(problem: Problem, metrics: dict[str, float]) -> dict[str, Any]:
+    """What failures, checkpoints and restarts leave of the step time's throughput (planner.cost.goodput)."""
+    g = goodput(problem, metrics["step_time_s"])
+    never = not math.isfinite(g.mtbf_s)  # no failures: no MTBF, no checkpoint interval (null)
+    return {
+        "goodput": sig(g.goodput, 4),
+        "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"] * g.goodput),
+        "failures_per_gpu_hour": sig(g.failures_per_gpu_hour, 4), "mtbf_h": None if never else sig(g.mtbf_s / 3600, 4),
+        "checkpoint_gb_per_gpu": sig(g.checkpoint_gb, 4), "checkpoint_write_s": sig(g.write_s, 4),
+        "checkpoint_stall_s": sig(g.stall_s, 4), "async_save": g.async_save,
+        "interval_steps": g.interval_steps, "interval_s": None if never else sig(g.interval_s, 4),
+        "relaunch_s": sig(g.relaunch_s, 4), "restore_s": sig(g.restore_s, 4), "restart_s": sig(g.restart_s, 4),
+        "lost_work_s": sig(g.lost_work_s, 4), "loss": {k: sig(v, 4) for k, v in g.loss.items()},
+    }
+
+
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     model = problem.model.dump()
     cluster = cluster_dict(problem.cluster)
@@ -104,13 +121,17 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
                nvlink_domain: int | None = None, framework: str | None = None,
-               band: dict[str, Any] | None = None, problem: Problem | None = None) -> dict[str, Any]:
-    """One ranked plan; with `problem`, its `placement`: each parallel dimension's group and the innermost network tier
-    whose one domain holds it (planner.cost.placement)."""
+               band: dict[str, Any] | None = None, goodput: dict[str, Any] | None = None,
+               problem: Problem | None = None) -> dict[str, Any]:
+    """One ranked plan; with `goodput`, what failures and checkpoints leave of its throughput (goodput_dict); with
+    `problem`, its `placement`: each parallel dimension's group and the innermost network tier whose one domain holds
+    it (planner.cost.placement)."""
     entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
              "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
     if band is not None:
         entry["band"] = band
+    if goodput is not None:
+        entry["goodput"] = goodput
     if problem is not None:
         entry["placement"] = {dim: info["within"] for dim, info in placement_dict(problem, plan.layout).items()}
     return entry
@@ -142,7 +163,8 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
         "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
-                              p.training.framework, band_dict(p, plan.layout, plan.metrics), p)
+                              p.training.framework, band_dict(p, plan.layout, plan.metrics),
+                              goodput_dict(p, plan.metrics), p)
                   for i, plan in enumerate(result.plans)],
         "ranking": ranking_dict(result),
         "search": {"candidates": result.candidates, "feasible": result.feasible,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from planner.errors import PlanInputError
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS, encode
 from planner.inputs.problem import Problem, parse_compress
+from planner.inputs.resilience import SECTIONS
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, TrainingSpec
 from planner.report import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
 from planner.search.preference import RANK_BY
@@ -94,8 +95,10 @@ def check_header(doc: Any, source: str | None = None) -> dict[str, Any]:
         raise PlanInputError("not a plan document (no schema_version)", field="schema_version", source=source,
                              fix=RECORD_FIX)
     version = doc["schema_version"]
-    if isinstance(version, bool) or version not in READABLE_SCHEMA_VERSIONS:
-        raise PlanInputError(f"{version!r:.40} is not supported (this planner reads {SCHEMA_VERSION})",
+    if isinstance(version, bool) or not isinstance(version, int) or version not in READABLE_SCHEMA_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
+        raise PlanInputError(f"{version!r:.40} is not supported (this planner reads {readable}; it writes "
+                             f"{SCHEMA_VERSION})",
                              field="schema_version", source=source, fix=RERECORD_FIX)
     inputs = _mapping(doc.get("inputs", ABSENT), "inputs", source)
     for section in ("model", "cluster", "training", "options"):
@@ -249,7 +252,19 @@ def _section(inputs: dict[str, Any], name: str, cls: type[BaseModel], source: st
     if name == "cluster":
         gpu_in = _mapping(data.get("gpu", ABSENT), "inputs.cluster.gpu", source)
         _unknown_keys(gpu_in, set(GPUSpec.model_fields), "inputs.cluster.gpu", source)
+        for key, spec in SECTIONS.items():  # absent in schema 1 documents: the defaults
+            if key in data:
+                where = f"inputs.cluster.{key}"
+                _unknown_keys(_mapping(data[key], where, source), set(spec.model_fields), where, source)
     return _spec(cls, data, f"inputs.{name}", source)
+
+
+def with_default_sections(cluster: Any) -> Any:
+    """A recorded cluster with the sections a schema 1 document lacks (`reliability`, `storage`) filled with the
+    defaults the reader gives them, so that comparing it with a newer document shows no change there."""
+    if not isinstance(cluster, dict):
+        return cluster
+    return {**{key: spec().model_dump() for key, spec in SECTIONS.items()}, **cluster}
 
 
 def problem_from_document(doc: Any, source: str | None = None) -> Problem:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.cost import flops
+from planner.cost.goodput import goodput
 from planner.inputs.layout import CpComm, ExpertTp, Layout, RankOrder, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
@@ -205,6 +206,7 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
         console.print(reason, highlight=False)
     used = set().union(*(used for _, used in layouts)) | ({"tight"} if any(tight) else set())
     console.print(legend(used), style="dim", highlight=False)
+    console.print(goodput_line(result), highlight=False)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"
                   + (f" in {result.seconds:.2f} s" if timings else "")
@@ -212,6 +214,21 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     for name, count in pruned:
         console.print(f"  pruned {count:>12,}  {name}: {RULES_BY_NAME[name].message}", style="dim",
                       no_wrap=True, overflow="ellipsis")  # one line each; the full messages are in --format json
+
+
+def goodput_line(result: SearchResult) -> str:
+    """Expected goodput of the first pick and what it loses (planner.cost.goodput), and the other picks' range."""
+    p = result.problem
+    picks = [goodput(p, plan.metrics["step_time_s"]) for plan in result.plans]
+    g = picks[0]
+    if g.interval_steps == 0:
+        return "goodput  100%: no failures expected (failures_per_gpu_hour 0 in the cluster file)"
+    text = (f"goodput  {g.goodput:.1%} for #1: restarts cost {g.loss['restart']:.1%}, checkpoints "
+            f"{g.loss['checkpoints']:.1%}, redone work {g.loss['lost_work']:.1%}")  # 80 columns; explain has the rest
+    low, high = min(x.goodput for x in picks), max(x.goodput for x in picks)
+    if len(picks) > 1 and high - low >= 0.0005:
+        text += f"; #1-#{len(picks)} {low:.1%}-{high:.1%}"
+    return text
 
 
 def render_validation(report: dict, console: Console) -> None:
