@@ -8,8 +8,12 @@ NVLink 0.80, network 0.92, so per GPU: 360 GB/s, 46 GB/s, 11.5 GB/s. Hop latenci
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+from conftest import run_plan_in_process
 
 from planner.cost import fabric
 from planner.errors import PlanInputError
@@ -157,3 +161,31 @@ def test_tiers_beside_the_two_tier_fields_are_refused() -> None:
     with pytest.raises(PlanInputError, match="network_gbps and tiers both"):
         cluster_from_mapping({"gpu": "h100", "nodes": 4, "network_gbps": 25, "tiers": [
             {"name": "nvlink", "size": 8}, {"name": "net", "size": 32, "gbps": 50}]}, "both.yaml")
+
+
+def test_tiered_cluster_with_goodput_sections_round_trips(tmp_path: Path) -> None:
+    """Both halves of issue 27 in one file and one document: `tiers:` beside `reliability:` / `storage:`; the
+    schema_version 3 document carries each plan's rank order and placement and its goodput at the file's failure
+    rate; `plan check` reads it back and re-plans the same problem; a typo in a tier and in a section both warn."""
+    path = tmp_path / "tiered.yaml"
+    path.write_text("gpu: h100\nnodes: 16\ngpus_per_node: 8\n"
+                    "tiers:\n  - {name: nvlink, size: 8}\n  - {name: rack, size: 32, gbps: 50, latncy_us: 4}\n"
+                    "  - {name: spine, size: 128, gbps: 50, oversubscription: 4}\n"
+                    "reliability:\n  failures_per_gpu_hour: 1e-4\n  restrat_s: 60\nstorage:\n  async_save: true\n")
+    r = run_plan_in_process("--model", "llama3-8b", "--cluster", str(path), "--format", "json", "--top", "2")
+    assert r.returncode == 0, r.stderr
+    assert "latncy_us" in r.stderr and "restrat_s" in r.stderr  # each unknown key named, tier and section alike
+    doc = json.loads(r.stdout)
+    assert doc["schema_version"] == 3
+    cluster = doc["inputs"]["cluster"]
+    assert [t["name"] for t in cluster["tiers"]] == ["nvlink", "rack", "spine"]
+    assert cluster["reliability"]["failures_per_gpu_hour"] == 1e-4 and cluster["storage"]["async_save"] is True
+    for plan in doc["plans"]:
+        assert plan["layout"]["rank_order"] in ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")
+        assert set(plan["placement"].values()) <= {"nvlink", "rack", "spine"}
+        assert plan["goodput"]["mtbf_h"] == pytest.approx(1 / (1e-4 * 128), rel=1e-3)
+        assert plan["goodput"]["async_save"] is True and 0 < plan["goodput"]["goodput"] < 1
+    baseline = tmp_path / "b.json"
+    baseline.write_text(r.stdout)
+    checked = run_plan_in_process("check", "--baseline", str(baseline))
+    assert checked.returncode == 0, checked.stderr
