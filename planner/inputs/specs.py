@@ -312,8 +312,7 @@ class ClusterSpec(_Spec):
     gpu: GPUSpec
     num_gpus: Size
     gpus_per_node: int = Field(default=8, gt=0, le=MAX_SIZE)
-    tiers: tuple[Tier, ...] | None = Field(default=None, description=(
-        "the network, innermost tier (the NVLink domain) first; None = the two tiers the fields below describe"))
+    tiers: tuple[Tier, ...] | None = Field(default=None, description="the network, NVLink first; None: the two below")
     nvlink_domain: int = Field(default=8, gt=0, le=MAX_SIZE, description="GPUs that share one NVLink/NVSwitch fabric")
     network_gbps: Rate = Field(description="scale-out bandwidth per GPU per direction, GB/s")
     # Not priced: collective latencies use NCCL's per-hop figures (planner.cost.fabric); a tiered file sets latency_us
