@@ -110,6 +110,13 @@ CASES = {
     # (mamba_context_parallel.py: nheads_local_tp % cp == 0); cp 8 splits the heads and repeats the group
     "mamba_heads_divisible_by_cp": (prob(HF / "nemotron-h-56b.json", "h100x512"), dict(tp=8, cp=64),
                                     dict(tp=8, cp=8, dp=8)),
+    # data parallelism outermost: torchtitan's mesh keeps pp outermost; Megatron-Core runs it beside the distributed
+    # optimizer only, and with pp > 1 only where the experts' data-parallel size is the dense one (no CP when dense)
+    "framework_rank_order": (prob(framework="torchtitan"), dict(pp=2, dp=32, zero=3, order=1),
+                             dict(pp=2, dp=32, zero=3, order=0)),
+    "rank_order_zero": (prob(framework="megatron-core"), dict(dp=64, zero=3, order=1), dict(dp=64, zero=1, order=1)),
+    "rank_order_expert_data": (prob(framework="megatron-core"), dict(tp=8, cp=2, pp=2, dp=2, order=1),
+                               dict(tp=8, cp=1, pp=2, dp=4, order=1)),
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, RankOrder, Recompute, Schedule, Zero
 
 _ALL_SCHEDULES = tuple(Schedule)
 _ALL_ZERO = tuple(Zero)
@@ -32,6 +32,13 @@ _ALL_PRECISIONS = ("bf16", "fp8", "fp4")
 _MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
 # Megatron-Core adds the EP-overlap "combined 1F1B" (pipeline_parallel/combined_1f1b.py) for MoE.
 _MCORE_SCHEDULES = (*_MEGATRON_SCHEDULES, Schedule.COMBINED_1F1B)
+_ALL_ORDERS = tuple(RankOrder)
+_DEFAULT_ORDER = (RankOrder.PP_OUTER,)
+# Data parallelism outermost (--use-tp-pp-dp-mapping, Megatron-Bridge dist.use_tp_pp_dp_mapping) only beside the
+# distributed optimizer: "use_tp_pp_dp_mapping is not supported with Megatron FSDP" (Megatron-Bridge docs, Megatron
+# FSDP); HSDP runs on a fixed device mesh with pp outermost (torchtitan parallel_dims.py) in every stack.
+_MCORE_ORDER_ZERO = (Zero.NONE, Zero.OPTIMIZER)
+_ORDER_ZERO = (Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS)
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,12 @@ class Capabilities:
     # virtual pipeline stages and has no full-layer recompute or activation offloading (ssm/mamba_block.py:172-176;
     # the block builds no checkpointed forward).
     mamba_stack: bool = False
+    # Rank orders the framework lays ranks out in (planner.inputs.layout.RankOrder), the ZeRO stages it runs with one
+    # other than its default, and whether it then needs the experts' data-parallel size equal to the dense one
+    # (Megatron-Core parallel_state.py asserts it when the order is not pp-last and pp > 1: etp x ep = tp x cp).
+    rank_orders: tuple[RankOrder, ...] = _ALL_ORDERS
+    rank_order_zero: tuple[Zero, ...] = _ORDER_ZERO
+    rank_order_same_expert_dp: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -117,7 +130,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, token_drop=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
-        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD, precisions=("bf16",),
+        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD, precisions=("bf16",), rank_orders=_DEFAULT_ORDER,
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
                "interleaving, DP and the distributed optimizer in 16-bit mixed precision; no context or expert "
                "parallelism, no ZeRO-2/3, no fp8 (Transformer Engine's fp8 arrived with Hopper and Megatron-Core)"),
@@ -126,6 +139,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True,
+        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
@@ -133,20 +147,21 @@ FRAMEWORKS: dict[str, Capabilities] = {
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True,
+        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
         cp_comm=(CpComm.RING,), ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False,
         launcher="torchtitan", optimizer_offload="none", bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
-        token_drop=False,
+        token_drop=False, rank_orders=_DEFAULT_ORDER,
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
         "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), bf16_moments=False,
         schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
         expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
-        optimizer_offload="all", token_drop=False,
+        optimizer_offload="all", token_drop=False, rank_orders=_DEFAULT_ORDER,
         source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
                "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
     "megatron-deepspeed": Capabilities(
@@ -154,14 +169,14 @@ FRAMEWORKS: dict[str, Capabilities] = {
         token_drop=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False, optimizer_offload="all",
-        recompute=_RECOMPUTE_NO_OFFLOAD,
+        recompute=_RECOMPUTE_NO_OFFLOAD, rank_orders=_DEFAULT_ORDER,
         source="Megatron-DeepSpeed: Megatron TP/PP under DeepSpeed's pipe engine (TrainSchedule 1F1B; "
                "runtime/pipe/engine.py asserts ZeRO stage < 2)"),
     "llm-foundry": Capabilities(
         "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
         bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
         cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False, optimizer_offload="none",
-        token_drop=False,
+        token_drop=False, rank_orders=_DEFAULT_ORDER,
         source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.

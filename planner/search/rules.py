@@ -5,6 +5,8 @@ the layout is allowed. The search filters with these predicates (counting what e
 ones a layout breaks, and `planner.search.cpsat` compiles the same predicates into CP-SAT table constraints to find
 which rules conflict when nothing is feasible. Sources: ../shared/reference/ecosystem.md §1.3 (Megatron-LM asserts,
 numbered M1..M32 there) and §2.2 (torchtitan).
+
+size: over 400 lines because this is the one table of rules: each is defined here, once, with its source.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from planner.inputs.layout import (
     SEQ1F1B_SEGMENTS,
     CpComm,
     ExpertTp,
+    RankOrder,
     Recompute,
     Schedule,
     Zero,
@@ -121,6 +124,13 @@ def _split_ok(c: Cols, p: Problem) -> np.ndarray:
     pairs, index = distinct_pairs(c["pp"], c["vpp"])
     ok = np.array([stage_split_launchable(layers, pp, v, uneven, emb_loss) for pp, v in pairs], dtype=bool)
     return ok[index] if ok.size else np.ones(len(c["pp"]), dtype=bool)
+
+
+def _same_expert_dp(c: Cols, p: Problem) -> np.ndarray:
+    """Expert data-parallel size equal to the dense one: world/(etp·ep·pp) = world/(tp·cp·pp), i.e. etp x ep = tp x cp
+    (etp = tp unless the knob folds the experts to 1)."""
+    etp = np.where(c["etp"] == ExpertTp.ONE, 1, c["tp"])
+    return etp * c["ep"] == c["tp"] * c["cp"]
 
 
 def _microbatches(c: Cols, p: Problem) -> np.ndarray:
@@ -344,6 +354,30 @@ RULES: tuple[Rule, ...] = (
          "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch; "
          "activation offloading is Megatron-Core's (--cpu-offloading-num-layers; --fine-grained-activation-offloading "
          "with --offload-modules, core_v0.16)"),
+    Rule("framework_rank_order", ("order",),
+         lambda c, p: (c["order"] == RankOrder.PP_OUTER) | _among(c["order"], [int(o) for o in _caps(p).rank_orders])
+         | _trusted("order", p),
+         "the chosen training framework lays ranks out only in its default order (tp-cp-ep-dp-pp)",
+         "use --framework megatron-core or nemo (--use-tp-pp-dp-mapping), or the default order",
+         "Megatron-Core parallel_state.py (\"we support tp-dp-pp and tp-pp-dp orders\"; training/initialize.py maps "
+         "--use-tp-pp-dp-mapping to tp-cp-ep-pp-dp); torchtitan parallel_dims.py builds a fixed mesh (pp, "
+         "dp_replicate, dp_shard, cp, tp); Megatron-DeepSpeed's topology is pipe, data, model"),
+    Rule("rank_order_expert_data", ("order", "pp", "tp", "cp", "ep", "etp"),
+         lambda c, p: (c["order"] == RankOrder.PP_OUTER) | (not _caps(p).rank_order_same_expert_dp) | (c["pp"] == 1)
+         | _same_expert_dp(c, p) | _trusted("order", p),
+         "with data parallelism outermost and pp > 1, Megatron-Core needs the experts' data-parallel size equal to the "
+         "dense one (etp x ep = tp x cp; so no context parallelism in a dense model)",
+         "use the default order, or pp = 1, or an ep/etp with etp x ep = tp x cp",
+         "Megatron-Core parallel_state.py initialize_model_parallel: assert order.endswith('pp') or pp == 1 or "
+         "expert_data_parallel_size == data_parallel_size"),
+    Rule("rank_order_zero", ("order", "zero"),
+         lambda c, p: (c["order"] == RankOrder.PP_OUTER) | _among(c["zero"], [int(z) for z in _caps(p).rank_order_zero])
+         | _trusted("order", p),
+         "data parallelism outermost runs beside the distributed optimizer (ZeRO-1) in Megatron-Core, never with "
+         "Megatron-FSDP, and HSDP's device mesh keeps pp outermost in every stack",
+         "use zero=1 with order=tp-cp-ep-pp-dp, or the default order",
+         "Megatron-Bridge docs (Megatron FSDP: use_tp_pp_dp_mapping is not supported); torchtitan parallel_dims.py "
+         "(pp, dp_replicate, dp_shard, cp, tp)"),
     Rule("framework_fp8_needs_zero", ("zero",),
          lambda c, p: (p.training.precision != "fp8") | (not _caps(p).fp8_needs_zero) | (c["zero"] != Zero.NONE)
          | _trusted("zero", p),
@@ -363,6 +397,12 @@ DOMINANCE: tuple[Rule, ...] = (
          lambda c, p: (c["etp"] == ExpertTp.TP) | ((c["tp"] > 1) & p.model.is_moe) | ("etp" in p.fixed),
          "etp=1 is the same layout as etp=tp without tensor parallelism or experts", "nothing to change",
          "planner.cost.groups.expert_tp (etp only differs from tp when tp > 1)"),
+    Rule("redundant_rank_order", ("order", "pp", "dp", "tp", "cp", "ep", "etp"),
+         lambda c, p: (c["order"] == RankOrder.PP_OUTER) | ("order" in p.fixed)
+         | ((c["pp"] > 1) & ((c["dp"] > 1) | (p.model.is_moe & ~_same_expert_dp(c, p)))),
+         "with pp = 1, or dp = 1 (and, with experts, as many expert data ranks), both rank orders build the same "
+         "groups",
+         "nothing to change", "planner.cost.groups.Placement (the orders differ only in where pp and dp sit)"),
     Rule("dominated_no_sp", ("tp", "sp"),
          lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed),
          "with tp > 1, sequence parallelism moves the same TP bytes (reduce-scatter + all-gather instead of "

@@ -127,6 +127,14 @@ def check(view: PlanView, launcher: str) -> None:
         refuse(view, launcher, "offload_layers",
                "Megatron-Core offloads activations only without pipeline parallelism and for 1 to L - 1 layers "
                "(transformer_config.py)", "re-plan with pp=1, or another recompute")
+    if lay.dp_outermost and lay.zero > 1:
+        refuse(view, launcher, "rank_order", "data parallelism outermost (--use-tp-pp-dp-mapping) does not run with "
+               "Megatron-FSDP (ZeRO-2/3)", "re-plan with zero=1, or the default order")
+    etp = lay.expert_tp or lay.tp if m.is_moe else lay.tp
+    if lay.dp_outermost and etp * lay.ep != lay.tp * lay.cp:  # parallel_state.py: expert dp == dp unless pp-last
+        refuse(view, launcher, "rank_order", "with data parallelism outermost and pp > 1 Megatron-Core needs the "
+               "experts' data-parallel size equal to the dense one (etp x ep = tp x cp)",
+               "re-plan with the default order, or cp = 1 for a dense model")
     if lay.schedule not in ("1f1b", "interleaved", "combined-1f1b"):
         refuse(view, launcher, "schedule",
                f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, interleaved 1F1B when there "

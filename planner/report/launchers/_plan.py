@@ -2,6 +2,8 @@
 
 Every launcher renders from a `PlanView`, so the document is validated once: a launcher never has to guess at a
 missing key or print a layout whose own numbers disagree (world size, batch arithmetic, schedule vs. vpp).
+
+size: over 400 lines because every key a launcher reads from a plan document is read and checked here, once.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, NoReturn
 
 from planner import __version__
 from planner.errors import PlanInputError
-from planner.inputs.layout import RECOMPUTE, SCHEDULES
+from planner.inputs.layout import RANK_ORDERS, RECOMPUTE, SCHEDULES
 from planner.inputs.specs import FP8_RECIPES, ModelSpec
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
@@ -105,10 +107,16 @@ class PlanLayout:  # a plan document's plans[i].layout, read back (what each kno
     stage_split: str | None = None
     # recompute=offload: the layers whose activations go to host memory (--cpu-offloading-num-layers)
     offload_layers: int | None = None
+    rank_order: str = RANK_ORDERS[0]  # planner.inputs.layout.RankOrder; schema 1 documents: the default
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def dp_outermost(self) -> bool:
+        """Data parallelism outermost (tp-cp-ep-pp-dp) where that changes the groups: pp > 1 and dp > 1."""
+        return self.rank_order != RANK_ORDERS[0] and self.pp > 1 and self.dp > 1
 
     @property
     def uneven(self) -> bool:
@@ -133,6 +141,8 @@ class PlanView:
     fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
     moe_capacity_factor: float | None = None  # token dropping (inputs.training.moe_capacity_factor); None: dropless
     moe_pad_to_capacity: bool = False  # experts' inputs padded to capacity (inputs.training.moe_pad_to_capacity)
+    # plans[i].placement on a cluster of more than two tiers: (dimension, the innermost tier holding its group)
+    placement: tuple[tuple[str, str], ...] = ()
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -158,6 +168,17 @@ def header(view: PlanView, target: str) -> str:
         f"# plan {view.planner_version} | {view.model.name} on {view.cluster_name} ({view.num_gpus} GPUs)"
         f" | plan rank {view.rank} of {view.num_plans} | target: {target}"
     )
+
+
+def placement_note(view: PlanView) -> str:
+    """On a cluster of more than two tiers: where each group sits, and what the placement needs from the launch that
+    no training flag sets: global ranks numbered in topology order (a node's GPUs, then a rack's nodes, then a pod's,
+    consecutive), as Slurm's topology plugins with block distribution number them."""
+    if not view.placement:
+        return ""
+    where = ", ".join(f"{dim} within {tier}" for dim, tier in view.placement)
+    return (f"# placement ({view.layout.rank_order}): {where}; number ranks in topology order (the nodes of one "
+            "rack, then of one pod, consecutive: Slurm topology/tree or topology/block with --distribution=block)")
 
 
 def require_stage_split(view: PlanView, launcher: str) -> None:
@@ -285,6 +306,7 @@ def _layout(raw: Any, path: str) -> PlanLayout:
         fsdp_shard_group=get_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
         expert_tp=get_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
         stage_split=get_choice(raw, "stage_split", path, ("embedding_loss",)) if "stage_split" in raw else None,
+        rank_order=get_choice(raw, "rank_order", path, RANK_ORDERS) if "rank_order" in raw else RANK_ORDERS[0],
     )
 
 
@@ -358,6 +380,14 @@ def _token_drop(training: dict) -> tuple[float | None, bool]:
     return (None if capacity is None else float(capacity)), padded
 
 
+def _placement(plan: dict, cluster: dict) -> tuple[tuple[str, str], ...]:
+    """plans[i].placement where the cluster has more than two tiers (where it says something the sizes do not)."""
+    tiers, placement = cluster.get("tiers"), plan.get("placement")
+    if not isinstance(tiers, list | tuple) or len(tiers) < 3 or not isinstance(placement, dict):
+        return ()
+    return tuple((str(k), str(v)) for k, v in placement.items())
+
+
 def refuse_token_drop(view: PlanView, launcher: str) -> None:
     """Refuse a token-dropping MoE plan for a launcher whose stack routes experts dropless."""
     if view.model.is_moe and view.moe_capacity_factor is not None:
@@ -395,6 +425,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         fp8_recipe=_fp8_recipe(training),
         moe_capacity_factor=capacity,
         moe_pad_to_capacity=padded,
+        placement=_placement(plan, cluster),
     )
     _check(view)
     return view

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import json
 
-from planner.report.launchers._plan import PlanView, header, refuse, refuse_token_drop, require_stage_split
+from planner.report.launchers._plan import (
+    PlanView,
+    header,
+    placement_note,
+    refuse,
+    refuse_token_drop,
+    require_stage_split,
+)
 
 TARGET = "torchtitan v0.2.2 (TOML job config)"
 NAME = "torchtitan"
@@ -45,7 +52,8 @@ def render(view: PlanView) -> str:
                "activation_checkpoint modes are none, selective and full)",
                "re-plan with --framework torchtitan, or use --format megatron")
     lay = view.layout
-    notes = ["# merge into the model's train_configs/*.toml; model, tokenizer, data and optimizer keys stay yours"]
+    notes = ["# merge into the model's train_configs/*.toml; model, tokenizer, data and optimizer keys stay yours",
+             *filter(None, [placement_note(view)])]
     if lay.zero in (1, 2) and _shard_degree(view) > 1:
         notes.append(f"# ZeRO-{lay.zero} runs as FSDP2 without resharding after forward: grads are sharded too, so"
                      " memory is at or below the plan")
@@ -70,6 +78,10 @@ def _check(view: PlanView) -> None:
                f"torch.distributed.pipelining has no schedule matching {lay.schedule} with vpp={lay.vpp} "
                "(its zero-bubble schedules need 2+ stages per rank, and none has ZB-H2's memory profile)",
                "re-plan with schedule 1f1b, interleaved, or zb-h1 with vpp >= 2")
+    if lay.dp_outermost:
+        refuse(view, NAME, "rank_order", "torchtitan builds its device mesh in one order, pp outermost (pp, "
+               "dp_replicate, dp_shard, cp, tp: parallel_dims.py); data parallelism cannot go outside the pipeline",
+               "re-plan with --framework torchtitan, or use --format megatron / nemo (--use-tp-pp-dp-mapping)")
     if lay.cp > 1 and lay.cp_comm != "ring":
         refuse(view, NAME, "cp_comm", "torchtitan's context parallelism is ring attention only",
                "re-plan with --fix cp_comm=ring for torchtitan")
