@@ -356,11 +356,26 @@ def test_torchtitan_uneven_moe_stages() -> None:
 
 def test_torchtitan_float8() -> None:
     doc = llama70_doc()
-    doc["inputs"]["training"]["precision"] = "fp8"
+    doc["inputs"]["training"].update(precision="fp8", torch_compile=True)
     config = toml_of(render(doc, "torchtitan"))
     assert config["model"]["converters"] == ["quantize.linear.float8"]
     assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
-    assert config["compile"]["enable"] is True
+    assert config["compile"] == {"enable": True, "components": ["model", "loss"]}
+
+
+@pytest.mark.parametrize(("compiled", "async_tp"), [(True, True), (True, False), (False, False)])
+def test_torchtitan_compile_and_async_tp_follow_the_plan(compiled: bool, async_tp: bool) -> None:
+    """[compile] and async TP are written as the plan priced them, whatever the model's own train_configs say."""
+    doc = llama70_doc()
+    doc["inputs"]["training"].update(torch_compile=compiled, tp_comm_overlap=async_tp)
+    text = render(doc, "torchtitan")
+    config = toml_of(text)
+    assert config["compile"]["enable"] is compiled
+    assert config["parallelism"]["enable_async_tensor_parallel"] is async_tp
+    from planner.inputs.launch_readers.torchtitan import read
+
+    back = read(text, "plan.toml")
+    assert (back.torch_compile, back.tp_comm_overlap) == (compiled, async_tp)
 
 
 def test_torchtitan_zero_bubble_h1_with_virtual_stages() -> None:

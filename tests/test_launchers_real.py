@@ -61,7 +61,8 @@ MEGATRON_PROBLEMS = [
     ("llama70b-h100x512-tp8-pp4-vpp5",
      ("--model", "llama70b", "--cluster", "h100x512", "--fix", "tp=8", "--fix", "pp=4", "--fix", "vpp=5")),
     ("llama70b-h100x512-tp8-pp8-full",
-     ("--model", "llama70b", "--cluster", "h100x512", "--fix", "tp=8", "--fix", "pp=8", "--fix", "recompute=full")),
+     ("--model", "llama70b", "--cluster", "h100x512", "--fix", "tp=8", "--fix", "pp=8", "--fix", "recompute=full",
+      "--framework", "megatron-core")),
     # generic picks a zb-h1 schedule here (Megatron lacks it) since overlapped collectives cost SMs: plan for the
     # stack the flags are for
     ("mixtral8x7b-h100x64-default",
@@ -151,7 +152,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         # pretrain_mamba.py (hybrid models): the layer spec and the pattern are MambaModel arguments, read by
         # mamba_check; the rest are TransformerConfig fields
         "--spec", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-state-dim", "--mamba-head-dim",
-        "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size",
+        "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size", "--tp-comm-overlap",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -160,6 +161,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         pipeline_model_parallel_size=_int(flags, "--pipeline-model-parallel-size", 1),
         context_parallel_size=_int(flags, "--context-parallel-size", 1),
         sequence_parallel="--sequence-parallel" in flags,
+        tp_comm_overlap="--tp-comm-overlap" in flags,
         virtual_pipeline_model_parallel_size=_int(flags, "--num-virtual-stages-per-pipeline-rank"),
         num_layers_in_first_pipeline_stage=_int(flags, "--decoder-first-pipeline-num-layers"),
         num_layers_in_last_pipeline_stage=_int(flags, "--decoder-last-pipeline-num-layers"),
@@ -742,22 +744,22 @@ def test_megatron_router_gate_reaches_megatron_core(mcore, tmp_path):
     no key) launch with --moe-router-score-function sigmoid; Llama 4's top-1 router would otherwise trip Megatron-Core's
     "Please use --moe-router-pre-softmax when topk is 1"; a softmax top-1 model gets the pre-top-k softmax; Mixtral's
     softmax top-2 neither."""
-    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1")
+    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1", "--framework", "megatron-core")
     flags = megatron_check(doc)
     assert flags["--moe-router-score-function"] == ["sigmoid"] and flags["--moe-router-topk"] == ["1"]
-    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1"))
+    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1", "--framework", "megatron-core"))
     assert flags["--moe-router-score-function"] == ["sigmoid"]
     # node-limited routing, as the all-to-all was priced: 8 groups, 4 per token (DeepSeek-V3 report §2.1.2)
     assert flags["--moe-router-num-groups"] == ["8"] and flags["--moe-router-group-topk"] == ["4"]
     config, _ = megatron_configs(flags)
     assert (config.moe_router_num_groups, config.moe_router_group_topk) == (8, 4)
-    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1"))
+    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1", "--framework", "megatron-core"))
     assert "--moe-router-score-function" not in flags and "--moe-router-pre-softmax" not in flags
     switch = tmp_path / "top1-softmax.yaml"
     switch.write_text("name: top1-softmax\nhidden_size: 4096\nnum_hidden_layers: 32\nnum_attention_heads: 32\n"
                       "num_key_value_heads: 8\nintermediate_size: 14336\nvocab_size: 32000\nnum_local_experts: 16\n"
                       "num_experts_per_tok: 1\n")
-    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1"))
+    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1", "--framework", "megatron-core"))
     assert "--moe-router-pre-softmax" in flags and "--moe-router-score-function" not in flags
 
 

@@ -199,7 +199,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
 
 def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
-    return {"tp_comm_overlap": prof.tp_overlap > 0, "overlap_grad_reduce": prof.dp_overlap > 0,
+    return {"tp_comm_overlap": prof.tp_comm_overlap, "overlap_grad_reduce": prof.dp_overlap > 0,
             "overlap_param_gather": prof.dp_overlap > 0, "cuda_graphs": "none", "torch_compile": False,
             "moe_dispatcher": "flex" if prof.deepep else "alltoall",
             "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
@@ -213,6 +213,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop"):
         return "priced", None
+    if knob == "tp_comm_overlap" and (prof.tp_comm_method or value is False):
+        return "priced", None  # planner.cost.tensor prices the stack's overlap with the switch on or off
     if knob == "recompute":
         modules = set(block.get("modules") or ())
         if value == "selective" and not modules <= PLANNER_SELECTIVE_MODULES:
@@ -276,6 +278,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
+        elif knob == "tp_comm_overlap":
+            training = training.model_copy(update={"tp_comm_overlap": bool(value)})
         else:
             name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs"}[knob], str(value),
                                 f"ran.{knob}")

@@ -362,6 +362,13 @@ class TrainingSpec(_Spec):
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
+    tp_comm_overlap: bool | None = Field(default=None, description=(
+        "tensor-parallel collectives overlapped with the GEMMs they feed or drain (Megatron --tp-comm-overlap / "
+        "NeMo tp_comm_overlap: Transformer Engine userbuffers; torchtitan enable_async_tensor_parallel); None = as "
+        "the framework's recipes ship it (planner.cost.profiles)"))
+    torch_compile: bool | None = Field(default=None, description=(
+        "the model compiled with torch.compile (torchtitan [compile] enable; Hugging Face --torch_compile), which "
+        "fuses its elementwise kernels; None = as the framework runs by default (planner.cost.profiles)"))
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:

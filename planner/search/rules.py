@@ -17,6 +17,8 @@ import numpy as np
 
 from planner.cost.groups import domain_group
 from planner.cost.memory import distinct_pairs
+from planner.cost.profiles import stack_profile, tp_mode
+from planner.cost.tensor import sp_never_slower
 from planner.inputs.frameworks import Capabilities, capabilities_for
 from planner.inputs.layout import (
     SEQ1F1B_SEGMENTS,
@@ -364,9 +366,11 @@ DOMINANCE: tuple[Rule, ...] = (
          "etp=1 is the same layout as etp=tp without tensor parallelism or experts", "nothing to change",
          "planner.cost.groups.expert_tp (etp only differs from tp when tp > 1)"),
     Rule("dominated_no_sp", ("tp", "sp"),
-         lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed),
+         lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed)
+         | (not sp_never_slower(tp_mode(stack_profile(p.training)))),
          "with tp > 1, sequence parallelism moves the same TP bytes (reduce-scatter + all-gather instead of "
-         "all-reduce), shards the norms and dropout, and holds less memory: sp=0 is never better",
+         "all-reduce) and, where the stack's TP collectives all block or all pair with their GEMMs, hides as much "
+         "of them; it shards the norms and dropout and holds less memory: sp=0 is never better there",
          "pin sp=0 with --fix to price it", "Korthikanti et al. 2022 §4.2.2; planner.cost.tensor/compute/memory"),
     Rule("dominated_zero0", ("zero", "dp", "cp"),
          lambda c, p: (c["zero"] != Zero.NONE) | (c["dp"] * c["cp"] == 1) | ("zero" in p.fixed)

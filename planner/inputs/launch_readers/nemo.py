@@ -213,6 +213,8 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:
         cfg.layout["sp"] = int(flag("model.sequence_parallel") and cfg.layout.get("tp", 1) > 1)
+    if "comm_overlap.tp_comm_overlap" in found:  # else the recipe's own CommOverlapConfig decides
+        cfg.tp_comm_overlap = flag("comm_overlap.tp_comm_overlap")
     kind = found.get("model.cp_comm_type")
     if kind is not None and not is_null(kind):
         if kind not in _CP_COMM:

@@ -72,6 +72,8 @@ def _parallel(view: PlanView) -> list[Flag]:
         flags.append(("--hierarchical-context-parallel-sizes", *(str(x) for x in lay.cp_hierarchy)))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel",))
+    if _mcore.tp_comm_overlap(view):  # Transformer Engine userbuffers with TE's default methods (initialize_ub)
+        flags.append(("--tp-comm-overlap",))
     if lay.vpp > 1:
         # The only per-rank VPP flag that also works with uneven first/last stages; there is no
         # --virtual-pipeline-model-parallel-size flag in Megatron-LM.
