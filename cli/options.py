@@ -158,7 +158,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
     from pydantic import ValidationError
 
     from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import moments_refusal, offload_refusal, precision_refusal
+    from planner.inputs.frameworks import capabilities_for, moments_refusal, offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
     from planner.inputs.problem import Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
@@ -181,12 +181,15 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
         raise PlanInputError(refusal, field="--optimizer-moments",
                              fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
     _check_fp8_recipe(o.fp8_recipe, o.precision, framework)
+    if o.param_offload and not capabilities_for(framework).param_offload:
+        raise PlanInputError(f"{framework} has no switch to keep ZeRO-3 parameters in host memory",
+                             field="--param-offload", fix="drop it, or plan for --framework deepspeed")
     _check_token_drop(m, framework, o.moe_capacity_factor, o.moe_pad_to_capacity)
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
-                          moe_pad_to_capacity=o.moe_pad_to_capacity,
+                          moe_pad_to_capacity=o.moe_pad_to_capacity, param_offload=bool(o.param_offload),
                           **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile))
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None

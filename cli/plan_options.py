@@ -144,6 +144,11 @@ class PlanOptions:
                                      "expert's input to its capacity (static shapes; priced as a full capacity of "
                                      "work)", "flag", _ALL)
 
+    param_offload: bool = _opt(False, ("--param-offload",), "with ZeRO-3: keep the parameter partitions in host "
+                               "memory and copy each layer's in before its gather (DeepSpeed offload_param); priced "
+                               "as host-link traffic per layer and pass", "flag",
+                               {"plan": None, "report": None,
+                                "explain": Variant(None, "ZeRO-3 parameters in host memory (default: the file's)")})
     tp_comm_overlap: str | None = _opt(
         None, ("--tp-comm-overlap",), "on | off: overlap tensor-parallel collectives with the GEMMs beside them "
         "(Megatron --tp-comm-overlap / NeMo tp_comm_overlap: Transformer Engine userbuffers; torchtitan async TP); "

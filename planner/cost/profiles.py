@@ -97,6 +97,9 @@ class FrameworkProfile:
     # (DeepSeek-V3 report §3.3.3 caches it in FP8 and recomputes the output; Megatron-Core exposes the same as
     # activation_func_fp8_input_store, off by default and not set by the Megatron-Bridge recipes).
     fp8_activation_store: bool = False
+    # ZeRO-3 parameter partitions live in host memory (DeepSpeed offload_param; set from the training's
+    # param_offload by stack_profile): no persistent weights on the GPU, each layer's partition copied in per gather
+    params_in_host: bool = False
     compile_speedup: float = 1.0  # step rate compiled / eager (1.0: no torch.compile switch)
     compiles_by_default: bool = False  # torch.compile on unless the training says otherwise
 
@@ -161,11 +164,13 @@ BF16_MOMENTS_SAVING = 4.0
 
 
 def stack_profile(training: TrainingSpec) -> FrameworkProfile:
-    """The framework's profile with the training's optimizer-state dtype (`optimizer_moments`) and TP overlap switch
-    (`tp_comm_overlap`, None: as the stack's recipes ship it) applied."""
+    """The framework's profile with the training's optimizer-state dtype (`optimizer_moments`), parameter offload
+    (`param_offload`) and TP overlap switch (`tp_comm_overlap`, None: as the stack's recipes ship it) applied."""
     prof = profile_for(training.framework)
     if getattr(training, "optimizer_moments", "fp32") == "bf16":
         prof = replace(prof, optimizer_bytes=prof.optimizer_bytes - BF16_MOMENTS_SAVING)
+    if getattr(training, "param_offload", False):
+        prof = replace(prof, params_in_host=True)
     overlap = getattr(training, "tp_comm_overlap", None)
     if overlap is not None and overlap != prof.tp_comm_overlap:
         prof = replace(prof, tp_comm_overlap=bool(overlap))

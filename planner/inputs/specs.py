@@ -366,6 +366,9 @@ class TrainingSpec(_Spec):
         "tensor-parallel collectives overlapped with the GEMMs they feed or drain (Megatron --tp-comm-overlap / "
         "NeMo tp_comm_overlap: Transformer Engine userbuffers; torchtitan enable_async_tensor_parallel); None = as "
         "the framework's recipes ship it (planner.cost.profiles)"))
+    param_offload: bool = Field(default=False, description=(
+        "ZeRO-3 parameter partitions kept in host memory and copied in per layer before each gather (DeepSpeed "
+        "zero_optimization.offload_param, ZeRO-Infinity)"))
     torch_compile: bool | None = Field(default=None, description=(
         "the model compiled with torch.compile (torchtitan [compile] enable; Hugging Face --torch_compile), which "
         "fuses its elementwise kernels; None = as the framework runs by default (planner.cost.profiles)"))

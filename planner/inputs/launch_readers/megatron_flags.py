@@ -56,7 +56,8 @@ OTHER_ENTRIES = ("pretrain_bert.py", "pretrain_t5.py", "pretrain_vlm.py", "pretr
 
 # Flags read by the Megatron reader's own code (beyond the tables above).
 HANDLED = {
-    "--global-batch-size", "--seq-length", "--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer", "--use-megatron-fsdp",
+    "--global-batch-size", "--seq-length", "--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--recompute-activations", "--recompute-modules", "--checkpoint-activations", "--checkpoint-num-layers",
     "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--swiglu", "--squared-relu", "--quick-geglu",

@@ -134,6 +134,7 @@ class PlanView:
     fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
     moe_capacity_factor: float | None = None  # token dropping (inputs.training.moe_capacity_factor); None: dropless
     moe_pad_to_capacity: bool = False  # experts' inputs padded to capacity (inputs.training.moe_pad_to_capacity)
+    param_offload: bool = False  # ZeRO-3 parameters in host memory (inputs.training.param_offload)
     tp_comm_overlap: bool = False  # TP collectives overlapped with GEMMs (inputs.training.tp_comm_overlap)
     torch_compile: bool = False  # the model compiled with torch.compile (inputs.training.torch_compile)
 
@@ -362,6 +363,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         fp8_recipe=_training.fp8_recipe(training),
         moe_capacity_factor=capacity,
         moe_pad_to_capacity=padded,
+        param_offload=_training.switch(training, "param_offload"),
         tp_comm_overlap=_training.switch(training, "tp_comm_overlap"),
         torch_compile=_training.switch(training, "torch_compile"),
     )
