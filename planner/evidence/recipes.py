@@ -215,6 +215,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
         return "priced", None
     if knob == "tp_comm_overlap" and (prof.tp_comm_method or value is False):
         return "priced", None  # planner.cost.tensor prices the stack's overlap with the switch on or off
+    if knob == "torch_compile" and (prof.compile_speedup > 1.0 or value is False):
+        return "priced", None  # planner.cost.profiles: the eager or the compiled kernel rate
     if knob == "recompute":
         modules = set(block.get("modules") or ())
         if value == "selective" and not modules <= PLANNER_SELECTIVE_MODULES:
@@ -278,8 +280,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
-        elif knob == "tp_comm_overlap":
-            training = training.model_copy(update={"tp_comm_overlap": bool(value)})
+        elif knob in ("tp_comm_overlap", "torch_compile"):
+            training = training.model_copy(update={knob: bool(value)})
         else:
             name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs"}[knob], str(value),
                                 f"ran.{knob}")
