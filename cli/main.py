@@ -30,7 +30,8 @@ def __getattr__(name: str) -> Any:
 def _print_infeasible(exc: NoFeasiblePlan) -> None:
     err = stderr()
     d = exc.diagnosis
-    err.print(f"no feasible plan: {exc.message}")
+    nearest = d.get("nearest") or []
+    err.print(f"no feasible plan: {exc.message}" + (f" (nearest feasible: {' or '.join(nearest)})" if nearest else ""))
     for reason in d.get("reasons", []):
         err.print(f"  binding: {reason}")
     if d.get("suggestions"):

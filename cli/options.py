@@ -52,14 +52,21 @@ def check_format(fmt: str, allowed: tuple[str, ...]) -> None:
         raise PlanInputError(f"unknown format '{fmt}'", field="--format", fix=f"use one of {', '.join(allowed)}")
 
 
+def check_rank_by(rank_by: str) -> None:
+    from planner.search.preference import RANK_BY
+
+    if rank_by not in RANK_BY:
+        raise PlanInputError(f"unknown ranking '{rank_by}'", field="--rank-by", fix=f"use {' or '.join(RANK_BY)}")
+
+
 def framework_for(framework: str | None, fmt: str) -> str:
     """The framework to plan for: as given, or implied by a launcher format (`--format deepspeed` plans for
     DeepSpeed). A launcher format with a framework it cannot launch is a bad input, not a silent switch."""
-    from planner.inputs.frameworks import FRAMEWORK_FOR_FORMAT, LAUNCHES
+    from planner.inputs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_FOR_FORMAT, LAUNCHES
 
     implied = FRAMEWORK_FOR_FORMAT.get(fmt)
     if framework is None:
-        return implied or "generic"
+        return implied or DEFAULT_FRAMEWORK
     if implied and framework not in LAUNCHES[fmt]:
         raise PlanInputError(f"--format {fmt} launches {', '.join(LAUNCHES[fmt])}, not '{framework}'",
                              field="--framework",
@@ -157,6 +164,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
     file; options.model and options.cluster are not read)."""
     from pydantic import ValidationError
 
+    from planner.cost.profiles import plan_compiles_loss
     from planner.inputs.files import pydantic_error
     from planner.inputs.frameworks import capabilities_for, moments_refusal, offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
@@ -200,4 +208,5 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
         stderr().print(f"warning: {c.gpu.name} has no {o.precision} tensor cores; predicting at its bf16 rate")
     fixed = parse_pairs(list(o.fix), "--fix")
     return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=o.allow_tp_across_nodes,
-                   compress=parse_compress(o.compress), memory_headroom=o.memory_headroom)
+                   compress=parse_compress(o.compress), memory_headroom=o.memory_headroom,
+                   compiled_loss=plan_compiles_loss(tr))

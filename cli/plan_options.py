@@ -18,7 +18,11 @@ from typing import Any
 
 from planner.inputs.layout import KNOBS
 
-COMMANDS = ("plan", "report", "sweep", "explain")  # the commands that plan, in the order the docs list them
+COMMANDS = ("plan", "report", "sweep", "explain")
+# The stack a planning command plans for when neither --framework nor a launcher format names one: a stack that ships
+# (planner.inputs.frameworks.DEFAULT_FRAMEWORK, written out here so that a plain `plan` imports no planner module
+# for it; tests/test_plan_options.py keeps the two equal).
+DEFAULT_FRAMEWORK = "megatron-core"  # the commands that plan, in the order the docs list them
 KINDS = ("str", "int", "float", "flag", "list")
 
 
@@ -97,11 +101,12 @@ class PlanOptions:
     framework: str | None = _opt(
         None, ("--framework",), "training stack to plan for: its capabilities limit the search and its behaviour "
         "prices it (generic, megatron-core, megatron (paper era), nemo, torchtitan, deepspeed, llm-foundry, ...); "
-        "default: the launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else generic", "str",
+        "default: the launcher's framework with --format megatron|nemo|torchtitan|deepspeed, else " + DEFAULT_FRAMEWORK,
+        "str",
         {"plan": None, "explain": None,
-         "report": Variant("generic", "training stack to plan for, as in plan: its capabilities limit the search "
-                           "and its behaviour prices it"),
-         "sweep": Variant("generic", "training stack to plan for (see plan --help)")})
+         "report": Variant(DEFAULT_FRAMEWORK, "training stack to plan for, as in plan: its capabilities limit the "
+                           "search and its behaviour prices it"),
+         "sweep": Variant(DEFAULT_FRAMEWORK, "training stack to plan for (see plan --help)")})
     fix: tuple[str, ...] = _opt((), ("--fix",), f"pin a knob, KEY=VALUE (repeatable): {' '.join(KNOBS)}", "list",
                                 {"plan": None, "report": None})
     top: int = _opt(5, ("--top",), "how many plans to report", "int",
@@ -110,6 +115,10 @@ class PlanOptions:
                     "str", {"plan": None, "sweep": Variant(help="table | json | yaml"),
                             "explain": Variant(help="table | json | yaml")})
     rank: int = _opt(1, ("--rank",), "which plan a launcher format prints", "int", {"plan": None}, lower=1)
+    rank_by: str = _opt(
+        "preference", ("--rank-by",), "preference: layouts priced within the model's own error of the fastest tie, and "
+        "a tie is ranked by what practitioners prefer (no offloading over PCIe, no needless CP, standard schedules, "
+        "memory room); time: by predicted step time alone", "str", {"plan": None, "report": None})
     allow_tp_across_nodes: bool = _opt(False, ("--allow-tp-across-nodes",),
                                        "let tensor parallelism leave the NVLink domain", "flag",
                                        {"plan": None, "report": None})

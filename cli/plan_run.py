@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cli.options import FORMATS_PLAN, build_problem, check_format, framework_for, table_console
+from cli.options import FORMATS_PLAN, build_problem, check_format, check_rank_by, framework_for, table_console
 from planner.errors import NoFeasiblePlan, PlanInputError
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ def run_plan(options: PlanOptions) -> None:
         missing = "--model" if options.model is None else "--cluster"
         raise PlanInputError("is required", field=missing, fix="e.g. plan --model llama70b --cluster h100x512")
     check_format(options.fmt, FORMATS_PLAN)
+    check_rank_by(options.rank_by)
     options = replace(options, framework=framework_for(options.framework, options.fmt))
     from planner.report import document
     from planner.search.search import search
@@ -30,7 +31,7 @@ def run_plan(options: PlanOptions) -> None:
     problem = build_problem(options)
     top, rank, time_limit, fmt = options.top, options.rank, options.time_limit, options.fmt
     try:
-        result = search(problem, top=max(top, rank), time_limit_s=time_limit)
+        result = search(problem, top=max(top, rank), time_limit_s=time_limit, rank_by=options.rank_by)
     except NoFeasiblePlan as exc:
         from planner.search.diagnosis import explain_infeasible
 
@@ -38,7 +39,8 @@ def run_plan(options: PlanOptions) -> None:
         raise
     recorded = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": top,
                 "allow_tp_across_nodes": options.allow_tp_across_nodes, "time_limit": time_limit,
-                "compress": dict(sorted(problem.compress.items())), "memory_headroom": options.memory_headroom}
+                "compress": dict(sorted(problem.compress.items())), "memory_headroom": options.memory_headroom,
+                "rank_by": options.rank_by}
     if time_limit is None:  # a capped search gets no second search
         _note_smaller_job(problem, result)
     doc = document.build(result, recorded)

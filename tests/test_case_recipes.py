@@ -55,6 +55,8 @@ def test_every_knob_is_a_legal_value_with_a_pinned_source_or_unresolved_with_a_r
     ({"recompute": {"unresolved": " "}}, "needs its reason"),
     ({"vpp": {"value": 0, "source": "a/b@abcdef1:x.py#L1"}}, "positive integer"),
     ({"moe_token_drop": {"value": "some", "source": "a/b@abcdef1:x.py#L1"}}, "dropless"),
+    ({"zero": {"value": 4, "source": "a/b@abcdef1:x.py#L1"}}, "0 | 1 | 2 | 3 | hsdp"),
+    ({"zero": {"value": "zero-1", "source": "a/b@abcdef1:x.py#L1"}}, "0 | 1 | 2 | 3 | hsdp"),
 ])
 def test_bad_knob_blocks_are_one_line_errors(ran, fragment):
     with pytest.raises(PlanInputError) as err:
@@ -126,3 +128,33 @@ def test_an_entry_for_another_run_is_not_applied(recipes, cases):
 def test_stated_knobs_come_from_the_row(recipes, cases):
     out = run_case(cases["N21-004"], "test", recipes)
     assert out["knobs"]["recompute"] == {"value": "full", "source": "stated by the case", "status": "stated"}
+
+
+def test_dgxc066_is_priced_with_the_distributed_optimizer_its_recipe_ran(recipes, cases):
+    """The DGX Cloud Nemotron-4 340B fp8 row ran NeMo 1's distributed_fused_adam with a contiguous gradient buffer
+    (ZeRO-1): with the knob the case is priced at zero 1; left to the search, the row's unstated zero becomes ZeRO-3,
+    whose per-micro-batch parameter gathers price it far slower than it ran."""
+    out = run_case(cases["DGXC-066"], "test", recipes)
+    knob = out["knobs"]["zero"]
+    assert knob["value"] == 1 and knob["status"] == "priced" and "@" in knob["source"]
+    assert out["layout"]["zero"] == 1
+    entry = copy.deepcopy(recipes["DGXC-066"])
+    del entry["ran"]["zero"]
+    without = run_case(cases["DGXC-066"], "test", {"DGXC-066": entry})
+    assert without["knobs"]["zero"]["status"] == "unresolved"
+    assert without["layout"]["zero"] != 1
+    assert out["error"]["throughput"] < without["error"]["throughput"]
+
+
+def test_a_zero_the_row_states_is_stated(recipes, cases):
+    """A row that states its sharding (llm-foundry FSDP) needs no knob-file entry for it."""
+    case = next(c for cid, c in cases.items() if cid.startswith("LF-") and c["layout"].get("zero") is not None)
+    out = run_case(case, "test", recipes)
+    assert out["knobs"]["zero"]["status"] == "stated"
+    assert all("zero" not in e["ran"] for cid, e in recipes.items() if cases[cid]["layout"].get("zero") is not None)
+
+
+def test_zero_is_relevant_only_where_data_ranks_may_shard(cases):
+    """No data or context parallelism: nothing to shard, so no zero knob (Zero Bubble rows run dp 1)."""
+    out = run_case(cases["ZB-001"], "test", {})
+    assert "zero" not in out["knobs"]

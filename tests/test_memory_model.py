@@ -75,10 +75,10 @@ def _llama70b(headroom: float) -> Problem:
 
 
 def test_tight_plans_rank_after_plans_with_room():
-    loose = search(_llama70b(0.0), top=20)
+    loose = search(_llama70b(0.0), top=20, rank_by="time")
     cap = loose.problem.cluster.gpu.memory_gib
     tight_share = 1 - max(p.metrics["memory_peak_gib"] for p in loose.plans[:3]) / cap + 0.01
-    res = search(_llama70b(tight_share), top=20)
+    res = search(_llama70b(tight_share), top=20, rank_by="time")
     flags = [bool(is_tight(res.problem, p.metrics["memory_peak_gib"])) for p in res.plans]
     assert not flags[0] and flags == sorted(flags)  # every plan with room first
     assert res.plans[0].layout != loose.plans[0].layout

@@ -16,7 +16,8 @@ from planner.report.plan_doc import plan_document, read_options, read_plan_docum
 
 def test_hsdp_baseline_passes_check(tmp_path: Path) -> None:
     """Bug: a baseline recorded with --fix zero=hsdp stores zero 4 and `plan check` refused it as out of range."""
-    r = run_plan_in_process("--model", "llama70b", "--cluster", "h100x256", "--fix", "zero=hsdp", "--format", "json")
+    r = run_plan_in_process("--model", "llama70b", "--cluster", "h100x256", "--fix", "zero=hsdp", "--framework",
+                            "generic", "--format", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["inputs"]["options"]["fix"] == {"zero": 4}  # what plan writes today, unchanged
     path = tmp_path / "b.json"

@@ -118,3 +118,13 @@ def test_docs_commands_holds_the_rendered_options_table() -> None:
     assert block.strip("\n") == render_options_markdown().strip("\n")
     for o in options_of("plan"):
         assert f"`{o.opt.flags[0]}`" in block
+
+
+def test_the_default_stack_is_the_planners() -> None:
+    """cli/plan_options.py writes the default framework out (a plain `plan` imports no planner module for it); it must
+    be the planner's DEFAULT_FRAMEWORK, a stack that ships."""
+    from cli import plan_options
+    from planner.inputs.frameworks import DEFAULT_FRAMEWORK, LAUNCHES
+
+    assert plan_options.DEFAULT_FRAMEWORK == DEFAULT_FRAMEWORK
+    assert any(DEFAULT_FRAMEWORK in stacks for stacks in LAUNCHES.values())

@@ -124,8 +124,9 @@ def test_reported_plans_obey_rules_memory_and_are_finite(problem):
             assert mt[key] > 0, (key, mt[key])
         if problem.training.precision == "bf16":
             assert mt["mfu"] <= 1.0, mt["mfu"]
-        # the ranking: no later plan is meaningfully faster than the first (ties within 0.05% go to simpler layouts)
-        assert mt["tokens_per_s_per_gpu"] <= best * (1 + 1e-3)
+        # the ranking: no later plan is meaningfully faster than the first beyond the tie width the preference may
+        # give up (planner.search.preference; ties within 0.05% go to simpler layouts)
+        assert mt["tokens_per_s_per_gpu"] <= best * math.exp(result.tie_width) * (1 + 1e-3)
         # the same layout priced alone gives the same numbers (no hidden dependence on the batch it was priced in)
         alone = price_layout(problem, plan.layout)
         assert math.isclose(alone["step_time_s"], mt["step_time_s"], rel_tol=1e-9)

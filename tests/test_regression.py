@@ -184,6 +184,25 @@ def test_no_feasible_plan_any_more_fails(tmp_path: Path, baseline: Path):
     assert "no feasible plan" in r.stdout and "binding: world_size" in r.stdout
 
 
+def _schema_1(d: dict) -> None:
+    """A document as planners before the goodput fields wrote it: schema 1, no goodput, no cluster sections."""
+    d["schema_version"] = 1
+    for key in ("reliability", "storage"):
+        d["inputs"]["cluster"].pop(key)
+    for entry in d["plans"]:
+        entry.pop("goodput")
+
+
+def test_schema_1_baseline_still_checks_clean(tmp_path: Path, baseline: Path):
+    """A version 1 baseline reads (its missing sections take their defaults) and shows no input change or drift."""
+    path = edited(tmp_path, baseline, "v1.json", _schema_1)
+    r = plan("check", "--baseline", str(path), "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ok = json.loads(r.stdout)
+    assert ok["passed"] is True and ok["inputs"] == [] and ok["catalog_drift"] == []
+    assert plan("diff", str(path), str(baseline)).returncode != 2  # diff reads it too (2: an unreadable document)
+
+
 def test_check_json_format(tmp_path: Path, baseline: Path):
     r = plan("check", "--baseline", str(baseline), "--format", "json")
     assert r.returncode == 0
@@ -201,7 +220,7 @@ def test_check_json_format(tmp_path: Path, baseline: Path):
 
 # --- bad baselines: exit 2, one line ----------------------------------------------------------------------------------
 def _wrong_schema(d: dict) -> None:
-    d["schema_version"] = 2
+    d["schema_version"] = 99
 
 
 BAD = {
@@ -211,7 +230,7 @@ BAD = {
     "foreign.json": (b'{"hello": "world"}', ["schema_version", "not a plan document"]),
 }
 EDITS = {
-    "wrong-schema.json": (_wrong_schema, ["schema_version", "2 is not supported"]),
+    "wrong-schema.json": (_wrong_schema, ["schema_version", "99 is not supported"]),
     "no-inputs.json": (lambda d: d.pop("inputs"), ["inputs: missing"]),
     "no-model.json": (lambda d: d["inputs"].pop("model"), ["inputs.model: missing"]),
     "no-plans.json": (lambda d: d.update(plans=[]), ["plans", "non-empty"]),

@@ -96,7 +96,7 @@ def test_sweep_json_is_deterministic_and_stdout_only(tmp_path):
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     doc = json.loads(first.stdout)
-    assert doc["schema_version"] == 1 and doc["kind"] == "plan-sweep" and doc["frontier_axis"] == "cost_usd"
+    assert doc["schema_version"] == 2 and doc["kind"] == "plan-sweep" and doc["frontier_axis"] == "cost_usd"
     assert [(p["gpu"], p["count"]) for p in doc["points"]] == [("h100", 8), ("h100", 64), ("b200", 8), ("b200", 64)]
     assert any(p["frontier"] for p in doc["points"])
     for p in doc["points"]:
@@ -104,8 +104,11 @@ def test_sweep_json_is_deterministic_and_stdout_only(tmp_path):
         assert lay["tp"] * lay["pp"] * lay["cp"] * lay["dp"] == p["count"]
         tokens_per_step = p["global_batch"] * doc["inputs"]["seq_len"]
         assert p["steps"] == -(-doc["inputs"]["train_tokens"] // tokens_per_step)
-        seconds = p["steps"] * p["metrics"]["step_time_s"]
-        assert p["days"] == pytest.approx(seconds / 86400, rel=1e-4)
+        busy = p["steps"] * p["metrics"]["step_time_s"]
+        assert p["days_without_failures"] == pytest.approx(busy / 86400, rel=1e-4)
+        assert 0.9 < p["goodput"]["goodput"] < 1  # 8 and 64 GPUs: MTBF of months, restarts rare
+        seconds = busy / p["goodput"]["goodput"]
+        assert p["days"] == pytest.approx(seconds / 86400, rel=1e-3)
         assert p["gpu_hours"] == pytest.approx(seconds * p["count"] / 3600, rel=1e-4)
         price = {"h100": 2.5, "b200": 4}[p["gpu"]]
         assert p["cost_usd"] == pytest.approx(p["gpu_hours"] * price, rel=1e-4)

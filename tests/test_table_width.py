@@ -38,6 +38,8 @@ def test_piped_table_fits_80_columns_and_wider_shows_more():
     assert narrow.returncode == 0, narrow.stderr
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
     assert "why" not in narrow.stdout.split("\n")[3]
+    # the first pick's goodput: one line under the legend (planner.cost.goodput)
+    assert sum(line.startswith("goodput  ") and "for #1" in line for line in narrow.stdout.splitlines()) == 1
     wide = _plan("--model", "llama70b", "--cluster", "h100x512", "--top", "8", columns="200")
     assert "why" in wide.stdout and "comp/comm/bub" in wide.stdout
     assert max(len(line) for line in wide.stdout.splitlines()) > 80

@@ -171,7 +171,7 @@ def test_deepspeed_batch_hint_is_a_multiple_of_the_data_parallel_ranks() -> None
     proc = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x512", "--global-batch", "700",
                                "--format", "deepspeed")
     assert proc.returncode == 1, proc.stderr
-    assert "--global-batch 704 (the nearest batch every rule accepts)" in proc.stderr
+    assert "--global-batch 704 (the nearest batch with a plan)" in proc.stderr
 
 
 @pytest.mark.parametrize(("fmt", "model", "precision"), [("deepspeed", "llama3-8b", "fp8"),

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cli.option_types import plan_command
-from cli.options import build_problem, stderr
+from cli.options import build_problem, check_rank_by, stderr
 from cli.plan_options import PlanOptions
 from planner.errors import NoFeasiblePlan, PlanInputError
 
@@ -47,9 +47,11 @@ def report(output: OutOpt, options: PlanOptions) -> None:
     from planner.search.search import search
 
     out = writable_path(output, "--output", ".html")
+    check_rank_by(options.rank_by)
     problem = build_problem(options)
     try:
-        result = search(problem, top=options.top, time_limit_s=options.time_limit, keep_priced=True)
+        result = search(problem, top=options.top, time_limit_s=options.time_limit, keep_priced=True,
+                        rank_by=options.rank_by)
     except NoFeasiblePlan as exc:
         from planner.search.diagnosis import explain_infeasible
 
@@ -57,7 +59,7 @@ def report(output: OutOpt, options: PlanOptions) -> None:
         raise
     recorded = {"fix": {k: v for k, v in sorted(problem.fixed.items())}, "top": options.top,
                 "allow_tp_across_nodes": options.allow_tp_across_nodes, "time_limit": options.time_limit,
-                "compress": dict(sorted(problem.compress.items()))}
+                "compress": dict(sorted(problem.compress.items())), "rank_by": options.rank_by}
     write_text(out, render_report(result, recorded), "--output")
     stderr().print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {len(result.plans)} plans, "
                    f"{result.feasible:,} feasible layouts")

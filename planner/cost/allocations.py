@@ -150,7 +150,7 @@ def stage_parts(problem: Problem, act: ActivationSide, st: StateSide, places: Se
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
     counts = dict(zip(("first", "middle", "last"), memory.stage_layer_counts(problem.model.num_hidden_layers, pp,
                                                                              k["vpp"]), strict=True))
-    logits = memory.logits_bytes(tok, problem.model, tp)
+    logits = memory.logits_bytes(tok, problem.model, tp, memory.loss_bytes_per_logit(problem, prof))
     alone = np.where(pp == 1, logits, 0.0)  # logits live on the last stage, and on the first without a pipeline
     stage_logits = [logits if place.logits == "yes" else alone if place.logits == "alone" else 0.0 * logits
                     for place in places]
@@ -161,7 +161,9 @@ def stage_parts(problem: Problem, act: ActivationSide, st: StateSide, places: Se
     if np.any(off):  # offloaded tensors the host cannot hold stay on the device (a finite total the fit check refuses)
         acts = [a + activation_offload.host_bytes_over(problem, off, n, in_flight)
                 for a, n, in_flight in zip(acts, layers, inflight, strict=True)]
-    return StageParts(st.states, memory.fsdp_buffer_bytes(st.zero, st.params["per_layer"], prof),
+    # FSDP2 roots one unit per pipeline stage; without a pipeline the root holds the embedding and the head
+    root = np.where(st.table["pp"] == 1, st.params["embedding"] + st.params["head"], 0.0)
+    return StageParts(st.states, memory.fsdp_buffer_bytes(st.zero, st.params["per_layer"], prof, root),
                       [memory.fp8_meta_bytes(held, problem.model.mlp_matrices + 4, fp8) for held in st.held],
                       memory.p2p_buffer_bytes(tok, problem.model.hidden_size, tp, sp, pp),
                       acts, stage_logits, per_layer_act, counts["first"])

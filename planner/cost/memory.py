@@ -33,6 +33,14 @@ FP8_OPERANDS_PER_GEMM = 3
 # column-wise (transposed) copy the backward GEMMs read ("memory consumption is similar to bf16",
 # NVIDIA/TransformerEngine#2168); the fp32 master copy is in the distributed optimizer's shard (optimizer_bytes).
 FP8_PARAM_BYTES = 2.0
+# A compiled cross-entropy (torch.compile of `cross_entropy(logits.float())`) fuses the fp32 upcast, log-softmax and
+# nll into kernels that keep the bf16 logits for backward and write a bf16 gradient: 2 + 2 bytes per logit, where the
+# eager loss holds three fp32 tensors at the start of backward (FrameworkProfile.loss_bytes_per_logit, 12). A
+# judgement from what the fused kernels must read and write, not a fit; the torchtitan runs are consistent with it:
+# its 8B FSDP + compile + Float8 row read 61.8 GiB with the loss eager (benchmarks/llama3_h100_202412_torchtitan.md
+# Table 3, pytorch/torchtitan@b5bcd76c6#L46) and 47.0 GiB in 2025 with it compiled (TT-032), 8 x 16,384 x 128,256
+# bytes = 15.7 GiB apart.
+COMPILED_LOSS_BYTES = 4.0
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
@@ -119,10 +127,18 @@ def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarra
     return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8, routed_load).values())
 
 
-def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray) -> np.ndarray:
-    """Vocabulary-parallel logits on the last stage: bf16 logits + fp32 copy for the cross-entropy (Korthikanti §4.3,
-    Megatron theoretical_memory_usage.py keeps 4·s·b·V/t for the loss)."""
-    return tokens * m.vocab_size * 6.0 / np.maximum(tp, 1)
+def loss_bytes_per_logit(problem: Problem, prof: FrameworkProfile) -> float:
+    """Bytes per logit the stack holds at the loss: its profile's, or a compiled loss's where the run compiled it."""
+    if problem.compiled_loss:
+        return min(prof.loss_bytes_per_logit, COMPILED_LOSS_BYTES)
+    return prof.loss_bytes_per_logit
+
+
+def logits_bytes(tokens: np.ndarray, m: ModelSpec, tp: np.ndarray, per_logit: float = 6.0) -> np.ndarray:
+    """Vocabulary-parallel logits on the last stage, `per_logit` bytes each (FrameworkProfile.loss_bytes_per_logit):
+    Megatron's bf16 logits + fp32 copy for the cross-entropy, 6 (Korthikanti §4.3, Megatron
+    theoretical_memory_usage.py keeps 4·s·b·V/t for the loss); an eager fp32 cross-entropy, 12."""
+    return tokens * m.vocab_size * per_logit / np.maximum(tp, 1)
 
 
 def p2p_buffer_bytes(tok: np.ndarray, h: int, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray) -> np.ndarray:
@@ -172,7 +188,31 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
             saved = saved + (2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + m.v_head_dim)) / tp \
                 + 2 * (m.q_lora_rank + m.kv_lora_rank)
         act_per_token = act_per_token - np.where(rc == Recompute.SELECTIVE, saved, 0.0)
+        if prof.selective_saves == "alternate-mm" and not m.is_mla:  # dense layers keep what op-level SAC saves
+            dense_selective = dense_act - (norms + gemm_in * m.intermediate_size / tp)
+            act_per_token = act_per_token + np.where(
+                rc == Recompute.SELECTIVE, (1 - frac_moe) * (alternate_mm_bytes_per_token(m, tp, sp) - dense_selective),
+                0.0)
     return act_per_token
+
+
+def alternate_mm_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """Bytes per token a dense layer keeps under op-level selective checkpointing that saves every other matmul's
+    output (FrameworkProfile.selective_saves "alternate-mm", torchtitan): the block input, the 1st, 3rd, ... matmul
+    outputs in call order (Q, V, the MLP's first projection and its output projection for a gated MLP), the SDPA
+    output and fp32 log-sum-exp, and with sequence parallelism the two reduce-scatter outputs. Column-parallel
+    outputs are /tp; a row-parallel matmul's output is a full-width partial sum before its reduce-scatter."""
+    h, a = m.hidden_size, m.num_attention_heads
+    q, kv = a * m.d_head, m.kv_heads * m.d_head
+    ffn = m.intermediate_size
+    mlp = [(ffn, False), (ffn, False), (h, True)] if m.gated_mlp else [(ffn, False), (h, True)]
+    tp = np.maximum(tp, 1)
+    parallel = sp == 1
+    saved = 2.0 * h / np.where(parallel, tp, 1) + (2.0 * q + 4.0 * a) / tp  # block input, SDPA output and LSE
+    for i, (width, row_parallel) in enumerate([(q, False), (kv, False), (kv, False), (h, True), *mlp], start=1):
+        if i % 2 == 1:
+            saved = saved + 2.0 * width / (1 if row_parallel else tp)
+    return saved + np.where(parallel & (tp > 1), 2 * 2.0 * h / tp, 0.0)
 
 
 def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
@@ -188,7 +228,12 @@ def layer_activation_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp
     off = offloaded_module_bytes(problem, tok, tp, rc)
     per_layer_act = np.where(rc == Recompute.FULL, layer_input, act_per_token) * tok - off
     # offload-modules reloads one module group ahead of the backward: about one layer's share is back on the GPU
-    return per_layer_act, np.where(rc == Recompute.FULL, act_per_token * tok, 0.0) + off
+    working = np.where(rc == Recompute.FULL, act_per_token * tok, 0.0) + off
+    if profile_for(problem.training.framework).selective_saves == "alternate-mm":
+        # op-level SAC re-makes a block's unsaved tensors from its input when that block's backward starts
+        whole = activation_bytes_per_token(problem, tp, sp, np.full(np.shape(rc), int(Recompute.NONE)))
+        working = working + np.where(rc == Recompute.SELECTIVE, np.maximum(whole - act_per_token, 0.0) * tok, 0.0)
+    return per_layer_act, working
 
 
 def offloaded_module_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, rc: np.ndarray) -> np.ndarray:
@@ -241,9 +286,13 @@ def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]],
     return [(int(k) // radix, int(k) % radix) for k in present], slot[key]
 
 
-def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile) -> np.ndarray:
-    """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads."""
-    return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes, 0.0)
+def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: FrameworkProfile,
+                      root_p: np.ndarray | float = 0.0) -> np.ndarray:
+    """ZeRO-3 working buffers: two gathered bf16 layers (running + prefetched) and one layer's unsharded grads, and
+    where the stack keeps its FSDP root gathered through the loss (FrameworkProfile.fsdp_root_gathered) the root's
+    `root_p` parameters in bf16."""
+    root = 2.0 * root_p if prof.fsdp_root_gathered else 0.0
+    return np.where(zero == Zero.PARAMETERS, 2 * per_layer_p * 2.0 + per_layer_p * prof.grad_reduce_bytes + root, 0.0)
 
 
 def fp8_param_gather(problem: Problem) -> bool:

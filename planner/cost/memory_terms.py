@@ -92,7 +92,8 @@ def activations_gib(b: Busiest) -> np.ndarray:
 
 
 def logits_gib(b: Busiest) -> np.ndarray:
-    """mem_logits_gib: tokens·V·6 B / tp on the last stage (memory.logits_bytes; Korthikanti §4.3)."""
+    """mem_logits_gib: tokens·V·(the stack's bytes per logit, 6 for Megatron) / tp on the last stage
+    (memory.logits_bytes; Korthikanti §4.3)."""
     return b.pick(lambda st: st.logits) / GIB
 
 

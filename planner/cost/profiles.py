@@ -41,11 +41,34 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   Bubble fork) used the unfused softmax path, whose s^2 activations their reported memory shows. So `megatron`
   models Megatron-LM as published in those papers; plan today's Megatron-LM with `megatron-core`.
 - memory_reported: which memory figure the stack prints, so `plan validate` compares like with like (frontier_facts
-  §D). "allocated": peak of live tensors, torch.cuda.max_memory_allocated (Megatron-LM report_memory "max allocated",
-  training/utils/common_utils.py; DeepSpeed see_memory_usage "Max_MA"). "reserved": the caching allocator's peak,
-  torch.cuda.max_memory_reserved (torchtitan's step log `memory: X GiB` is `reserved_bytes.all.peak`,
-  components/metrics.py DeviceMemoryMonitor). "device": everything on the GPU (nvidia-smi), allocator + CUDA
-  context + NCCL buffers.
+  §D); a case whose log line is another stack's states its own (`measured.memory_figure`). "allocated": peak of live
+  tensors, torch.cuda.max_memory_allocated (Megatron-LM report_memory "max allocated",
+  training/utils/common_utils.py; DeepSpeed see_memory_usage "Max_MA"; NeMo AutoModel's benchmark "Max Memory
+  Allocated", NVIDIA-NeMo/Automodel@2013a4dd6 recipes/llm/benchmark.py#L325). "reserved": the caching allocator's
+  peak, torch.cuda.max_memory_reserved (torchtitan's step log `memory: X GiB` is `reserved_bytes.all.peak`, reset
+  each log step but never emptied, pytorch/torchtitan@9dec370ad torchtitan/metrics.py#L55-L64; NeMo 2's
+  `peak_memory_usage` under NEMO_LOG_MEMORY_USAGE, NVIDIA/NeMo@d2b21556
+  nemo/lightning/pytorch/strategies/megatron_strategy.py#L680-L687, the one figure Megatron-Bridge also prints,
+  mem-max-reserved-bytes beside mem-max-allocated-bytes, NVIDIA-NeMo/Megatron-Bridge@fcbb60311
+  training/utils/train_utils.py#L264-L267). "device": everything on the GPU (nvidia-smi), allocator + CUDA context +
+  NCCL buffers.
+- loss_bytes_per_logit: bytes per logit (token x vocabulary / tp) held at the loss. Megatron's vocab-parallel
+  cross-entropy keeps the bf16 logits and an fp32 softmax (6; Korthikanti §4.3). torchtitan's loss is eager
+  `cross_entropy(pred.float(), labels)` (pytorch/torchtitan@9dec370ad train.py#L131-L134, the bf16 `pred` freed
+  before backward, #L306-L307): at the start of backward the fp32 log-softmax output it saved, nll_loss's fp32 grad
+  and log_softmax's fp32 grad are live together, 12 (newer torchtitan compiles the loss with the model,
+  pytorch/torchtitan@e7c0cae components/loss.py#L25-L30: memory.COMPILED_LOSS_BYTES where the run compiles it).
+- selective_saves: what `recompute=selective` keeps. "modules": Megatron-Core's selective recompute re-makes the
+  modules memory.activation_bytes_per_token lists and keeps the rest. "alternate-mm": torchtitan's op-level
+  selective checkpointing saves the outputs of every other matmul of a block (the 1st, 3rd, ...), the SDPA output
+  and log-sum-exp and the SP reduce-scatters, and re-makes everything else from the block input in backward
+  (pytorch/torchtitan@9dec370ad torchtitan/parallelisms/parallelize_llama.py#L214-L270; the same list at
+  e7c0cae).
+- fsdp_root_gathered: FSDP2 keeps the root unit's parameters gathered from forward to backward (PyTorch's
+  FSDPState._lazy_init sets the root's post_forward_mesh_info to None, pytorch/pytorch@325b98f20
+  torch/distributed/_composable/fsdp/_fsdp_state.py#L118-L121); torchtitan's root is the whole model, so the
+  embedding, final norm and output projection stay gathered in bf16 through the loss (pytorch/torchtitan@9dec370ad
+  torchtitan/parallelisms/parallelize_llama.py#L339).
 - compile_speedup / compiles_by_default: stacks that run PyTorch's own kernels run faster compiled (torch.compile
   fuses the elementwise ops between GEMMs and cuts launches). compile_speedup is the step rate compiled over eager of
   the same layout, and the fitted kernel_efficiency of such a stack is its compiled one (eager = / compile_speedup).
@@ -89,6 +112,9 @@ class FrameworkProfile:
     optimizer_always_sharded: bool = False  # the stack shards optimizer states even when no ZeRO is asked for
     flash_attention: bool = True  # fused attention: no s x s scores in HBM (Dao et al. 2022)
     memory_reported: str = "allocated"  # allocated | reserved | device: the memory figure the stack logs
+    loss_bytes_per_logit: float = 6.0  # bytes per token x vocabulary / tp held at the loss
+    selective_saves: str = "modules"  # modules | alternate-mm: what recompute=selective keeps
+    fsdp_root_gathered: bool = False  # ZeRO-3: the root unit (embedding, head) stays gathered through the loss
     # The router probability scales the experts' activation (Megatron-Core experts.py activation_func_with_probs), so
     # no h-wide tensor per routed copy is kept for its gradient; Hugging Face / DeepSpeed MoE blocks multiply the
     # expert output (and keep it), torchtitan scales the expert input (and keeps the unscaled one).
@@ -120,10 +146,12 @@ _STACKS: dict[str, FrameworkProfile] = {
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
     "megatron-core": FrameworkProfile("megatron-core", deepep=True, moe_weighted_activation=True),
     "nemo": FrameworkProfile("nemo", tp_comm_overlap=True, optimizer_always_sharded=True, deepep=True,
-                             moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0),
+                             moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0,
+                             memory_reported="reserved"),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", flash_attention=False, dp_overlap=0.5,
                                            **_TP_BLOCKING),
-    "torchtitan": FrameworkProfile("torchtitan", memory_reported="reserved", tp_comm_base="none",
+    "torchtitan": FrameworkProfile("torchtitan", memory_reported="reserved", loss_bytes_per_logit=12.0,
+                                   selective_saves="alternate-mm", fsdp_root_gathered=True, tp_comm_base="none",
                                    tp_comm_method="async-tp", compile_speedup=COMPILE_SPEEDUP,
                                    compiles_by_default=True, **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", grad_reduce_bytes=2.0, **_FSDP, **_TP_BLOCKING),
@@ -182,6 +210,13 @@ def compiled(prof: FrameworkProfile, training: TrainingSpec) -> bool:
     the stack has no switch for it."""
     flag = getattr(training, "torch_compile", None)
     return prof.compile_speedup > 1.0 and (prof.compiles_by_default if flag is None else bool(flag))
+
+
+def plan_compiles_loss(training: TrainingSpec) -> bool:
+    """Whether a plan's run compiles its loss: where it compiles at all, the loss goes with the model (the torchtitan
+    TOML the planner writes lists both compile components; a Hugging Face model computes its loss in the forward the
+    Trainer compiles). Validation cases say so per run instead (Problem.compiled_loss from the knob's scope)."""
+    return compiled(profile_for(training.framework), training)
 
 
 def kernel_efficiency(training: TrainingSpec) -> float:

@@ -295,4 +295,5 @@ def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.n
             "head_s": 3 * x.head_f, "params": x.params["per_layer"],
             "state_bytes": states(x.params["per_layer"], x.params["layer_expert_part"]),
             "edge_state_bytes": states(x.params["embedding"] + x.params["head"]), "act_bytes": per_layer_act,
-            "working_bytes": working, "logits_bytes": memory.logits_bytes(x.tok, problem.model, x.k["tp"])}
+            "working_bytes": working, "logits_bytes": memory.logits_bytes(x.tok, problem.model, x.k["tp"],
+                                                                     memory.loss_bytes_per_logit(problem, x.prof))}

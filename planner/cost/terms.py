@@ -103,7 +103,8 @@ TERMS: tuple[Term, ...] = (
     Term("mem_activations_gib", "activations", "GiB", _C + "memory_terms.activations_gib",
          "per-layer bytes/token·tokens·stage layers·in-flight micro-batches (Korthikanti et al. 2022 §4)"),
     Term("mem_logits_gib", "logits", "GiB", _C + "memory_terms.logits_gib",
-         "tokens·V·6 B / tp on the last stage (Korthikanti §4.3; Megatron theoretical_memory_usage.py)"),
+         "tokens·V·(the stack's bytes per logit: 6 Megatron, 12 torchtitan's eager loss) / tp on the last stage "
+         "(Korthikanti §4.3; Megatron theoretical_memory_usage.py)"),
     Term("mem_buffers_gib", "transient buffers", "GiB", _C + "memory_terms.buffers_gib",
          "ZeRO-3 gathered layers + pipeline send/recv hidden states + fp8 amax histories"),
     Term("mem_fragmentation_gib", "allocator fragmentation", "GiB", _C + "memory_terms.fragmentation_gib",

@@ -71,13 +71,18 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                     "true | false"),
     "overlap_param_gather": KnobSpec("sharded-parameter all-gather overlapped with the forward pass", _flag,
                                      "true | false"),
+    "zero": KnobSpec("what the data ranks shard, as a ZeRO stage (Megatron-Core's distributed optimizer shards the "
+                     "optimizer states and keeps a full gradient buffer: 1; FSDP / XLA fsdp axis: 3; hsdp)",
+                     lambda v: v == "hsdp" or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3),
+                     "0 | 1 | 2 | 3 | hsdp"),
     "cuda_graphs": KnobSpec("CUDA graph capture (per-layer scopes or the full iteration)",
                             _word("none", "per-layer", "full-iteration"), "none | per-layer | full-iteration"),
     "recompute": KnobSpec("activation recomputation (with its module list where selective) or host offloading",
                           _word("none", "selective", "full", "offload"), "none | selective | full | offload"),
     "fp8_recipe": KnobSpec("fp8 scaling recipe", _word("delayed", "tensorwise", "blockwise", "rowwise", "mxfp8"),
                            "delayed | tensorwise | blockwise | rowwise | mxfp8"),
-    "torch_compile": KnobSpec("torch.compile of the model", _flag, "true | false"),
+    "torch_compile": KnobSpec("torch.compile of the model (`scope` lists what was compiled: model, loss)", _flag,
+                              "true | false"),
     "sequence_parallel": KnobSpec("sequence parallelism beside tensor parallelism", _flag, "true | false"),
     "vpp": KnobSpec("model chunks per pipeline rank", _count, "a positive integer"),
     "micro_batch": KnobSpec("micro-batch size", _count, "a positive integer"),
@@ -113,11 +118,11 @@ def load_recipes(path: Path | None) -> dict[str, dict[str, Any]]:
     doc = read_structured_file(path)
     if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("cases"), dict):
         raise PlanInputError("expected 'schema_version: 1' and a 'cases:' mapping keyed by case id", source=str(path),
-                             fix="see README, 'Validation case format'")
+                             fix="see docs/accuracy.md, 'Validation case format'")
     for cid, entry in doc["cases"].items():
         if not isinstance(entry, dict) or not isinstance(entry.get("ran"), dict):
             raise PlanInputError("expected a mapping with a 'ran:' block", source=f"{path}#{cid}",
-                                 fix="see README, 'Validation case format'")
+                                 fix="see docs/accuracy.md, 'Validation case format'")
         check_ran(entry["ran"], f"{path}#{cid}")
     return doc["cases"]
 
@@ -162,7 +167,7 @@ def _stated(case: dict[str, Any]) -> dict[str, Any]:
     """The knobs the row itself states (null = not stated)."""
     lay, tr = case.get("layout") or {}, case.get("training") or {}
     stated = {"sequence_parallel": lay.get("sequence_parallel"), "recompute": lay.get("recompute"),
-              "vpp": lay.get("vpp"), "micro_batch": tr.get("micro_batch")}
+              "vpp": lay.get("vpp"), "micro_batch": tr.get("micro_batch"), "zero": lay.get("zero")}
     if lay.get("schedule") is not None:
         stated["ep_overlap"] = lay["schedule"]
         schedule = Schedule(encode("schedule", str(lay["schedule"]), "layout.schedule")[1])
@@ -191,6 +196,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
           "moe_force_balance": problem.model.is_moe and may_exceed_one("ep"),
           "tp_comm_overlap": may_exceed_one("tp"), "sequence_parallel": may_exceed_one("tp"),
           "overlap_grad_reduce": may_exceed_one("dp"), "overlap_param_gather": may_exceed_one("dp") and sharded,
+          "zero": may_exceed_one("dp") or may_exceed_one("cp"),
           "cuda_graphs": True, "recompute": True, "fp8_recipe": problem.training.precision == "fp8",
           "torch_compile": problem.training.framework in _COMPILING_STACKS, "vpp": may_exceed_one("pp"),
           "micro_batch": True}
@@ -211,12 +217,14 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
     value = block["value"]
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
-    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop"):
+    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero"):
         return "priced", None
     if knob == "tp_comm_overlap" and (prof.tp_comm_method or value is False):
         return "priced", None  # planner.cost.tensor prices the stack's overlap with the switch on or off
     if knob == "torch_compile" and (prof.compile_speedup > 1.0 or value is False):
         return "priced", None  # planner.cost.profiles: the eager or the compiled kernel rate
+    if knob == "torch_compile" and "loss" in (block.get("scope") or ()):
+        return "approximate", f"priced for the compiled loss's memory only; {prof.name}'s compiled speed is not priced"
     if knob == "recompute":
         modules = set(block.get("modules") or ())
         if value == "selective" and not modules <= PLANNER_SELECTIVE_MODULES:
@@ -262,7 +270,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
     """The problem priced with what the run ran, where the cost model has the knob; and the knobs so applied."""
     fixed, applied = dict(problem.fixed), []
     schedules, training = problem.schedule_choices, problem.training
-    recompute_choices = problem.recompute_choices
+    recompute_choices, compiled_loss = problem.recompute_choices, problem.compiled_loss
     for knob, k in knobs.items():
         if k["status"] not in ("priced", "approximate"):
             continue
@@ -280,15 +288,18 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
-        elif knob in ("tp_comm_overlap", "torch_compile"):
+        elif knob == "tp_comm_overlap":
             training = training.model_copy(update={knob: bool(value)})
+        elif knob == "torch_compile":  # the kernel rate where the stack has the switch; a compiled loss's memory
+            training = training.model_copy(update={knob: bool(value)})
+            compiled_loss = bool(value) and "loss" in (k.get("scope") or ())
         else:
-            name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs"}[knob], str(value),
-                                f"ran.{knob}")
+            name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs", "zero": "zero"}[knob],
+                                str(value), f"ran.{knob}")
             fixed[name] = code
         applied.append(knob)
     return replace(problem, fixed=fixed, schedule_choices=schedules, training=training,
-                   recompute_choices=recompute_choices), tuple(applied)
+                   recompute_choices=recompute_choices, compiled_loss=compiled_loss), tuple(applied)
 
 
 def knob_summary(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -6,14 +6,19 @@ best plan's prediction is compared with the measurement. Nothing here is tuned p
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from planner.cost.bands import tie_width
 from planner.cost.profiles import MEMORY_METRIC, profile_for
 from planner.errors import NoFeasiblePlan, PlanInputError
+from planner.evidence.band_fit import case_regime
 from planner.evidence.cases import (
     case_framework,
     case_precision,
@@ -32,11 +37,28 @@ from planner.evidence.recipes import (
 )
 from planner.inputs.problem import Problem
 from planner.report.document import layout_dict, sig
+from planner.search.preference import CRITERIA, criteria_columns
 from planner.search.search import search
 
 # Published peak memory comes from the framework's own log, and stacks log different figures (Megatron: peak
-# allocated; torchtitan: peak reserved): the prediction compared is the one the case's framework profile says it
-# prints (FrameworkProfile.memory_reported), never the device total the fit check uses.
+# allocated; torchtitan, NeMo 2: peak reserved): the prediction compared is the one the case's framework profile says
+# it prints (FrameworkProfile.memory_reported), or the one the case names (`measured.memory_figure`, or the knob
+# file's `memory_figure` for the run, with its source) where its log line is not its priced profile's, never the
+# device total the fit check uses.
+
+
+def memory_figure(case: dict[str, Any], framework: str, entry: dict[str, Any] | None = None) -> str:
+    """Which printed memory figure a case's measured memory is: `measured.memory_figure`, else the knob file's
+    `memory_figure` for that run, else its profile's."""
+    named = (case.get("measured") or {}).get("memory_figure")
+    if named is None and isinstance((entry or {}).get("memory_figure"), dict):
+        named = entry["memory_figure"].get("value")
+    if named is None:
+        return profile_for(framework).memory_reported
+    if named not in MEMORY_METRIC:
+        raise PlanInputError(f"'{named}' is not a memory figure", field="measured.memory_figure",
+                             source=str(case.get("id", "?")), fix=f"use one of {', '.join(MEMORY_METRIC)}")
+    return str(named)
 
 
 def _ape(pred: float, meas: float) -> float:
@@ -69,7 +91,8 @@ def _search_case(problem: Problem, bare: Problem, applied: tuple[str, ...],
     for prob, note in ((problem, None), (replace(problem, enforce_memory=False),
                                          "predicted to exceed GPU memory; priced anyway")):
         try:
-            return search(prob, top=1), note
+            # by price alone: the residuals this case gives must not depend on the band file they are fitted into
+            return search(prob, top=1, rank_by="time"), note
         except NoFeasiblePlan:
             pass
     from planner.search.cpsat import diagnose
@@ -95,7 +118,8 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
         bare = case_problem(case, source)
     except PlanInputError as exc:
         return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
-    knobs = case_knobs(case, recipe_entry(recipes or {}, case), bare)
+    entry = recipe_entry(recipes or {}, case)
+    knobs = case_knobs(case, entry, bare)
     problem, applied = apply_knobs(bare, knobs)
     found = _search_case(problem, bare, applied, knobs)
     out["knobs"] = knobs
@@ -106,7 +130,10 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
     note = "; ".join(n for n in (*read, note) if n) or None
     plan = result.plans[0]
     mt = plan.metrics
-    figure = profile_for(problem.training.framework).memory_reported
+    try:
+        figure = memory_figure(case, problem.training.framework, entry)
+    except PlanInputError as exc:
+        return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
     pred = {"tokens_per_s_per_gpu": sig(mt["tokens_per_s_per_gpu"]), "step_time_s": sig(mt["step_time_s"]),
             "memory_gib": sig(mt[MEMORY_METRIC[figure]], 4), "memory_figure": figure, "mfu": sig(mt["mfu"], 4)}
     meas = {k: v for k, v in out["measured"].items()
@@ -121,14 +148,34 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
         err["throughput"] = sig(_ape(1 / pred["step_time_s"], 1 / meas["step_time_s"]), 4)
     if meas.get("memory_gib"):
         err["memory"] = sig(_ape(pred["memory_gib"], meas["memory_gib"]), 4)
+    residual = _residuals(pred, meas)
     res = {**out, "layout": layout_dict(plan.layout, mt, problem.model.num_hidden_layers,
                                         problem.cluster.nvlink_domain, problem.training.framework),
-           "predicted": pred, "error": err}
+           "predicted": pred, "error": err,
+           "regime": case_regime(case, problem, plan.layout, knobs),
+           "preference": {k: int(v[0]) for k, v in criteria_columns(
+               problem, plan.layout.columns(),
+               np.array([mt["memory_peak_gib"]])).items()}}
+    if residual:
+        res["residual"] = residual
     if note:
         res["note"] = note
     if conflict:
         res["reason"] = conflict
     return res
+
+
+def _residuals(pred: dict[str, Any], meas: dict[str, Any]) -> dict[str, float]:
+    """ln(measured / predicted) of each scored figure (throughput from tokens/s per GPU, else from the step time):
+    the signed misses the uncertainty bands are fitted on (planner.evidence.band_fit)."""
+    out = {}
+    if meas.get("tokens_per_s_per_gpu"):
+        out["throughput"] = sig(math.log(meas["tokens_per_s_per_gpu"] / pred["tokens_per_s_per_gpu"]), 4)
+    elif meas.get("step_time_s"):
+        out["throughput"] = sig(math.log(pred["step_time_s"] / meas["step_time_s"]), 4)
+    if meas.get("memory_gib"):
+        out["memory"] = sig(math.log(meas["memory_gib"] / pred["memory_gib"]), 4)
+    return out
 
 
 def short_source(case: dict[str, Any]) -> str:
@@ -187,18 +234,28 @@ def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -
         members = list(layouts.values())
         meas = [statistics.mean(cases[i]["measured"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
         pred = [statistics.mean(results[i]["predicted"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
+        prefer = [tuple(results[idx[0]]["preference"][c.name] for c in CRITERIA) for idx in members]
         out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]} {key[5]}",
                     "cases": [cases[idx[0]]["id"] for idx in members], "kendall_tau": sig(kendall_tau(pred, meas), 3),
-                    "regret": sig(regret(pred, meas), 4)})
+                    "regret": sig(regret(pred, meas, prefer, tie_width()), 4),
+                    "regret_time": sig(regret(pred, meas), 4)})
     return out
 
 
-def regret(predicted: list[float], measured: list[float]) -> float:
+def regret(predicted: list[float], measured: list[float], preference: list[tuple[int, ...]] | None = None,
+           tie: float = 0.0) -> float:
     """What trusting the planner costs in a ranking group: 1 - measured throughput of the layout it ranks first /
-    the best measured throughput. 0 when its first pick is the measured best; ties in the prediction count against
-    the planner (the worst of the tied layouts)."""
+    the best measured throughput. 0 when its first pick is the measured best. By price alone (no `preference`),
+    ties in the prediction count against the planner (the worst of the tied layouts); with each layout's preference
+    criteria (planner.search.preference.CRITERIA) the layouts priced within `tie` of the fastest are ordered by them
+    first, as `plan` ranks, and only an exact tie of criteria and price counts against the planner."""
     top = max(predicted)
-    picked = min(m for p, m in zip(predicted, measured, strict=True) if p == top)
+    if preference is None:
+        picked = min(m for p, m in zip(predicted, measured, strict=True) if p == top)
+        return 1.0 - picked / max(measured)
+    tied = [i for i, p in enumerate(predicted) if math.log(top / p) <= tie]
+    best = min((preference[i], -predicted[i]) for i in tied)
+    picked = min(measured[i] for i in tied if (preference[i], -predicted[i]) == best)
     return 1.0 - picked / max(measured)
 
 
@@ -218,6 +275,7 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
     groups = ranking_groups(cases, results)
     taus = [g["kendall_tau"] for g in groups]
     regrets = [g["regret"] for g in groups]
+    regrets_time = [g["regret_time"] for g in groups]
     worst_regret = max(groups, key=lambda g: g["regret"]) if groups else None
     return {
         "cases": len(results),
@@ -235,6 +293,7 @@ def summarize(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> dic
                    "measured": r["measured"].get("tokens_per_s_per_gpu")} for r in worst],
         "ranking": {"groups": groups, "mean_kendall_tau": sig(statistics.mean(taus), 3) if taus else None,
                     "mean_regret": sig(statistics.mean(regrets), 4) if regrets else None,
+                    "mean_regret_time": sig(statistics.mean(regrets_time), 4) if regrets_time else None,
                     "worst_regret": ({"group": worst_regret["group"], "regret": worst_regret["regret"]}
                                      if worst_regret else None)},
     }

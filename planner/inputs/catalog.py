@@ -24,6 +24,7 @@ from planner.inputs.files import (
     read_structured_file,
     warn,
 )
+from planner.inputs.resilience import SECTIONS
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
 
 # Keys of a Hugging Face config.json that do not change the planner's arithmetic; accepted without a warning.
@@ -218,7 +219,7 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         raise PlanInputError(f"expected a mapping, got {type(doc).__name__}", source=source,
                              fix="write 'gpu: h100' and 'nodes: 64' keys")
     known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
-             "network_latency_us", "oversubscription", "profile"}
+             "network_latency_us", "oversubscription", "profile", *SECTIONS}
     unknown = check_keys(doc, source, known, cutoff=0.6)
     if "gpu" not in doc:
         raise PlanInputError("missing", field="gpu", source=source,
@@ -254,6 +255,7 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         "network_gbps": doc.get("network_gbps", gpu.network_gbps),
         "network_latency_us": doc.get("network_latency_us", 5.0),
         "oversubscription": doc.get("oversubscription", 1.0),
+        **_sections(doc, source, pending),
     }
     try:
         cluster = ClusterSpec.model_validate(spec)
@@ -262,6 +264,25 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
     for keys in pending:
         keys.warn()
     return cluster
+
+
+def _sections(doc: dict, source: str, pending: list[UnknownKeys]) -> dict[str, Any]:
+    """The optional `reliability:` and `storage:` mappings (planner.inputs.resilience), their unknown keys warned
+    about with the rest of the file's."""
+    out: dict[str, Any] = {}
+    for name, spec in SECTIONS.items():
+        if doc.get(name) is None:
+            continue
+        section = doc[name]
+        if not isinstance(section, dict):
+            raise PlanInputError(f"expected a mapping, got {type(section).__name__}", field=name, source=source,
+                                 fix=f"write e.g. '{name}:' with indented keys (docs/commands.md)")
+        pending.append(check_keys(section, source, set(spec.model_fields), where=name))
+        try:
+            out[name] = spec.model_validate(section)
+        except ValidationError as exc:
+            raise pydantic_error(exc, source, prefix=f"{name}.") from None
+    return out
 
 
 def load_cluster(ref: str) -> ClusterSpec:

@@ -189,6 +189,11 @@ for _name in ("automodel", "gpt-neox", "metaseq", "other"):
     FRAMEWORKS[_name] = Capabilities(_name, blockwise_fp8=True,
                                      source="validation cases only: no launcher; every knob allowed")
 
+# The stack `plan`, `plan report`, `plan explain` and `plan sweep` plan for when neither --framework nor a launcher
+# format names one: a shipped one, so that the default answer launches (`--format megatron` writes its #1 as the
+# table prints it). `generic` (every knob, best published practice) stays a what-if with no launcher.
+DEFAULT_FRAMEWORK = "megatron-core"
+
 # The framework a launcher format plans for when --framework is not given, and the frameworks each can launch
 # (the env format prints plain sizes for any stack).
 FRAMEWORK_FOR_FORMAT = {"megatron": "megatron-core", "nemo": "nemo", "torchtitan": "torchtitan",

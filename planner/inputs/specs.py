@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from planner.inputs.resilience import ReliabilitySpec, StorageSpec
+
 # swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
 GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
 # xielu: Apertus's xIELU, an elementwise activation between up_proj and down_proj (no gate: HF/vLLM ApertusMLP).
@@ -328,6 +330,8 @@ class ClusterSpec(_Spec):
     network_latency_us: float = Field(default=5.0, ge=0, le=1e6)
     oversubscription: float = Field(default=1.0, ge=1.0, le=1000.0,
                                     description="fabric oversubscription above a rail group")
+    reliability: ReliabilitySpec = Field(default_factory=ReliabilitySpec)  # planner.inputs.resilience
+    storage: StorageSpec = Field(default_factory=StorageSpec)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -363,15 +367,12 @@ class TrainingSpec(_Spec):
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
     tp_comm_overlap: bool | None = Field(default=None, description=(
-        "tensor-parallel collectives overlapped with the GEMMs they feed or drain (Megatron --tp-comm-overlap / "
-        "NeMo tp_comm_overlap: Transformer Engine userbuffers; torchtitan enable_async_tensor_parallel); None = as "
-        "the framework's recipes ship it (planner.cost.profiles)"))
-    param_offload: bool = Field(default=False, description=(
-        "ZeRO-3 parameter partitions kept in host memory and copied in per layer before each gather (DeepSpeed "
-        "zero_optimization.offload_param, ZeRO-Infinity)"))
+        "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
+        "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))
+    param_offload: bool = Field(default=False, description="ZeRO-3 parameters in host memory (offload_param)")
     torch_compile: bool | None = Field(default=None, description=(
-        "the model compiled with torch.compile (torchtitan [compile] enable; Hugging Face --torch_compile), which "
-        "fuses its elementwise kernels; None = as the framework runs by default (planner.cost.profiles)"))
+        "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
+        "framework runs by default (planner.cost.profiles)"))
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:

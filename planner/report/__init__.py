@@ -1,5 +1,9 @@
 """report"""
 
 # The plan document's schema: written by document, read by plan_doc (one number, so they cannot drift apart; here
-# so that writing a plan does not import the reader).
-SCHEMA_VERSION = 1
+# so that writing a plan does not import the reader). docs/plan-schema.md says when it changes: 2 added each plan's
+# band and ranking, 3 each plan's `goodput` and the cluster's `reliability` and `storage` sections. The reader takes
+# every version listed in READABLE_SCHEMA_VERSIONS (an older document lacks the newer fields, which take their
+# defaults).
+SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)

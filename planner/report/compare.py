@@ -29,6 +29,7 @@ from planner.report.plan_doc import (
     plan_document,
     problem_from_document,
     read_options,
+    with_default_sections,
 )
 
 GATE_METRIC = "tokens_per_s_per_gpu"
@@ -99,7 +100,7 @@ def replan(doc: dict[str, Any] | PlanDocument, source: str | None = None) -> dic
     options = read_options(pd.raw["inputs"]["options"], pd.source)
     plans = pd.raw.get("plans")
     top = max(options.top, len(plans) if isinstance(plans, list) else 0)  # `plan --rank N` reports max(top, N)
-    result = search(problem, top=top, time_limit_s=options.time_limit)
+    result = search(problem, top=top, time_limit_s=options.time_limit, rank_by=options.rank_by)
     new = document.build(result, options.as_dict())
     recorded = pd.raw.get("search")
     timed = isinstance(recorded, dict) and recorded.get("seconds") is not None  # recorded with --timings
@@ -127,6 +128,8 @@ def _with_summary(doc: dict[str, Any]) -> dict[str, Any]:
     """The inputs plus model_summary (derived, but it shows a changed model even where the inputs were edited)."""
     inputs = doc.get("inputs")
     out = dict(inputs) if isinstance(inputs, dict) else {}
+    if "cluster" in out:
+        out["cluster"] = with_default_sections(out["cluster"])
     summary = doc.get("model_summary")
     if isinstance(summary, dict):
         out["model_summary"] = summary
@@ -200,7 +203,7 @@ def catalog_drift(doc: dict[str, Any]) -> list[Change]:
         except (PlanInputError, ValidationError):
             current_cluster = None
         if current_cluster is not None:
-            out += changes(cluster, current_cluster, "cluster")
+            out += changes(with_default_sections(cluster), current_cluster, "cluster")
     return out
 
 

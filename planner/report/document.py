@@ -10,6 +10,7 @@ import yaml
 
 from planner import __version__
 from planner.cost import flops
+from planner.cost.goodput import goodput
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
@@ -22,6 +23,7 @@ from planner.inputs.layout import (
 )
 from planner.inputs.problem import Problem
 from planner.report import SCHEMA_VERSION
+from planner.report.ranking import band_dict, why_first
 from planner.search.search import Plan, SearchResult
 
 
@@ -84,6 +86,22 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
     return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
 
 
+def goodput_dict(problem: Problem, metrics: dict[str, float]) -> dict[str, Any]:
+    """What failures, checkpoints and restarts leave of the step time's throughput (planner.cost.goodput)."""
+    g = goodput(problem, metrics["step_time_s"])
+    never = not math.isfinite(g.mtbf_s)  # no failures: no MTBF, no checkpoint interval (null)
+    return {
+        "goodput": sig(g.goodput, 4),
+        "tokens_per_s_per_gpu": sig(metrics["tokens_per_s_per_gpu"] * g.goodput),
+        "failures_per_gpu_hour": sig(g.failures_per_gpu_hour, 4), "mtbf_h": None if never else sig(g.mtbf_s / 3600, 4),
+        "checkpoint_gb_per_gpu": sig(g.checkpoint_gb, 4), "checkpoint_write_s": sig(g.write_s, 4),
+        "checkpoint_stall_s": sig(g.stall_s, 4), "async_save": g.async_save,
+        "interval_steps": g.interval_steps, "interval_s": None if never else sig(g.interval_s, 4),
+        "relaunch_s": sig(g.relaunch_s, 4), "restore_s": sig(g.restore_s, 4), "restart_s": sig(g.restart_s, 4),
+        "lost_work_s": sig(g.lost_work_s, 4), "loss": {k: sig(v, 4) for k, v in g.loss.items()},
+    }
+
+
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     model = problem.model.dump()
     cluster = problem.cluster.model_dump()
@@ -91,9 +109,32 @@ def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
-               nvlink_domain: int | None = None, framework: str | None = None) -> dict[str, Any]:
-    return {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
-            "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+               nvlink_domain: int | None = None, framework: str | None = None,
+               band: dict[str, Any] | None = None, goodput: dict[str, Any] | None = None) -> dict[str, Any]:
+    entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
+             "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
+    if band is not None:
+        entry["band"] = band
+    if goodput is not None:
+        entry["goodput"] = goodput
+    return entry
+
+
+def ranking_dict(result: SearchResult) -> dict[str, Any]:
+    """How the plans were ordered (planner.search.preference): by price alone or by preference inside the tie
+    width, and why #1 is not the fastest-priced plan where it is not."""
+    from planner.report.table import compact_layout
+
+    fastest = result.fastest
+    out: dict[str, Any] = {"rank_by": result.rank_by, "tie_width": sig(result.tie_width, 4),
+                           "why_first": why_first(result, lambda lay: compact_layout(lay)[0]), "fastest": None}
+    if fastest is not None:
+        p = result.problem
+        out["fastest"] = {"rank": result.fastest_rank,
+                          "layout": layout_dict(fastest.layout, fastest.metrics, p.model.num_hidden_layers,
+                                                p.cluster.nvlink_domain, p.training.framework),
+                          "metrics": metrics_dict(fastest.metrics, p.cluster.gpu.memory_gib)}
+    return out
 
 
 def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
@@ -105,8 +146,10 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "inputs": inputs_dict(p, options),
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
         "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
-                              p.training.framework)
+                              p.training.framework, band_dict(p, plan.layout, plan.metrics),
+                              goodput_dict(p, plan.metrics))
                   for i, plan in enumerate(result.plans)],
+        "ranking": ranking_dict(result),
         "search": {"candidates": result.candidates, "feasible": result.feasible,
                    "pruned": dict(sorted(result.pruned.items())), "proven_best": result.proven_best},
     }

@@ -13,7 +13,8 @@ from planner.cost.step import layer_terms
 from planner.inputs.frameworks import offload_modules
 from planner.inputs.layout import CpComm, Knobs, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
-from planner.report.document import breakdown_dict, layout_dict, metrics_dict
+from planner.report.document import breakdown_dict, goodput_dict, layout_dict, metrics_dict
+from planner.report.ranking import band_dict
 from planner.search.rules import MEMORY_RULE, broken_rules
 from planner.search.search import is_tight, price_layout
 
@@ -94,8 +95,10 @@ def explain(problem: Problem, given: Knobs) -> dict[str, Any]:
         "broken_rules": [{"rule": r.name, "message": r.message, "fix": r.fix, "source": r.source} for r in broken],
         "metrics": metrics_dict(metrics, cap),
         "breakdown": breakdown_dict(metrics),
+        "goodput": goodput_dict(problem, metrics),
         "timeline": timeline(problem, lay, metrics),
         "memory_tight": bool(is_tight(problem, metrics["memory_peak_gib"])),
+        "band": band_dict(problem, lay, metrics),
         "stages": {
             "first": {"memory_gib": round(metrics["mem_first_stage_gib"], 3),
                       "microbatch_fwd_bwd_s": round(metrics["first_stage_mb_s"], 6),
@@ -166,6 +169,25 @@ def explain_extras(problem: Problem, given: Knobs, osdp: bool, partition: bool) 
     return out
 
 
+def goodput_text(g: dict[str, Any], step_s: float) -> str:
+    """The goodput breakdown (planner.cost.goodput) in four lines."""
+    if g["mtbf_h"] is None:
+        return "goodput 100%: no failures expected (failures_per_gpu_hour 0), so nothing is checkpointed for them"
+    save = "asynchronous: training waits for the copy to host memory" if g["async_save"] else \
+        "synchronous: training waits for the write"
+    return "\n".join((
+        f"goodput {g['goodput']:.1%} ({g['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU kept): interrupted every "
+        f"{g['mtbf_h']:.3g} h ({g['failures_per_gpu_hour']:.3g} failures per GPU-hour)",
+        f"  checkpoint {g['checkpoint_gb_per_gpu']:.3g} GB per GPU, written in {g['checkpoint_write_s']:.3g} s "
+        f"({save}: {g['checkpoint_stall_s']:.3g} s), every {g['interval_steps']} steps "
+        f"({g['interval_s'] / 60:.3g} min, Young/Daly)",
+        f"  restart {g['restart_s'] / 60:.3g} min (relaunch {g['relaunch_s']:.3g} s + restore {g['restore_s']:.3g} s); "
+        f"work redone per interruption {g['lost_work_s'] / 60:.3g} min ({g['lost_work_s'] / step_s:.3g} steps)",
+        f"  wall time lost to restarts {g['loss']['restart']:.1%}, checkpoints {g['loss']['checkpoints']:.1%}, "
+        f"redone work {g['loss']['lost_work']:.1%}",
+    ))
+
+
 def _term(key: str) -> str:
     """A breakdown key as the text report names it: compute_s -> compute."""
     return key[:-len("_s")] if key.endswith("_s") else key
@@ -178,6 +200,13 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
     mt = out["metrics"]
     console.print(f"step {mt['step_time_s']:.3f} s, {mt['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"MFU {mt['mfu']:.1%}, peak memory {mt['memory_peak_gib']:.1f} of {mt['memory_capacity_gib']:g} GiB")
+    band = out["band"]
+    (t_lo, t_hi), (m_lo, m_hi) = band["tokens_per_s_per_gpu"], band["memory_peak_gib"]
+    console.print(f"band ({band['coverage']:.0%} of published runs of its regime): {t_lo:,.0f}-{t_hi:,.0f} "
+                  f"tokens/s/GPU ({band['regime']}); peak memory {m_lo:.1f}-{m_hi:.1f} GiB "
+                  f"({band['memory_regime']}: {band['memory_cases']} cases)", highlight=False)
+    for note in band["notes"]:
+        console.print(f"  {note}", style="dim", highlight=False)
     bd = out["breakdown"]
     console.print("time (s per step): " + ", ".join(f"{_term(k)} {v:.3f}" for k, v in bd.items() if k.endswith("_s")))
     console.print("memory (GiB, busiest stage): " + ", ".join(f"{k} {v:.2f}" for k, v in bd["memory_gib"].items()))
@@ -196,6 +225,7 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
                 f"{', '.join(off['modules'])} inputs ({off['per_layer_gib'] * 1024:.0f} MiB per layer and micro-batch)")
         console.print(f"offload: {what} in host memory, {off['host_gib']:.1f} of "
                       f"{off['host_capacity_gib']:g} GiB per GPU; their copies cost {off['copies_s']:.3f} s per step")
+    console.print(goodput_text(out["goodput"], out["metrics"]["step_time_s"]), highlight=False)
     console.print(out["timeline"], highlight=False, markup=False)
     for text in texts:
         console.print(text, highlight=False, markup=False)

@@ -17,6 +17,7 @@ from planner.cost.stages import stage_memory_gib
 from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
+from planner.report.ranking import band_line, why_first
 from planner.report.table import compact_layout, legend, precision_label, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
@@ -157,14 +158,38 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
                       ("precision", precision_label(tr)), ("framework", tr.framework), ("pinned knobs", fixed)]),
         ("Search", [("candidates", f"{search['candidates']:,}"), ("feasible", f"{search['feasible']:,}"),
                     ("proven best", "yes" if search["proven_best"] else "no (time limit)")]),
+        ("Goodput (top pick)", _goodput_card(doc["plans"][0]["goodput"])),
     ], pruned or "nothing"
 
 
-def _rows(result: SearchResult) -> list[dict[str, Any]]:
-    best = result.plans[0]
-    return [{"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
-             "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "mfu": f"{p.metrics['mfu']:.1%}",
-             "mem": f"{p.metrics['memory_peak_gib']:.1f}", "why": why(p, best)} for i, p in enumerate(result.plans)]
+def _goodput_card(g: dict[str, Any]) -> list[tuple[str, str]]:
+    """Failures, checkpoints and restarts of the top pick (planner.cost.goodput), as the report's input card."""
+    loss = g["loss"]
+    if g["mtbf_h"] is None:
+        return [("expected goodput", "100% (no failures expected)")]
+    return [("expected goodput", f"{g['goodput']:.1%}"),
+            ("interrupted every", f"{g['mtbf_h']:.3g} h ({g['failures_per_gpu_hour']:.3g} per GPU-hour)"),
+            ("checkpoint", f"{g['checkpoint_gb_per_gpu']:.3g} GB per GPU in {g['checkpoint_write_s']:.3g} s, "
+                           f"every {g['interval_steps']} steps" + (" (async)" if g["async_save"] else "")),
+            ("restart", f"{g['restart_s'] / 60:.3g} min"),
+            ("lost to", f"restarts {loss['restart']:.1%}, checkpoints {loss['checkpoints']:.1%}, "
+                        f"redone work {loss['lost_work']:.1%}")]
+
+
+def _rows(result: SearchResult, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ranked plans' table rows; `band` is the tokens/s band (planner.report.ranking), its regime the tooltip;
+    days per trillion tokens are wall-clock, the throughput times goodput (planner.cost.goodput)."""
+    best, gpus = result.plans[0], result.problem.num_gpus
+    rows = []
+    for i, (p, entry) in enumerate(zip(result.plans, doc["plans"], strict=True)):
+        band, kept = entry["band"], entry["goodput"]["tokens_per_s_per_gpu"] * gpus
+        lo, hi = band["tokens_per_s_per_gpu"]
+        rows.append({"rank": i + 1, "layout": layout_text(p.layout), "step": f"{p.metrics['step_time_s']:.3f}",
+                     "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "band": f"{lo:,.0f}-{hi:,.0f}",
+                     "regime": band["regime"], "mfu": f"{p.metrics['mfu']:.1%}",
+                     "mem": f"{p.metrics['memory_peak_gib']:.1f}", "goodput": f"{entry['goodput']['goodput']:.1%}",
+                     "days": f"{1e12 / kept / 86_400:.3g}" if kept > 0 else "-", "why": why(p, best)})
+    return rows
 
 
 def render_report(result: SearchResult, options: dict[str, Any]) -> str:
@@ -185,7 +210,9 @@ def render_report(result: SearchResult, options: dict[str, Any]) -> str:
     used = set().union(*(compact_layout(lay)[1] for lay in shown + ([chosen[1]] if chosen else [])))
     return env.from_string(template).render(
         title=f"plan: {p.model.name} on {p.cluster.name}", version=__version__, inputs=cards, pruned=pruned,
-        rows=_rows(result), legend=legend(used), charts=[(c.id, c.title, Markup(c.svg), c.caption)
+        rows=_rows(result, doc), legend=legend(used), band_line=band_line(p, result.plans[0].layout,
+                                                                           result.plans[0].metrics),
+        why_first=why_first(result, layout_text), charts=[(c.id, c.title, Markup(c.svg), c.caption)
                                     for c in charts_],
         capacity=f"{p.cluster.gpu.memory_gib:g}")
 

@@ -20,11 +20,13 @@ from pydantic import BaseModel, ValidationError
 from planner.errors import PlanInputError
 from planner.inputs.layout import KNOB_BY_NAME, KNOBS, encode
 from planner.inputs.problem import Problem, parse_compress
+from planner.inputs.resilience import SECTIONS
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec, TrainingSpec
-from planner.report import SCHEMA_VERSION
+from planner.report import READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION
+from planner.search.preference import RANK_BY
 
 METRIC_KEYS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib")
-OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom")
+OPTION_KEYS = ("fix", "top", "allow_tp_across_nodes", "time_limit", "compress", "memory_headroom", "rank_by")
 MAX_TOP = 1000  # the CLI's --top bound
 RECORD_FIX = "record a baseline with 'plan --model ... --cluster ... --format json > baseline.json'"
 RERECORD_FIX = "re-record the baseline with this planner ('plan ... --format json > baseline.json')"
@@ -84,7 +86,8 @@ def get_choice(obj: Any, key: str, path: str, choices: tuple[str, ...]) -> str:
 
 # --- shape checks ---------------------------------------------------------------------------------------------------
 def check_header(doc: Any, source: str | None = None) -> dict[str, Any]:
-    """The document is a mapping with schema_version 1 and an `inputs` mapping holding the four sections."""
+    """The document is a mapping with a schema_version this planner reads and an `inputs` mapping holding the four
+    sections."""
     if not isinstance(doc, dict):
         raise PlanInputError(f"not a plan document (expected a mapping, got {_type_name(doc)})", source=source,
                              fix=RECORD_FIX)
@@ -92,8 +95,10 @@ def check_header(doc: Any, source: str | None = None) -> dict[str, Any]:
         raise PlanInputError("not a plan document (no schema_version)", field="schema_version", source=source,
                              fix=RECORD_FIX)
     version = doc["schema_version"]
-    if isinstance(version, bool) or version != SCHEMA_VERSION:
-        raise PlanInputError(f"{version!r:.40} is not supported (this planner reads {SCHEMA_VERSION})",
+    if isinstance(version, bool) or not isinstance(version, int) or version not in READABLE_SCHEMA_VERSIONS:
+        readable = " and ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
+        raise PlanInputError(f"{version!r:.40} is not supported (this planner reads {readable}; it writes "
+                             f"{SCHEMA_VERSION})",
                              field="schema_version", source=source, fix=RERECORD_FIX)
     inputs = _mapping(doc.get("inputs", ABSENT), "inputs", source)
     for section in ("model", "cluster", "training", "options"):
@@ -136,6 +141,7 @@ class RecordedOptions:
     time_limit: float | None
     compress: dict[str, float] | None  # None: recorded by a planner without --compress
     memory_headroom: float | None = None  # None: recorded by a planner without --memory-headroom (the default)
+    rank_by: str = "preference"  # planner.search.preference.RANK_BY
 
     def as_dict(self) -> dict[str, Any]:
         """The options mapping as `plan` records it in a new document."""
@@ -145,6 +151,7 @@ class RecordedOptions:
             out["compress"] = dict(self.compress)
         if self.memory_headroom is not None:
             out["memory_headroom"] = self.memory_headroom
+        out["rank_by"] = self.rank_by
         return out
 
 
@@ -223,7 +230,11 @@ def read_options(options: dict[str, Any], source: str | None = None) -> Recorded
     if headroom is not None and not (is_number(headroom) and 0 <= headroom <= 0.5):
         raise PlanInputError(f"expected a share from 0 to 0.5, got {headroom!r:.60}",
                              field="inputs.options.memory_headroom", source=source, fix="e.g. memory_headroom: 0.05")
-    return RecordedOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom)
+    rank_by = options.get("rank_by", "preference")
+    if rank_by not in RANK_BY:
+        raise PlanInputError(f"unknown ranking {rank_by!r:.40}", field="inputs.options.rank_by", source=source,
+                             fix=f"use {' or '.join(RANK_BY)}")
+    return RecordedOptions(_fixed(options.get("fix", {}), source), top, allow, limit, compress, headroom, rank_by)
 
 
 def _spec(cls: type[BaseModel], data: dict[str, Any], name: str, source: str | None) -> Any:
@@ -241,13 +252,25 @@ def _section(inputs: dict[str, Any], name: str, cls: type[BaseModel], source: st
     if name == "cluster":
         gpu_in = _mapping(data.get("gpu", ABSENT), "inputs.cluster.gpu", source)
         _unknown_keys(gpu_in, set(GPUSpec.model_fields), "inputs.cluster.gpu", source)
+        for key, spec in SECTIONS.items():  # absent in schema 1 documents: the defaults
+            if key in data:
+                where = f"inputs.cluster.{key}"
+                _unknown_keys(_mapping(data[key], where, source), set(spec.model_fields), where, source)
     return _spec(cls, data, f"inputs.{name}", source)
+
+
+def with_default_sections(cluster: Any) -> Any:
+    """A recorded cluster with the sections a schema 1 document lacks (`reliability`, `storage`) filled with the
+    defaults the reader gives them, so that comparing it with a newer document shows no change there."""
+    if not isinstance(cluster, dict):
+        return cluster
+    return {**{key: spec().model_dump() for key, spec in SECTIONS.items()}, **cluster}
 
 
 def problem_from_document(doc: Any, source: str | None = None) -> Problem:
     """Rebuild exactly the problem a plan document was made for, from its `inputs` (recorded figures, not today's
     catalog). A bad or foreign document raises one PlanInputError naming `source`, the field and the fix."""
-    from planner.cost.profiles import PROFILE_NAMES
+    from planner.cost.profiles import PROFILE_NAMES, plan_compiles_loss
 
     inputs = check_header(doc, source)
     model = _section(inputs, "model", ModelSpec, source)
@@ -261,7 +284,7 @@ def problem_from_document(doc: Any, source: str | None = None) -> Problem:
     if options.memory_headroom is not None:
         extra["memory_headroom"] = float(options.memory_headroom)
     return Problem(model, cluster, training, fixed=options.fix, allow_tp_across_nodes=options.allow_tp_across_nodes,
-                   **extra)
+                   compiled_loss=plan_compiles_loss(training), **extra)
 
 
 # --- the document -----------------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Capacity planning (`plan sweep`): the best layout at every (GPU kind, GPU count) point, and what training a token
-budget there takes in days, GPU-hours and money, with the points nobody should pick (dominated) told apart.
+budget there takes in days, GPU-hours and money, with the points nobody should pick (dominated) told apart. Days
+are wall-clock days: the steps' time divided by the expected goodput (planner.cost.goodput), since a larger job is
+interrupted more often and every interruption costs a restart and the work since the last checkpoint.
 
 Every point is one exhaustive search (planner.search.search) of the `{gpu}x{count}` catalog cluster with a global
 batch that follows a tokens-per-batch target (planner.inputs.sweep_args.global_batch_for), so that larger clusters
@@ -14,16 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner import __version__
+from planner.cost.goodput import goodput
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster
+from planner.inputs.frameworks import DEFAULT_FRAMEWORK
 from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.inputs.sweep_args import global_batch_for
-from planner.report.document import layout_dict, metrics_dict, sig
+from planner.report.document import goodput_dict, layout_dict, metrics_dict, sig
 from planner.search.search import search
 
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION = 2  # 2: days with goodput, each point's goodput block and days_without_failures
 SECONDS_PER_DAY = 86_400.0
 FRONTIER_TIE = 0.005  # relative cost difference treated as a tie when deciding dominance
 
@@ -39,7 +43,7 @@ class SweepSpec:
     tokens_per_batch: int
     seq_len: int = 8192
     precision: str = "bf16"
-    framework: str = "generic"
+    framework: str = DEFAULT_FRAMEWORK
     prices: dict[str, float] = field(default_factory=dict)  # dollars per GPU-hour, by GPU key
     # The training recipe beyond precision (fp8 scaling, Adam moments and offload, token dropping): TrainingSpec
     # fields other than seq_len, global_batch, precision and framework, as `plan` takes them.
@@ -60,7 +64,9 @@ class SweepPoint:
     metrics: dict[str, float] | None = None
     capacity_gib: float = 0.0
     steps: int = 0
-    days: float | None = None
+    days: float | None = None  # wall-clock: the steps' time / goodput
+    days_without_failures: float | None = None  # the steps' time alone
+    goodput: dict[str, Any] | None = None  # planner.report.document.goodput_dict
     gpu_hours: float | None = None
     cost_usd: float | None = None
     reason: str | None = None  # why nothing is feasible
@@ -96,10 +102,14 @@ def price_point(spec: SweepSpec, gpu: str, count: int) -> SweepPoint:
         point.binding = list(diagnosis.get("binding", []))
         point.reason = "; ".join(diagnosis.get("reasons", [])) or exc.message
         return point
+    kept = goodput(problem, best.metrics["step_time_s"]).goodput  # > 0: a catalog cluster has the defaults
     point.layout, point.metrics = best.layout, best.metrics
     point.steps = math.ceil(spec.train_tokens / (gbs * spec.seq_len))
-    seconds = point.steps * best.metrics["step_time_s"]
-    point.days = seconds / SECONDS_PER_DAY
+    point.goodput = goodput_dict(problem, best.metrics)
+    busy = point.steps * best.metrics["step_time_s"]
+    point.days_without_failures = busy / SECONDS_PER_DAY
+    point.days = busy / kept / SECONDS_PER_DAY
+    seconds = busy / kept
     point.gpu_hours = count * seconds / 3600.0
     if gpu in spec.prices:
         point.cost_usd = point.gpu_hours * spec.prices[gpu]
@@ -159,7 +169,8 @@ def point_dict(point: SweepPoint, layers: int, framework: str | None = None) -> 
         "layout": layout_dict(point.layout, point.metrics, layers, framework=framework),
         "metrics": metrics_dict(point.metrics, point.capacity_gib),
         "steps": point.steps, "days": _round(point.days), "gpu_hours": _round(point.gpu_hours),
-        "cost_usd": _round(point.cost_usd),
+        "cost_usd": _round(point.cost_usd), "days_without_failures": _round(point.days_without_failures),
+        "goodput": point.goodput,
     }
 
 

@@ -1,5 +1,6 @@
 """`plan sweep --chart FILE.svg`: days to train against dollars (or GPU-hours), one line per GPU kind through its
-counts, the frontier drawn over it. Byte-stable SVG (fixed hash salt, no date), matplotlib's Agg backend."""
+counts, the same points if nothing failed dotted beside it (goodput's bend), the frontier drawn over it. Byte-stable
+SVG (fixed hash salt, no date), matplotlib's Agg backend."""
 
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ def write_chart(spec: SweepSpec, points: list[SweepPoint], path: str) -> None:
             mine = [p for p in points if p.gpu == gpu and p.days is not None]
             if not mine:
                 continue
-            ax.plot([p.days for p in mine], [getattr(p, axis) for p in mine], marker="o", label=gpu)
+            line, = ax.plot([p.days for p in mine], [getattr(p, axis) for p in mine], marker="o", label=gpu)
+            ideal = [(p.days_without_failures, getattr(p, axis) * p.days_without_failures / p.days) for p in mine
+                     if p.days_without_failures is not None]
+            ax.plot([d for d, _ in ideal], [c for _, c in ideal], marker="o", markerfacecolor="none", linestyle=":",
+                    color=line.get_color(), label=f"{gpu} if nothing failed")
             for p in mine:
                 ax.annotate(str(p.count), (p.days, getattr(p, axis)), textcoords="offset points", xytext=(4, 4),
                             fontsize=7)

@@ -22,6 +22,8 @@ def _row(p: SweepPoint) -> dict[str, str]:
         return {"cluster": f"{mark}{p.cluster}", "layout": "none fits: " + (", ".join(p.binding) or "see JSON")}
     return {
         "cluster": f"{mark}{p.cluster}", "layout": compact_layout(p.layout)[0], "days": f"{p.days:.1f}",
+        "goodput": "-" if p.goodput is None else f"{p.goodput['goodput']:.1%}",
+        "no-fail d": "-" if p.days_without_failures is None else f"{p.days_without_failures:.1f}",
         "GPU-h": _amount(p.gpu_hours), "cost": "-" if p.cost_usd is None else "$" + _amount(p.cost_usd),
         "MFU": f"{p.metrics['mfu']:.1%}", "step s": f"{p.metrics['step_time_s']:.2f}", "batch": str(p.global_batch),
         "tok/s/GPU": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}",
@@ -29,7 +31,8 @@ def _row(p: SweepPoint) -> dict[str, str]:
 
 
 def render_sweep(spec: SweepSpec, points: list[SweepPoint], console: Console) -> None:
-    """Header, table (cluster, layout, days, GPU-hours[, cost]; MFU, step, batch, tok/s/GPU as width allows), legend."""
+    """Header, table (cluster, layout, days, goodput, GPU-hours[, cost]; days without failures, MFU, step, batch,
+    tok/s/GPU as width allows), legend."""
     m = spec.model
     console.print(f"[bold]sweep[/]    {m.name}, {spec.train_tokens / 1e12:g}T tokens, seq_len {spec.seq_len}, "
                   f"~{spec.tokens_per_batch / 1e6:.3g}M tokens/batch, {spec.precision}, {spec.framework}")
@@ -38,12 +41,16 @@ def render_sweep(spec: SweepSpec, points: list[SweepPoint], console: Console) ->
         console.print("[bold]prices[/]   " + ", ".join(f"{k} ${v:g}/GPU-hour" for k, v in sorted(spec.prices.items())))
     rows = [_row(p) for p in points]
     heads = ["cluster", "layout", "days", "GPU-h"] + (["cost"] if priced else [])
-    optional = ["MFU", "step s", "batch", "tok/s/GPU"]
+    optional = ["goodput", "no-fail d", "MFU", "step s", "batch", "tok/s/GPU"]
     columns = [(h, "left" if h in ("cluster", "layout") else "right", [r.get(h, "") for r in rows])
                for h in heads + optional]
     console.print(fitted_table(columns, optional=len(optional), width=console.width))
     used = set().union(*(compact_layout(p.layout)[1] for p in points if p.layout is not None))
     axis = "dollars" if frontier_axis(points) == "cost_usd" else "GPU-hours"
     console.print(f"* frontier: no other point trains in fewer days for fewer {axis}", highlight=False)
+    kept = [f"{p.cluster} {p.goodput['goodput']:.1%}" for p in points if p.goodput is not None]
+    if kept:
+        console.print("goodput (days, GPU-h and cost are the steps' time / goodput; no-fail d = days if nothing "
+                      "failed): " + ", ".join(kept), highlight=False)
     if used:
         console.print(legend(used), style="dim", highlight=False)

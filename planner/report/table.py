@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from planner.cost import flops
+from planner.cost.goodput import goodput
 from planner.inputs.layout import CpComm, ExpertTp, Layout, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.report.ranking import band_line, relative_text, why_first
 from planner.search.rules import RULES_BY_NAME
 from planner.search.search import Plan, SearchResult, is_tight
+
+if TYPE_CHECKING:  # rich is imported where a table is drawn: a JSON plan or a launcher never loads it
+    from rich.console import Console
+    from rich.table import Table
 
 # Compact layout tokens (`tp4 pp8 v6 dp32 m1 z1 sele sp il`) so that a ranked table fits 80 columns; every
 # abbreviation a table prints is explained by its legend line (LEGEND), keyed by the token's name.
@@ -120,6 +124,9 @@ def fitted_table(columns: list[tuple[str, str, list[str]]], optional: int, width
     while keep < len(columns) and total + span(columns[keep]) <= width:
         total += span(columns[keep])
         keep += 1
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, header_style="bold", pad_edge=False)
     for head, justify, _ in columns[:keep]:
         table.add_column(head, justify=justify, no_wrap=head == "layout")  # type: ignore[arg-type]
@@ -164,13 +171,19 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
         (f"GiB/{cl.gpu.memory_gib:g}", "right", [f"{x['memory_peak_gib']:.1f}" + ("!" if t else "")
                                                   for x, t in zip(mt, tight, strict=True)]),
         ("tok/s/GPU", "right", [f"{x['tokens_per_s_per_gpu']:,.0f}" for x in mt]),
+        ("band", "right", [relative_text(p, plan.layout) for plan in result.plans]),
         ("comp/comm/bub", "right", [f"{_share(pl, 'compute_s'):.0%}/{_share(pl, 'exposed_comm_s'):.0%}/"
                                     f"{_share(pl, 'bubble_s'):.0%}" for pl in result.plans]),
         ("why", "left", [why(plan, best) for plan in result.plans]),
     ]
-    console.print(fitted_table(columns, optional=3, width=console.width))
+    console.print(fitted_table(columns, optional=4, width=console.width))
+    console.print(band_line(p, best.layout, best.metrics), highlight=False)
+    reason = why_first(result, lambda lay: compact_layout(lay)[0])
+    if reason:
+        console.print(reason, highlight=False)
     used = set().union(*(used for _, used in layouts)) | ({"tight"} if any(tight) else set())
     console.print(legend(used), style="dim", highlight=False)
+    console.print(goodput_line(result), highlight=False)
     pruned = [(k, v) for k, v in sorted(result.pruned.items(), key=lambda kv: -kv[1]) if v]
     console.print(f"searched {result.candidates:,} candidates: {result.feasible:,} feasible"
                   + (f" in {result.seconds:.2f} s" if timings else "")
@@ -180,8 +193,25 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
                       no_wrap=True, overflow="ellipsis")  # one line each; the full messages are in --format json
 
 
+def goodput_line(result: SearchResult) -> str:
+    """Expected goodput of the first pick and what it loses (planner.cost.goodput), and the other picks' range."""
+    p = result.problem
+    picks = [goodput(p, plan.metrics["step_time_s"]) for plan in result.plans]
+    g = picks[0]
+    if g.interval_steps == 0:
+        return "goodput  100%: no failures expected (failures_per_gpu_hour 0 in the cluster file)"
+    text = (f"goodput  {g.goodput:.1%} for #1: restarts cost {g.loss['restart']:.1%}, checkpoints "
+            f"{g.loss['checkpoints']:.1%}, redone work {g.loss['lost_work']:.1%}")  # 80 columns; explain has the rest
+    low, high = min(x.goodput for x in picks), max(x.goodput for x in picks)
+    if len(picks) > 1 and high - low >= 0.0005:
+        text += f"; #1-#{len(picks)} {low:.1%}-{high:.1%}"
+    return text
+
+
 def render_validation(report: dict, console: Console) -> None:
     """Per tier and per source: cases, median / P90 absolute % error, share within 10 % and 20 %; worst cases."""
+    from rich.table import Table
+
     s = report["summary"]
     table = Table(header_style="bold", title="plan validate: predicted vs measured")
     for col in ("group", "cases", "tput median", "tput P90", "<=10%", "<=20%", "mem cases", "mem median", "mem P90"):
@@ -231,6 +261,8 @@ def render_validation(report: dict, console: Console) -> None:
 
 def render_models(rows: list[dict], console: Console) -> None:
     """`plan models`: one row per catalog model."""
+    from rich.table import Table
+
     t = Table("name", "aliases", "params", "active", "layers", "hidden", "experts")
     for r in rows:
         t.add_row(r["name"], ", ".join(r["aliases"]), f"{r['params'] / 1e9:.1f}B", f"{r['active_params'] / 1e9:.1f}B",
@@ -240,6 +272,8 @@ def render_models(rows: list[dict], console: Console) -> None:
 
 def render_clusters(catalog: dict[str, dict], console: Console) -> None:
     """`plan clusters`: one row per catalog GPU."""
+    from rich.table import Table
+
     t = Table("gpu", "name", "GiB", "BF16 TF", "FP8 TF", "HBM TB/s", "NVLink GB/s", "domain", "net GB/s")
     for key, g in catalog.items():
         t.add_row(key, g["name"], f"{g['memory_gib']:g}", f"{g['bf16_tflops']:g}", f"{g.get('fp8_tflops', '-')}",

@@ -8,7 +8,6 @@ which is what `plan` reports when nothing is feasible.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +26,7 @@ class CoreResult:
     feasible: bool
     core: list[Rule]
     example: Layout | None
+    decided: bool = True  # False: the time limit ran out before CP-SAT found a layout or a conflict
 
 
 def _domains(problem: Problem) -> dict[str, list[int]]:
@@ -45,13 +45,13 @@ def build_model(problem: Problem, rules: tuple[Rule, ...] = RULES):
         size = int(np.prod([len(dom[k]) for k in knobs]))
         if size > MAX_TABLE_ROWS:
             continue
-        grid = np.array(list(itertools.product(*(dom[k] for k in knobs))), dtype=np.int64).reshape(-1, len(knobs))
-        cols = {k: grid[:, i] for i, k in enumerate(knobs)}
+        grids = np.meshgrid(*(np.asarray(dom[k], dtype=np.int64) for k in knobs), indexing="ij")  # product order
+        cols = {k: g.ravel() for k, g in zip(knobs, grids, strict=True)}
         ok = rule.check(cols, problem)
         guard = model.new_bool_var(f"rule:{rule.name}")
         guards[rule.name] = guard
-        allowed = [tuple(int(x) for x in row) for row in grid[ok]]
-        if allowed:
+        if ok.any():  # the allowed tuples as plain ints (tolist: ~50x faster than a tuple per row on 10^5 rows)
+            allowed = np.stack([cols[k][ok] for k in knobs], axis=1).tolist()
             model.add_allowed_assignments([var[k] for k in knobs], allowed).only_enforce_if(guard)
         else:
             model.add_bool_or([guard.Not()])
@@ -65,9 +65,14 @@ def diagnose(problem: Problem, time_limit_s: float = 5.0) -> CoreResult:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = 1
+    # Presolve rewrites the large tables (10^5 tuples on 100k GPUs) before the search; without it the same core comes
+    # back several times faster there (0.5 s against a time-out at 1.6 s on Llama 3 405B on 100,000 H100).
+    solver.parameters.cp_model_presolve = False
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CoreResult(True, [], Layout.from_dict({k: int(solver.value(v)) for k, v in var.items()}))
+    if status != cp_model.INFEASIBLE:
+        return CoreResult(False, [], None, decided=False)
     core_idx = set(solver.sufficient_assumptions_for_infeasibility())
     by_index = {g.index: name for name, g in guards.items()}
     names = [by_index[i] for i in core_idx if i in by_index]

@@ -12,8 +12,12 @@ from planner.inputs.catalog import gpu_catalog, load_gpu
 from planner.inputs.frameworks import Capabilities, capabilities_for, precision_refusal
 from planner.inputs.layout import Recompute
 from planner.inputs.problem import Problem
+from planner.search.core import shape_conflict
+from planner.search.rules import Rule
 from planner.search.search import has_plan
 from planner.search.space import enumerate_layouts
+
+BATCH_RULES = {"global_batch_divisible", "interleaved_microbatches", "dualpipe_shape"}  # rules that read the batch
 
 
 def _fits(problem: Problem) -> bool:
@@ -30,56 +34,57 @@ _NO_SUCH_KNOB = {
 }
 
 
-def _batch_with(problem: Problem, gbs: int) -> Problem:
-    return replace(problem, training=problem.training.model_copy(update={"global_batch": gbs}))
+def _conflict_core(problem: Problem) -> list[Rule] | None:
+    """The rules that conflict: on the shape knobs first (planner.search.core: numpy, milliseconds), else from the
+    whole CP-SAT model; None where every rule can hold together."""
+    core = shape_conflict(problem)
+    if core is not None:
+        return core
+    from planner.search.cpsat import diagnose  # (ortools loads only here: no conflict among the shape rules)
+
+    found = diagnose(problem)
+    return None if found.feasible else found.core  # [] when undecided within the time limit
 
 
-def _nearest_feasible_batch(problem: Problem, limit: int = 64) -> int | None:
-    """The global batch closest to the asked one for which some layout satisfies every rule (CP-SAT check)."""
-    from planner.search.cpsat import diagnose  # (ortools loads only here and when no layout passes the rules)
+def _nearest(problem: Problem, core: list[Rule]) -> list[tuple[str, str]]:
+    """(suggestion, what to type) for the nearest batch and the most GPUs with a plan, where the conflict is theirs."""
+    from planner.search.nearest import nearest_batch, nearest_count
 
-    gbs, n = problem.training.global_batch, problem.num_gpus
-    caps = capabilities_for(problem.training.framework)
-    if not (caps.tensor_parallel or caps.pipeline_parallel or caps.cp_comm):
-        # Data parallelism only: dp is the GPU count, so the batch is a multiple of it.
-        for cand in sorted({max(n, gbs - gbs % n), gbs - gbs % n + n}, key=lambda b: (abs(b - gbs), b)):
-            if diagnose(_batch_with(problem, cand), time_limit_s=1.0).feasible:
-                return cand
-    for delta in range(1, limit * 8):
-        for cand in (gbs - delta, gbs + delta):
-            if cand <= 0:
-                continue
-            if diagnose(_batch_with(problem, cand), time_limit_s=1.0).feasible:
-                return cand
-            limit -= 1
-            if limit <= 0:
-                return None
-    return None
+    names = {r.name for r in core}
+    out = []
+    if names & BATCH_RULES:
+        batch = nearest_batch(problem)
+        if batch is not None:
+            out.append((f"--global-batch {batch} (the nearest batch with a plan)", f"--global-batch {batch}"))
+    if "world_size" in names and "dp" not in problem.fixed:
+        count = nearest_count(problem)
+        if count is not None:
+            cluster = f"{problem.cluster.gpu.key}x{count}"
+            out.append((f"{count:,} of the {problem.num_gpus:,} GPUs (--cluster {cluster}: the most with a plan)",
+                        f"--cluster {cluster}"))
+    return out
 
 
 def _rules_conflict(problem: Problem) -> dict | None:
-    """The binding rules and their fixes when no layout satisfies every rule (CP-SAT names the conflicting core),
-    else None. CP-SAT and its import run only then: the numpy enumeration answers first (it and CP-SAT read the same
-    rules and agree on the count, tests/test_search.py)."""
-    from planner.search.cpsat import diagnose
-
-    core = diagnose(problem)
-    if core.feasible:
+    """The binding rules and their fixes when no layout satisfies every rule, else None; with the nearest problems
+    that have a plan (planner.search.nearest)."""
+    core = _conflict_core(problem)
+    if core is None:
         return None
     caps = capabilities_for(problem.training.framework)
-    absent = [r for r in core.core if r.name in _NO_SUCH_KNOB and _NO_SUCH_KNOB[r.name][1](caps)]
-    suggestions = [r.fix for r in core.core if r not in absent]
+    absent = [r for r in core if r.name in _NO_SUCH_KNOB and _NO_SUCH_KNOB[r.name][1](caps)]
+    suggestions = [r.fix for r in core if r not in absent]
     if absent:
         what = " or ".join(_NO_SUCH_KNOB[r.name][0] for r in absent)
         suggestions.append(f"{caps.name} runs no {what}; for those plan with --format megatron or torchtitan")
-    if any(r.name in ("global_batch_divisible", "interleaved_microbatches") for r in core.core):
-        batch = _nearest_feasible_batch(problem)
-        if batch:
-            suggestions.append(f"--global-batch {batch} (the nearest batch every rule accepts)")
+    near = _nearest(problem, core) if core else []
+    undecided = [] if core else ["which rules conflict was not found within the time limit (plan explain --layout "
+                                 "names the rules a layout breaks)"]
     return {
-        "binding": [r.name for r in core.core],
-        "reasons": [f"{r.name}: {r.message}" + ("" if r in absent else f" (fix: {r.fix})") for r in core.core],
-        "suggestions": suggestions,
+        "binding": [r.name for r in core],
+        "reasons": [f"{r.name}: {r.message}" + ("" if r in absent else f" (fix: {r.fix})") for r in core] + undecided,
+        "suggestions": suggestions + [text for text, _ in near],
+        "nearest": [typed for _, typed in near],
     }
 
 
@@ -177,6 +182,7 @@ def explain_infeasible(problem: Problem) -> dict:
         if _fits(candidate):
             out["suggestions"].append(label)
             seen_gpu_fix = seen_gpu_fix or "the GPUs" in label
+    out["nearest"] = out["suggestions"][:1]  # each was checked to have a plan; the list runs from the least change
     if not out["suggestions"]:
         out["suggestions"].append("a GPU with more memory, or a smaller model")
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.cost import compute
+from planner.cost.bands import tie_width
 from planner.cost.fit_check import grouped_fits
 from planner.cost.step import (
     ACTIVATION_FREE_KNOBS,
@@ -26,6 +27,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, Layout, Recompute
 from planner.inputs.problem import Problem
 from planner.search.lazy import take_rows
+from planner.search.preference import RANK_BY, preferred_rows, top_rows
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
 from planner.search.space import Enumeration, enumerate_layouts, row_groups, select
 
@@ -33,8 +35,6 @@ PRICED_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_peak_gib
 CHUNK = 200_000  # candidates priced per vectorised batch (bounded memory on huge spaces)
 FLOOR_SLICE = 50_000  # rows per step_time_floor call in _Bounds (see _Bounds._floor)
 SAMPLE = 1024  # rows priced first to bound the rest (_price_rankable)
-# Ties (within 0.05%) prefer the simpler layout: less model parallelism, less recompute, lower ZeRO stage.
-_SIMPLICITY = ("cp", "pp", "vpp", "tp", "ep", "recompute", "zero", "sp", "schedule", "mbs")
 
 
 @dataclass
@@ -57,6 +57,11 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     # Every feasible layout priced (knob columns + PRICED_METRICS), kept only on request (`plan report`'s scatter).
     priced: dict[str, np.ndarray] | None = None
+    rank_by: str = "time"  # preference.RANK_BY
+    tie_width: float = 0.0  # ln(fastest / other) gap inside which layouts tie (rank_by preference)
+    # With rank_by preference, the fastest-priced plan when it is not #1, its rank in `plans` (None: not shown)
+    fastest: Plan | None = None
+    fastest_rank: int | None = None
 
 
 def capacity_gib(problem: Problem) -> float:
@@ -68,16 +73,14 @@ def is_tight(problem: Problem, memory_peak_gib: np.ndarray | float) -> np.ndarra
     return memory_peak_gib > capacity_gib(problem) * (1.0 - problem.memory_headroom)
 
 
-def _rank_order(cols: dict[str, np.ndarray], tput: np.ndarray) -> np.ndarray:
-    # Quantise throughput so that numerically equal plans tie, then break ties by simplicity, deterministically.
-    key_tput = -np.round(tput / np.maximum(tput.max(), 1e-30) * 2000.0)
-    keys = [cols[k] for k in reversed(_SIMPLICITY)] + [key_tput]
-    return np.lexsort(keys)
-
-
 def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
-           keep_priced: bool = False) -> SearchResult:
-    """Rank every rule-feasible layout that fits; `keep_priced` also returns all of them (SearchResult.priced)."""
+           keep_priced: bool = False, rank_by: str = "preference") -> SearchResult:
+    """Rank every rule-feasible layout that fits; `keep_priced` also returns all of them (SearchResult.priced).
+    `rank_by` "preference" orders the layouts priced within the tie width of the fastest by what practitioners
+    prefer (planner.search.preference), "time" by price alone."""
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, not {rank_by!r}")
+    tie = tie_width() if rank_by == "preference" else 0.0
     start = time.perf_counter()
     enum = enumerate_layouts(problem, lazy_last=True)
     pruned = dict(enum.pruned)
@@ -89,7 +92,7 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     candidates = enum.candidates
     # (a time limit prices rows in table order, as it always did; without the memory pass tightness is unknown here)
     if deadline is None and not keep_priced and problem.enforce_memory:
-        all_cols, all_met = _price_rankable(problem, cols, tight_rows, top, by_zero)
+        all_cols, all_met = _price_rankable(problem, cols, tight_rows, top, by_zero, tie)
     else:
         all_cols, all_met, proven = _price_all(problem, cols, deadline, proven)
     feasible = fitting if proven else len(all_cols["tp"])
@@ -98,11 +101,29 @@ def search(problem: Problem, top: int = 5, time_limit_s: float | None = None,
     tput = all_met["tokens_per_s_per_gpu"]
     # plans without headroom rank after every plan with room: they are priced, not trusted
     tight = np.asarray(is_tight(problem, all_met["memory_peak_gib"]), dtype=bool)
-    order = np.concatenate([_top_rows(np.flatnonzero(group), all_cols, tput, top) for group in (~tight, tight)])[:top]
-    plans = [Plan(Layout.from_columns(all_cols, i), {k: float(v[i]) for k, v in all_met.items()}) for i in order]
+    rankable = np.ones(len(tput), dtype=bool)
+    if keep_priced and "recompute" not in problem.fixed:  # every recompute level was kept for the scatter
+        rankable = _dominance_mask(all_cols, tight)
+    groups = [np.flatnonzero(group & rankable) for group in (~tight, tight)]
+    if tie > 0:
+        order = np.concatenate([preferred_rows(problem, g, all_cols, all_met, top, tie) for g in groups])[:top]
+    else:
+        order = np.concatenate([top_rows(g, all_cols, tput, top) for g in groups])[:top]
+
+    def plan(i: int) -> Plan:
+        return Plan(Layout.from_columns(all_cols, i), {k: float(v[i]) for k, v in all_met.items()})
+
+    plans = [plan(i) for i in order]
+    fastest, fastest_rank = None, None
+    if tie > 0:  # the raw fastest of the group #1 comes from, when the preference put another first
+        lead = groups[0] if len(groups[0]) else groups[1]
+        quick = int(top_rows(lead, all_cols, tput, 1)[0])
+        if quick != int(order[0]):
+            fastest = plan(quick)
+            fastest_rank = next((r for r, i in enumerate(order, 1) if int(i) == quick), None)
     priced = {**all_cols, **{k: all_met[k] for k in PRICED_METRICS}} if keep_priced else None
     return SearchResult(problem, plans, candidates, feasible, pruned, time.perf_counter() - start, proven,
-                        priced=priced)
+                        priced=priced, rank_by=rank_by, tie_width=tie, fastest=fastest, fastest_rank=fastest_rank)
 
 
 def _fitting(problem: Problem, enum: Enumeration, pruned: dict[str, int], dominate: bool = True,
@@ -181,6 +202,25 @@ def _undominated(parent: np.ndarray, fits: np.ndarray, tight: np.ndarray, rc: np
     return keep
 
 
+def _dominance_mask(cols: Mapping[str, np.ndarray], tight: np.ndarray) -> np.ndarray:
+    """The priced rows RECOMPUTE_DOMINANCE keeps (_undominated), for a search that priced every recompute level
+    (`keep_priced`): the table ranks the same rows as without it."""
+    others = [cols[k] for k in KNOBS if k != "recompute"]
+    order = np.lexsort([cols["recompute"], *others])
+    if len(order) == 0:
+        return np.zeros(0, dtype=bool)
+    new = np.zeros(len(order), dtype=bool)
+    new[0] = True
+    for col in others:
+        c = col.take(order)
+        new[1:] |= c[1:] != c[:-1]
+    parent = np.cumsum(new) - 1
+    keep = np.zeros(len(order), dtype=bool)
+    keep[order] = _undominated(parent, np.ones(len(order), dtype=bool), tight.take(order),
+                               cols["recompute"].take(order))
+    return keep
+
+
 def _fits(problem: Problem, by_state: Shared, by_act: Shared) -> tuple[np.ndarray, np.ndarray]:
     """(fits, tight) per row of the groups `by_state` (rows that differ only in STATE_FREE_KNOBS) and `by_act`
     (ACTIVATION_FREE_KNOBS): without the memory check, every row fits with room."""
@@ -214,7 +254,7 @@ def _price_all(problem: Problem, cols: Mapping[str, np.ndarray], deadline: float
 
 
 def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.ndarray, top: int,
-                    by_zero: tuple[np.ndarray, np.ndarray] | None = None,
+                    by_zero: tuple[np.ndarray, np.ndarray] | None = None, tie: float = 0.0,
                     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Price only rows that can be among the `top` shown; exact, per ranking group (with headroom, tight).
 
@@ -222,8 +262,10 @@ def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.
     still in the running) orders the pricing: the most promising rows first, in growing rounds. After each round
     kth', the group's top-th best throughput priced so far, is <= the true top-th best kth, and bound_max >= the
     group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than kth - 2·max/2000, below the
-    two quantisation buckets _top_rows keeps, so it ranks after at least `top` rows and is never priced. Rounds end
-    once every row above that line is priced. The priced rows come back in table order (ties rank as they would
+    two quantisation buckets top_rows keeps, so it ranks after at least `top` rows and is never priced. With a tie
+    width (rank_by preference) every row that can be within `tie` of the group's fastest is priced too: the line is
+    then no higher than the best priced so far x exp(-tie), itself no higher than the true one. Rounds end once every
+    row above that line is priced. The priced rows come back in table order (ties rank as they would
     unpruned), rows without a finite step time dropped."""
     bounds = _Bounds(problem, cols, by_zero)
     priced = np.zeros(len(tight), dtype=bool)
@@ -251,6 +293,8 @@ def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.
             left, bound = left[unpriced], bound[unpriced]
             if len(best) >= top:
                 kth = np.partition(best, len(best) - top)[len(best) - top]
+                if tie > 0:
+                    kth = min(kth, best.max() * np.exp(-tie))
                 left = left[bound >= kth - margin]
                 bounds.refine(left)
                 bound = bounds.of(left)
@@ -321,18 +365,6 @@ def _least_recompute(parent: np.ndarray, eligible: np.ndarray) -> np.ndarray:
     out = np.zeros(len(eligible), dtype=bool)
     out[rows.take(np.flatnonzero(head))] = True
     return out
-
-
-def _top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, top: int) -> np.ndarray:
-    """The best `top` of `rows` by throughput (ties by simplicity); only rows near the top can tie, so a large
-    set ranks those, not a million."""
-    if len(rows) > 20 * top:
-        t = tput[rows]
-        kth = np.partition(t, len(rows) - top)[len(rows) - top]
-        rows = rows[t >= kth - 2 * t.max() / 2000.0]  # two quantisation buckets of margin
-    if len(rows) == 0:
-        return rows
-    return rows[_rank_order({k: v[rows] for k, v in cols.items()}, tput[rows])[:top]]
 
 
 def price_layout(problem: Problem, layout: Layout) -> dict[str, float]:
