@@ -4,6 +4,7 @@ PyTorch's own kernels, from torchtitan's published eager/compiled pairs; the val
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from conftest import run_plan_in_process
@@ -75,3 +76,50 @@ def test_the_switch_is_refused_where_the_stack_has_none() -> None:
     proc = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x8", "--framework", "torchtitan",
                                "--torch-compile", "maybe")
     assert proc.returncode == 2 and "on or off" in proc.stderr
+
+
+def test_a_plan_that_compiles_prices_the_compiled_loss() -> None:
+    """torchtitan's TOML as the planner writes it compiles the model and the loss (`components = ["model", "loss"]`),
+    so a compiled plan's logits take the compiled loss's 4 bytes per logit and an eager one the eager fp32
+    cross-entropy's 12: a third of the memory, on Table 1's layout; the plan document read back prices the same."""
+    from cli.options import problem_for
+    from cli.plan_options import PlanOptions
+    from planner.cost.memory import COMPILED_LOSS_BYTES
+    from planner.report.plan_doc import problem_from_document
+
+    def logits(flag: str | None) -> tuple[float, Problem]:
+        options = PlanOptions(model="llama3-8b", cluster="h100x8", framework="torchtitan", seq_len=8192,
+                              global_batch=16, torch_compile=flag)
+        problem = problem_for(load_model("llama3-8b"), load_cluster("h100x8"), options)
+        out = explain(problem, parse_pairs(["tp=1,pp=1,dp=8,mbs=2,zero=3,recompute=selective"], "--layout"))
+        return out["breakdown"]["memory_gib"]["logits"], problem
+
+    (on, problem), (off, _) = logits(None), logits("off")
+    assert problem.compiled_loss
+    assert on / off == pytest.approx(COMPILED_LOSS_BYTES / profile_for("torchtitan").loss_bytes_per_logit, rel=1e-3)
+    proc = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x8", "--framework", "torchtitan",
+                               "--global-batch", "16", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert problem_from_document(json.loads(proc.stdout)).compiled_loss
+
+
+def test_the_knob_with_the_loss_in_scope_prices_speed_and_loss_memory() -> None:
+    """TT-032 compiled the model and the loss (scope [model, loss]): under torchtitan the knob is priced, both the
+    kernel rate and the compiled loss's memory; the same knob on a stack whose compiled speed has no published pair
+    (llm-foundry) prices only the loss's memory and says so (approximate)."""
+    from planner.evidence.recipes import apply_knobs, case_knobs
+
+    cases = {c["id"]: c for c in load_cases(str(data_dir("validation") / "published_runs.yaml"))}
+    recipes = load_recipes(default_recipes_path(None))
+    ran = run_case(cases["TT-032"], "test", recipes)
+    assert ran["knobs"]["torch_compile"]["status"] == "priced"
+    block = {"value": True, "source": "test", "scope": ["model", "loss"]}
+    for framework, status in (("torchtitan", "priced"), ("llm-foundry", "approximate")):
+        problem = Problem(load_model("llama3-8b"), load_cluster("h100x8"),
+                          TrainingSpec(seq_len=8192, global_batch=16, framework=framework))
+        knobs = {k: v for k, v in case_knobs({"training": {}, "layout": {}}, {"ran": {"torch_compile": block}},
+                                              problem).items() if k == "torch_compile"}
+        assert knobs["torch_compile"]["status"] == status
+        applied, _ = apply_knobs(problem, knobs)
+        assert applied.compiled_loss and applied.training.torch_compile is True
+        assert compiled(profile_for(framework), applied.training) is (framework == "torchtitan")
