@@ -46,8 +46,13 @@ DIMENSIONS = COMPRESS_DIMENSIONS  # parallel dimensions `--compress` can name (p
 def collective_sm_share(cluster: ClusterSpec) -> float:
     """Share of the GPU's SMs a running collective takes from the compute it overlaps: COLLECTIVE_SMS / SMs
     (24/108 = 22 % on A100, 24/132 = 18 % on H100); 0 when the catalog gives no SM count."""
+    return sm_share(cluster, COLLECTIVE_SMS)
+
+
+def sm_share(cluster: ClusterSpec, sms_taken: int) -> float:
+    """Share of the GPU's SMs that `sms_taken` of them are (0 when the catalog gives no SM count)."""
     sms = cluster.gpu.sm_count
-    return min(COLLECTIVE_SMS / sms, 1.0) if sms else 0.0
+    return min(sms_taken / sms, 1.0) if sms else 0.0
 
 
 def overlapped_exposed(comm: np.ndarray | float, window: np.ndarray | float, share: float) -> np.ndarray:

@@ -22,6 +22,7 @@ from planner.cost import (
     data,
     device_memory,
     expert,
+    fabric,
     groups,
     memory,
     memory_terms,
@@ -30,7 +31,7 @@ from planner.cost import (
     tensor,
 )
 from planner.cost.fabric import Fabric
-from planner.cost.profiles import FrameworkProfile, stack_profile
+from planner.cost.profiles import FrameworkProfile, stack_profile, tp_mode
 from planner.cost.sharding import (
     expert_shard_group,
     fsdp_collectives,
@@ -88,7 +89,7 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
 
-    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
+    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r, rates)
     place = groups.Placement(c, float(problem.num_gpus), k["etp"])
     experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), place.expert_stride)
     ag, rs = fsdp_collectives(fab, prof, params["per_layer"], shard_group, tp, experts, place.data_outer(shard_group))
@@ -99,14 +100,22 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
 
 
 def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfile, fab: Fabric, tok: np.ndarray,
-                micro: np.ndarray, lt: compute.LayerTimes, u: np.ndarray,
-                r: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+                micro: np.ndarray, lt: compute.LayerTimes, u: np.ndarray, r: np.ndarray,
+                rates: compute.Rates) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """(activation bytes, exposed TP, CP and EP time per layer: total and forward share of each): the layer's
     communication that no ZeRO stage changes (`evaluate` and step_time_floor)."""
     m, tp, ep, etp, rc = problem.model, k["tp"], k["ep"], k["etp"], k["rc"]
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
-    whole_experts = m.moe_layers / m.num_hidden_layers if (m.is_moe and not m.n_shared_experts) else 0.0
-    tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc, 1.0 - whole_experts * (etp == 1))
+    f_moe = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
+    # MoE layers with whole experts (etp 1) and no shared expert send their sequence-parallel tokens straight to the
+    # dispatch and back, with no TP collective (Megatron-Core token dispatcher: the TP all-gather/reduce-scatter
+    # around the experts runs only when the expert TP size is > 1).
+    moe_mlp = f_moe * (1.0 - (etp == 1) * (not m.n_shared_experts))
+    gemm_f = lt.fwd - lt.attn_f - lt.elem_f - lt.launch_f
+    gemms = tensor.block_gemms(m, tok, tp, rates.peak * rates.eff, gemm_f, lt.wgrad)
+    shares = (fabric.collective_sm_share(problem.cluster), fabric.sm_share(problem.cluster, tensor.UB_COMM_SMS))
+    tp_all, tp_f = tensor.tp_exposed(fab, tp_mode(prof), act_bytes, tp, k["sp"], rc, gemms, moe_mlp, shares,
+                                     dense_mlp=1.0 - f_moe)
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     tr = problem.training
@@ -211,7 +220,7 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     none = np.zeros_like(tp)
     lc: pipeline.LayerComm | None = None
     if communication:
-        act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
+        act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r, rates)
         lc = pipeline.LayerComm(*tp_cp_ep, none, none)
         stride = groups.Placement(c, float(problem.num_gpus), k["etp"]).pp_stride
         p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus), stride)

@@ -97,6 +97,19 @@ class Capabilities:
     # --fp8-recipe blockwise (arguments.py), Megatron-Bridge's bf16_with_fp8_subchannel_scaling_mixed preset
     # (training/mixed_precision.py). torchtitan's float8 recipes are tensorwise and rowwise, not 128x128 blocks.
     blockwise_fp8: bool = False
+    # ZeRO stages that may be combined with tp > 1 (DeepSpeed AutoTP training runs with ZeRO 0-2: DeepSpeed tutorial
+    # "Automatic Tensor Parallelism (Training)").
+    zero_with_tensor_parallel: tuple[Zero, ...] = _ALL_ZERO
+    # Sequence parallelism beside TP (norms and dropout sharded over the sequence). DeepSpeed's AutoTP shards the
+    # Linear layers only (module_inject LinearLayer / LinearAllreduce) and keeps every other activation whole.
+    sequence_parallel: bool = True
+    # TP and context parallelism in one layout. DeepSpeed documents AutoTP and Ulysses SP each with data
+    # parallelism (the AutoTP training tutorial; transformers deepspeed_alst.md: dp_replicate x dp_shard x sp = world),
+    # never together.
+    tp_with_cp: bool = True
+    # ZeRO-3 parameters kept in host memory and fetched per layer (--param-offload): DeepSpeed's
+    # zero_optimization.offload_param (ZeRO-Infinity, Rajbhandari et al. 2021), "valid only with stage 3".
+    param_offload: bool = False
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
@@ -159,11 +172,18 @@ FRAMEWORKS: dict[str, Capabilities] = {
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
         "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), bf16_moments=False,
-        schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
-        expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
-        optimizer_offload="all", token_drop=False, rank_orders=_DEFAULT_ORDER,
-        source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
-               "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
+        schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(CpComm.A2A,), pipeline_parallel=False,
+        expert_parallel=False, recompute=(Recompute.NONE, Recompute.FULL), precisions=("bf16",),
+        launcher="deepspeed", optimizer_offload="all", token_drop=False, rank_orders=_DEFAULT_ORDER,
+        zero_with_tensor_parallel=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS), sequence_parallel=False,
+        tp_with_cp=False, param_offload=True,
+        source="DeepSpeed as its users run it, a Hugging Face Trainer (or accelerate) with a ds_config "
+               "(frontier_facts §H): ZeRO 0-3 with CPU offload of the optimizer and (ZeRO-3) the parameters; the "
+               "model's gradient checkpointing (--gradient_checkpointing: every decoder layer, full recompute); "
+               "AutoTP tensor parallelism (tensor_parallel.autotp_size, DeepSpeed >= 0.16.4, ZeRO 0-2, no sequence "
+               "parallelism); Ulysses sequence parallelism (ALST: accelerate's parallelism_config sp_backend "
+               "deepspeed, the planner's all-to-all context parallelism); no pipeline for Hugging Face models, no "
+               "expert parallelism, bf16 only"),
     "megatron-deepspeed": Capabilities(
         "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False, bf16_moments=False,
         token_drop=False,
@@ -292,6 +312,9 @@ def capability_table() -> str:
         if c.source.startswith("validation cases only"):
             continue
         dims = " / ".join("yes" if on else "no" for on in (c.tensor_parallel, c.pipeline_parallel, c.expert_parallel))
+        if c.tensor_parallel and c.zero_with_tensor_parallel != _ALL_ZERO:
+            dims += f" (TP with ZeRO {_labels(c.zero_with_tensor_parallel)}" + (
+                "" if c.sequence_parallel else ", no SP") + ("" if c.tp_with_cp else ", not with CP") + ")"
         with_pp = _labels(tuple(z for z in c.zero if z in c.zero_with_pipeline)) if c.pipeline_parallel else "-"
         schedules = _labels(c.schedules) if c.pipeline_parallel else "-"
         zero = _labels(c.zero) + (" (0 only without TP/PP/CP)" if c.ddp_only_alone else "")

@@ -390,6 +390,13 @@ class TrainingSpec(_Spec):
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
+    tp_comm_overlap: bool | None = Field(default=None, description=(
+        "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
+        "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))
+    param_offload: bool = Field(default=False, description="ZeRO-3 parameters in host memory (offload_param)")
+    torch_compile: bool | None = Field(default=None, description=(
+        "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
+        "framework runs by default (planner.cost.profiles)"))
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:

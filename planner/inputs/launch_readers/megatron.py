@@ -251,6 +251,7 @@ def _memory(cfg: LaunchConfig, flags: Flags) -> None:
         read_fine_grained_offload(cfg, modules, "--offload-modules")
     _optimizer(cfg, flags)
     cfg.layout["sp"] = int("--sequence-parallel" in flags and cfg.layout.get("tp", 1) > 1)
+    cfg.tp_comm_overlap = "--tp-comm-overlap" in flags  # store_true, off by default (arguments.py)
 
 
 def _recompute(cfg: LaunchConfig, flags: Flags) -> None:

@@ -48,6 +48,12 @@ def fp8_recipe(view: PlanView) -> str:
     return "delayed"
 
 
+def tp_comm_overlap(view: PlanView) -> bool:
+    """The plan was priced with Transformer Engine's userbuffers TP overlap, which runs only with sequence
+    parallelism (Megatron-LM arguments.py asserts it) and TP > 1."""
+    return view.tp_comm_overlap and view.layout.sequence_parallel and view.layout.tp > 1
+
+
 def ep_overlap(view: PlanView) -> bool:
     """The plan pairs micro-batches to hide the expert all-to-all (`--overlap-moe-expert-parallel-comm`)."""
     return view.layout.schedule == "combined-1f1b"

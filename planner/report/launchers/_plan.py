@@ -14,7 +14,8 @@ from typing import Any, NoReturn
 from planner import __version__
 from planner.errors import PlanInputError
 from planner.inputs.layout import RANK_ORDERS, RECOMPUTE, SCHEDULES
-from planner.inputs.specs import FP8_RECIPES, ModelSpec
+from planner.inputs.specs import ModelSpec
+from planner.report.launchers import _training
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
 PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
@@ -143,6 +144,9 @@ class PlanView:
     moe_pad_to_capacity: bool = False  # experts' inputs padded to capacity (inputs.training.moe_pad_to_capacity)
     # plans[i].placement on a cluster of more than two tiers: (dimension, the innermost tier holding its group)
     placement: tuple[tuple[str, str], ...] = ()
+    param_offload: bool = False  # ZeRO-3 parameters in host memory (inputs.training.param_offload)
+    tp_comm_overlap: bool = False  # TP collectives overlapped with GEMMs (inputs.training.tp_comm_overlap)
+    torch_compile: bool = False  # the model compiled with torch.compile (inputs.training.torch_compile)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -344,42 +348,6 @@ def _check(view: PlanView) -> None:
                           f"the {rest} layers left for the {middle} middle stages do not split evenly")
 
 
-def _offload(training: dict) -> float:
-    value = training.get("optimizer_offload", 0.0) if isinstance(training, dict) else 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise PlanInputError(f"expected a share from 0 to 1, got {value!r:.60}",
-                             field="inputs.training.optimizer_offload", fix="e.g. optimizer_offload: 0.5")
-    return float(value)
-
-
-def _moments(training: dict) -> str:
-    value = training.get("optimizer_moments", "fp32") if isinstance(training, dict) else "fp32"
-    if value not in ("fp32", "bf16"):
-        raise PlanInputError(f"expected fp32 or bf16, got {value!r:.60}", field="inputs.training.optimizer_moments",
-                             fix="e.g. optimizer_moments: bf16")
-    return str(value)
-
-
-def _fp8_recipe(training: dict) -> str:
-    value = training.get("fp8_recipe", "tensorwise") if isinstance(training, dict) else "tensorwise"
-    if value not in FP8_RECIPES:
-        raise PlanInputError(f"expected {' or '.join(FP8_RECIPES)}, got {value!r:.60}",
-                             field="inputs.training.fp8_recipe", fix="e.g. fp8_recipe: blockwise")
-    return str(value)
-
-
-def _token_drop(training: dict) -> tuple[float | None, bool]:
-    capacity = training.get("moe_capacity_factor") if isinstance(training, dict) else None
-    padded = training.get("moe_pad_to_capacity", False) if isinstance(training, dict) else False
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int | float) or capacity <= 0):
-        raise PlanInputError(f"expected a positive number or null, got {capacity!r:.60}",
-                             field="inputs.training.moe_capacity_factor", fix="e.g. moe_capacity_factor: 1.0")
-    if not isinstance(padded, bool) or (padded and capacity is None):
-        raise PlanInputError(f"expected true with a capacity factor, or false; got {padded!r:.60}",
-                             field="inputs.training.moe_pad_to_capacity", fix="e.g. moe_pad_to_capacity: false")
-    return (None if capacity is None else float(capacity)), padded
-
-
 def _placement(plan: dict, cluster: dict) -> tuple[tuple[str, str], ...]:
     """plans[i].placement where the cluster has more than two tiers (where it says something the sizes do not)."""
     tiers, placement = cluster.get("tiers"), plan.get("placement")
@@ -407,7 +375,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         raise PlanInputError(f"unsupported precision {precision!r}", field="inputs.training.precision",
                              fix=f"use one of {', '.join(PRECISIONS)}")
     doc = pd.raw
-    capacity, padded = _token_drop(training)
+    capacity, padded = _training.token_drop(training)
     view = PlanView(
         planner_version=str(doc.get("planner_version") or __version__),
         rank=rank,
@@ -420,12 +388,15 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         global_batch=get_int(training, "global_batch", "inputs.training", minimum=1),
         precision=precision,
         layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
-        optimizer_offload=_offload(training),
-        optimizer_moments=_moments(training),
-        fp8_recipe=_fp8_recipe(training),
+        optimizer_offload=_training.offload(training),
+        optimizer_moments=_training.moments(training),
+        fp8_recipe=_training.fp8_recipe(training),
         moe_capacity_factor=capacity,
         moe_pad_to_capacity=padded,
         placement=_placement(plan, cluster),
+        param_offload=_training.switch(training, "param_offload"),
+        tp_comm_overlap=_training.switch(training, "tp_comm_overlap"),
+        torch_compile=_training.switch(training, "torch_compile"),
     )
     _check(view)
     return view

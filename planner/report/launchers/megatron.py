@@ -75,6 +75,8 @@ def _parallel(view: PlanView) -> list[Flag]:
         flags.append(("--sequence-parallel",))
     if lay.dp_outermost:  # rank order tp-cp-ep-pp-dp (training/initialize.py)
         flags.append(("--use-tp-pp-dp-mapping",))
+    if _mcore.tp_comm_overlap(view):  # Transformer Engine userbuffers with TE's default methods (initialize_ub)
+        flags.append(("--tp-comm-overlap",))
     if lay.vpp > 1:
         # The only per-rank VPP flag that also works with uneven first/last stages; there is no
         # --virtual-pipeline-model-parallel-size flag in Megatron-LM.

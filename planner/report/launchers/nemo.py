@@ -86,6 +86,8 @@ def _model(view: PlanView) -> list[Item]:
         items.append(("model.mtp_num_layers", view.model.mtp_layers or None))
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
+        # written either way, so a recipe's own userbuffers setting cannot leak through (CommOverlapConfig)
+        ("comm_overlap.tp_comm_overlap", _mcore.tp_comm_overlap(view)),
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
         # the plan's split explicitly (Megatron-Core refuses the count keys together with the embedding/loss ones).
         ("model.pipeline_model_parallel_layout", None),

@@ -67,6 +67,12 @@ def render(view: PlanView) -> str:
     ]
     if view.precision == "fp8":
         sections += _float8(view)
+    # written either way, so the model's own train_configs value cannot leak through; the plan was priced with the
+    # compiled or the eager kernel rate (planner.cost.profiles compile_speedup)
+    sections.append(("compile", {"enable": view.torch_compile, "components": ["model", "loss"]}))
+    if view.precision == "fp8" and not view.torch_compile:
+        notes.append("# float8 without torch.compile runs its casts unfused (torchtitan's float8 docs): slower than "
+                     "the plan")
     body = "\n\n".join(_section(name, keys) for name, keys in sections)
     return "\n".join([header(view, TARGET), *notes, "", body]) + "\n"
 
@@ -143,7 +149,8 @@ def _parallelism(view: PlanView) -> dict[str, Value]:
     if shard * lay.cp > 1:  # FSDP is applied over dp_shard x cp
         keys["fsdp_reshard_after_forward"] = "always" if lay.zero == 3 else "never"
     keys["tensor_parallel_degree"] = lay.tp
-    keys["enable_async_tensor_parallel"] = False  # the cost model prices plain TP; async TP also needs compile
+    # PyTorch's micro-pipelined TP where the plan priced it (planner.cost.tensor "async-tp"); it needs compile
+    keys["enable_async_tensor_parallel"] = view.tp_comm_overlap and lay.tp > 1
     keys["context_parallel_degree"] = lay.cp
     keys["pipeline_parallel_degree"] = lay.pp
     if lay.pp > 1:
@@ -196,8 +203,6 @@ def _float8(view: PlanView) -> list[tuple[str, dict[str, Value]]]:
     return [
         ("model", {"converters": ["quantize.linear.float8"]}),
         ("quantize.linear.float8", fp8),
-        # float8 matmuls only pay off compiled (torchtitan float8 docs); the plan's fp8 speed assumes it.
-        ("compile", {"enable": True, "components": ["model", "loss"]}),
     ]
 
 
