@@ -138,13 +138,43 @@ def _check_token_drop(m: ModelSpec, framework: str, capacity: float | None, padd
                              fix="leave it out, or plan for --framework megatron-core / nemo")
 
 
+def _on_off(value: str | None, flag: str) -> bool | None:
+    if value is None:
+        return None
+    if value not in ("on", "off"):
+        raise PlanInputError(f"expected on or off, got '{value[:40]}'", field=flag, fix=f"use {flag} on or {flag} off")
+    return value == "on"
+
+
+def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: str | None) -> dict[str, bool]:
+    """--tp-comm-overlap and --torch-compile as the training prices them: as given, else the framework's default
+    (planner.cost.profiles); one asked for where the framework has no such switch is refused."""
+    from planner.cost.profiles import profile_for
+
+    prof = profile_for(framework)
+    overlap, compile_ = _on_off(tp_comm_overlap, "--tp-comm-overlap"), _on_off(torch_compile, "--torch-compile")
+    if overlap and not prof.tp_comm_method:
+        raise PlanInputError(f"{framework} has no switch to overlap tensor-parallel collectives with GEMMs",
+                             field="--tp-comm-overlap", fix="drop it, or plan for megatron-core, nemo or torchtitan")
+    if compile_ and prof.compile_speedup <= 1.0:
+        raise PlanInputError(f"{framework} runs its own fused kernels; the planner has no torch.compile switch for it",
+                             field="--torch-compile", fix="drop it, or plan for torchtitan or deepspeed")
+    overlap = prof.tp_comm_overlap if overlap is None else overlap
+    compile_ = prof.compile_speedup > 1.0 and (prof.compiles_by_default if compile_ is None else compile_)
+    if overlap and prof.tp_comm_method == "async-tp" and not compile_:
+        raise PlanInputError(f"{framework}'s async tensor parallelism needs torch.compile", field="--tp-comm-overlap",
+                             fix="add --torch-compile on, or --tp-comm-overlap off")
+    return {"tp_comm_overlap": overlap, "torch_compile": compile_}
+
+
 def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
     """The planning problem of `options` for a loaded model and cluster (`explain --from` reads them from a launch
     file; options.model and options.cluster are not read)."""
     from pydantic import ValidationError
 
+    from planner.cost.profiles import plan_compiles_loss
     from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import moments_refusal, offload_refusal, precision_refusal
+    from planner.inputs.frameworks import capabilities_for, moments_refusal, offload_refusal, precision_refusal
     from planner.inputs.layout import parse_pairs
     from planner.inputs.problem import Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
@@ -167,13 +197,18 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
         raise PlanInputError(refusal, field="--optimizer-moments",
                              fix="use fp32, or --framework megatron-core / nemo (precision-aware optimizer)")
     _check_fp8_recipe(o.fp8_recipe, o.precision, framework)
+    if o.param_offload and not capabilities_for(framework).param_offload:
+        raise PlanInputError(f"{framework} has no switch to keep ZeRO-3 parameters in host memory",
+                             field="--param-offload", fix="drop it, or plan for --framework deepspeed")
     _check_token_drop(m, framework, o.moe_capacity_factor, o.moe_pad_to_capacity)
     _check_cuda_graphs(o.cuda_graphs)
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
-                          moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs)
+                          moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
+                          param_offload=bool(o.param_offload),
+                          **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile))
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and o.seq_len > m.max_position_embeddings:
@@ -183,4 +218,5 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
         stderr().print(f"warning: {c.gpu.name} has no {o.precision} tensor cores; predicting at its bf16 rate")
     fixed = parse_pairs(list(o.fix), "--fix")
     return Problem(m, c, tr, fixed=fixed, allow_tp_across_nodes=o.allow_tp_across_nodes,
-                   compress=parse_compress(o.compress), memory_headroom=o.memory_headroom)
+                   compress=parse_compress(o.compress), memory_headroom=o.memory_headroom,
+                   compiled_loss=plan_compiles_loss(tr))

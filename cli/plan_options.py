@@ -158,6 +158,23 @@ class PlanOptions:
         "full-iteration; removes the host time of what it captures, per-layer graphs keep static buffers", "str",
         _ALL)
 
+    param_offload: bool = _opt(False, ("--param-offload",), "with ZeRO-3: keep the parameter partitions in host "
+                               "memory and copy each layer's in before its gather (DeepSpeed offload_param); priced "
+                               "as host-link traffic per layer and pass", "flag",
+                               {"plan": None, "report": None,
+                                "explain": Variant(None, "ZeRO-3 parameters in host memory (default: the file's)")})
+    tp_comm_overlap: str | None = _opt(
+        None, ("--tp-comm-overlap",), "on | off: overlap tensor-parallel collectives with the GEMMs beside them "
+        "(Megatron --tp-comm-overlap / NeMo tp_comm_overlap: Transformer Engine userbuffers; torchtitan async TP); "
+        "default: as the framework's recipes ship it (on for nemo and generic, off elsewhere)", "str",
+        {"plan": None, "report": None,
+         "explain": Variant(None, "on | off: TP communication overlap " + _FILE.format("the framework's default"))})
+    torch_compile: str | None = _opt(
+        None, ("--torch-compile",), "on | off: compile the model with torch.compile (torchtitan [compile], Hugging "
+        "Face --torch_compile), priced with the compiled kernel rate; default: on for torchtitan, off for deepspeed",
+        "str", {"plan": None, "report": None,
+                "explain": Variant(None, "on | off: torch.compile " + _FILE.format("the framework's default"))})
+
     def __init__(self, **values: Any) -> None:
         """Options by field name; one left out takes its default (plain `plan`'s). Frozen, as frozen=True makes it."""
         for f in dataclasses.fields(self):

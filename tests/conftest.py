@@ -22,7 +22,7 @@ def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, tie: bool = Tr
 
 def cols(**layout: int) -> dict[str, np.ndarray]:
     base = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": 0, "sp": 0,
-            "schedule": 0, "cp_comm": 0, "etp": 0}
+            "schedule": 0, "cp_comm": 0, "etp": 0, "order": 0}
     base.update(layout)
     assert set(base) == set(KNOBS)
     return {k: np.array([v], dtype=np.int64) for k, v in base.items()}

@@ -88,9 +88,24 @@ def test_summary_counts_are_computed_from_the_knobs(recipes, cases):
     assert after["all_resolved"] == before["all_resolved"] - 1
 
 
-def test_a_knob_the_model_does_not_price_is_counted(recipes, cases):
-    """MB-141 ran TP without userbuffer overlap while the nemo profile prices TP overlap: recorded, not priced."""
+def test_tp_comm_overlap_is_priced_as_the_recipe_ran_it(recipes, cases):
+    """MB-141 ran TP without userbuffer overlap while the nemo profile's recipes turn it on: priced with it off, so
+    flipping the knob in the case's own `ran:` block makes the same layout faster."""
     out = run_case(cases["MB-141"], "test", recipes)
+    assert out["knobs"]["tp_comm_overlap"] == {**out["knobs"]["tp_comm_overlap"], "value": False, "status": "priced"}
+    assert "tp_comm_overlap" not in knob_summary([out])["unpriced_by_knob"]
+    case = copy.deepcopy(cases["MB-141"])
+    case["ran"] = {"tp_comm_overlap": {"value": True, "source": "NVIDIA-NeMo/Megatron-Bridge@0fbfe7d3e:x.py#L1"}}
+    flipped = run_case(case, "test", recipes)
+    assert flipped["knobs"]["tp_comm_overlap"]["status"] == "priced"
+    assert flipped["predicted"]["tokens_per_s_per_gpu"] > out["predicted"]["tokens_per_s_per_gpu"]
+
+
+def test_a_knob_the_model_does_not_price_is_counted(cases):
+    """The paper-era Megatron-LM has no TP overlap switch: a run said to overlap is recorded, not priced."""
+    case = copy.deepcopy(cases["N21-004"])
+    case["ran"] = {"tp_comm_overlap": {"value": True, "source": "NVIDIA/Megatron-LM@de7dc40f8:x.py#L1"}}
+    out = run_case(case, "test", {})
     assert out["knobs"]["tp_comm_overlap"]["status"] == "not priced"
     assert knob_summary([out])["unpriced_by_knob"]["tp_comm_overlap"] == 1
 

@@ -89,7 +89,7 @@ def test_ring_step_hand_worked():
     send = 8.4e-6 + block / (50e9 * 0.92)  # BASE_LATENCY + bytes / (NIC x efficiency): the ring leaves the node
     send_b = 8.4e-6 + 2 * block / (50e9 * 0.92)
     attn_f = np.array([1e-4])
-    both, fwd = context.ring_exposed(m, fab, tok, tp, u, r, attn_f, 2.5 * attn_f, domain=8)
+    both, fwd = context.ring_exposed(m, fab, tok, tp, u, r, attn_f, 2.5 * attn_f)
     launches = 8 * 3 * 4e-6
     assert fwd[0] == pytest.approx(7 * max(send - 1e-4 / 8, 0) + launches)
     assert both[0] == pytest.approx(fwd[0] + 7 * max(send_b - 2.5e-4 / 8, 0) + launches)

@@ -84,7 +84,9 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
     for key, attr in (("num_gpus", "num_gpus"), ("global_batch", "global_batch"), ("seq_len", "seq_len"),
                       ("precision", "precision"), ("mtp", "mtp_layers"), ("grad_accum", "grad_accum"),
                       ("framework", "framework"), ("optimizer_offload", "optimizer_offload"),
-                      ("capacity_factor", "moe_capacity_factor"), ("pad_to_capacity", "moe_pad_to_capacity")):
+                      ("capacity_factor", "moe_capacity_factor"), ("pad_to_capacity", "moe_pad_to_capacity"),
+                      ("tp_comm_overlap", "tp_comm_overlap"), ("torch_compile", "torch_compile"),
+                      ("param_offload", "param_offload")):
         if key in want:
             assert getattr(cfg, attr) == want[key], (key, getattr(cfg, attr))
     if "fp8_recipe" in want:

@@ -140,17 +140,15 @@ def test_output_is_deterministic_and_newline_terminated(fmt: str) -> None:
     assert first.endswith("\n") and not first.endswith("\n\n")
 
 
-@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "nemo", "env"])
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "nemo", "env", "deepspeed"])
 def test_header_names_version_model_cluster_and_target(fmt: str) -> None:
-    first = render(llama70_doc(), fmt).splitlines()[0]
-    assert first.startswith("# plan 0.1.0 | llama3-70b on h100x512 ")
+    doc = zero3_doc() if fmt == "deepspeed" else llama70_doc()
+    first = render(doc, fmt).splitlines()[0]
+    assert first.startswith("# plan 0.1.0 | " + ("llama3-8b on h100x64 " if fmt == "deepspeed" else
+                                                 "llama3-70b on h100x512 "))
     target = {"megatron": "Megatron-LM core_v0.15 / main 2026-08", "torchtitan": "torchtitan v0.2.2",
-              "nemo": "Megatron-Bridge 2026-08", "env": "shell variables"}[fmt]
+              "nemo": "Megatron-Bridge 2026-08", "env": "shell variables", "deepspeed": "DeepSpeed 0.19"}[fmt]
     assert target in first
-
-
-def test_deepspeed_json_has_no_header() -> None:
-    assert render(zero3_doc(), "deepspeed").startswith("{")
 
 
 def test_rank_selects_plan() -> None:
@@ -356,11 +354,26 @@ def test_torchtitan_uneven_moe_stages() -> None:
 
 def test_torchtitan_float8() -> None:
     doc = llama70_doc()
-    doc["inputs"]["training"]["precision"] = "fp8"
+    doc["inputs"]["training"].update(precision="fp8", torch_compile=True)
     config = toml_of(render(doc, "torchtitan"))
     assert config["model"]["converters"] == ["quantize.linear.float8"]
     assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
-    assert config["compile"]["enable"] is True
+    assert config["compile"] == {"enable": True, "components": ["model", "loss"]}
+
+
+@pytest.mark.parametrize(("compiled", "async_tp"), [(True, True), (True, False), (False, False)])
+def test_torchtitan_compile_and_async_tp_follow_the_plan(compiled: bool, async_tp: bool) -> None:
+    """[compile] and async TP are written as the plan priced them, whatever the model's own train_configs say."""
+    doc = llama70_doc()
+    doc["inputs"]["training"].update(torch_compile=compiled, tp_comm_overlap=async_tp)
+    text = render(doc, "torchtitan")
+    config = toml_of(text)
+    assert config["compile"]["enable"] is compiled
+    assert config["parallelism"]["enable_async_tensor_parallel"] is async_tp
+    from planner.inputs.launch_readers.torchtitan import read
+
+    back = read(text, "plan.toml")
+    assert (back.torch_compile, back.tp_comm_overlap) == (compiled, async_tp)
 
 
 def test_torchtitan_zero_bubble_h1_with_virtual_stages() -> None:
@@ -393,9 +406,17 @@ def test_torchtitan_refuses_moe_float8() -> None:
 # ---------------------------------------------------------------- DeepSpeed
 
 
+def ds_launch(text: str) -> tuple[dict, list[str], dict[str, str]]:
+    """(ds_config, launch command words, files) of a `--format deepspeed` script, as its shell would run it."""
+    from planner.inputs.launch_readers.shell import read_script
+
+    script = read_script(text, "plan.sh")
+    return json.loads(script.files["ds_config.json"]), script.commands[-1].words, script.files
+
+
 def test_deepspeed_config_zero3() -> None:
     doc = zero3_doc()
-    config = json.loads(render(doc, "deepspeed"))
+    config, words, _ = ds_launch(render(doc, "deepspeed"))
     lay = layout(doc)
     assert config["train_micro_batch_size_per_gpu"] == 1
     assert config["gradient_accumulation_steps"] == 4
@@ -404,19 +425,82 @@ def test_deepspeed_config_zero3() -> None:
                                           * config["gradient_accumulation_steps"] * lay["dp"])
     assert config["zero_optimization"]["stage"] == 3
     assert config["bf16"] == {"enabled": True} and "fp16" not in config
+    assert "tensor_parallel" not in config and "sequence_parallel_size" not in config
+    # the deepspeed launcher over whole nodes, with the Trainer's own batch arguments
+    assert words[:5] == ["deepspeed", "--num_nodes", "8", "--num_gpus", "8"] and "train.py" in words
+    args = words[words.index("train.py") + 1:]
+    assert args[:2] == ["--deepspeed", "ds_config.json"] and "--bf16" in args
+    assert args[args.index("--per_device_train_batch_size") + 1] == "1"
+    assert args[args.index("--gradient_accumulation_steps") + 1] == "4"
+    assert "--gradient_checkpointing" not in args and "--torch_compile" not in args
 
 
-def test_deepspeed_refuses_model_parallel_naming_each() -> None:
+def test_deepspeed_autotp_with_gradient_checkpointing() -> None:
+    """AutoTP (tensor_parallel.autotp_size, ZeRO <= 2, no SP): DeepSpeed's world for the batch is dp; full recompute
+    is the Trainer's --gradient_checkpointing."""
+    doc = zero3_doc()
+    layout(doc).update(tp=8, dp=8, zero=2, recompute="full", num_microbatches=32)
+    config, words, _ = ds_launch(render(doc, "deepspeed"))
+    assert config["tensor_parallel"] == {"autotp_size": 8}
+    assert config["train_batch_size"] == 1 * 32 * 8 == 256
+    assert "--gradient_checkpointing" in words
+
+
+def test_deepspeed_ulysses_runs_through_accelerate() -> None:
+    doc = zero3_doc()
+    layout(doc).update(cp=4, dp=16, cp_comm="a2a", num_microbatches=16)
+    doc["inputs"]["training"].update(torch_compile=True, param_offload=True, optimizer_offload=1.0)
+    config, words, files = ds_launch(render(doc, "deepspeed"))
+    assert config["sequence_parallel_size"] == 4
+    assert config["zero_optimization"]["offload_param"]["device"] == "cpu"
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert words[:4] == ["accelerate", "launch", "--config_file", "accelerate_config.yaml"]
+    yaml_text = files["accelerate_config.yaml"]
+    assert "parallelism_config_sp_backend: deepspeed" in yaml_text and "parallelism_config_sp_size: 4" in yaml_text
+    assert "--torch_compile" in words
+
+
+def test_deepspeed_round_trip_reads_the_plan_back(tmp_path) -> None:
+    """`explain --from` reads the script (its here-documents included) to the layout and switches it was made of."""
+    from planner.inputs.launch_readers import read_launch_file
+
+    for update, training in (({}, {}), ({"tp": 8, "dp": 8, "zero": 2, "recompute": "full", "num_microbatches": 32},
+                                        {"torch_compile": True}),
+                             ({"cp": 4, "dp": 16, "cp_comm": "a2a", "num_microbatches": 16}, {"param_offload": True})):
+        doc = zero3_doc()
+        layout(doc).update(update)
+        doc["inputs"]["training"].update(training)
+        path = tmp_path / "launch.sh"
+        path.write_text(render(doc, "deepspeed"))
+        cfg = read_launch_file(str(path))
+        lay = layout(doc)
+        assert (cfg.dialect, cfg.num_gpus, cfg.micro_batch, cfg.grad_accum) == (
+            "deepspeed", 64, lay["micro_batch"], lay["num_microbatches"])
+        assert cfg.layout["tp"] == lay["tp"] and cfg.layout["cp"] == lay["cp"]
+        assert cfg.layout["zero"] == lay["zero"] and cfg.layout["recompute"] == (2 if lay["recompute"] == "full" else 0)
+        assert cfg.torch_compile is bool(training.get("torch_compile"))
+        assert cfg.param_offload is bool(training.get("param_offload"))
+        assert cfg.seq_len == doc["inputs"]["training"]["seq_len"]
+
+
+def test_deepspeed_refuses_pipeline_and_experts_naming_each() -> None:
     with pytest.raises(PlanInputError) as err:
         render(llama70_doc(), "deepspeed")
-    assert "tensor parallel tp=8" in err.value.message and "pipeline parallel pp=4" in err.value.message
+    assert "pipeline parallel pp=4" in err.value.message
     doc = zero3_doc()
-    layout(doc).update(cp=2, dp=32, num_microbatches=8)
-    with pytest.raises(PlanInputError, match="context parallel cp=2"):
+    layout(doc).update(tp=8, dp=8, zero=3, num_microbatches=32)
+    with pytest.raises(PlanInputError, match="ZeRO 0-2"):
+        render(doc, "deepspeed")
+    layout(doc).update(zero=2, sequence_parallel=True)
+    with pytest.raises(PlanInputError, match="sequence"):
+        render(doc, "deepspeed")
+    doc = zero3_doc()
+    layout(doc).update(cp=2, dp=32, num_microbatches=8)  # ring context parallelism: not DeepSpeed's
+    with pytest.raises(PlanInputError, match="Ulysses"):
         render(doc, "deepspeed")
 
 
-@pytest.mark.parametrize("recompute", ["full", "selective"])
+@pytest.mark.parametrize("recompute", ["selective", "offload"])
 def test_deepspeed_refuses_recompute(recompute: str) -> None:
     doc = zero3_doc()
     layout(doc)["recompute"] = recompute
@@ -524,7 +608,7 @@ GOLDEN_CASES = [
     ("nemo", llama70_doc, "llama3-70b.nemo.txt"),
     ("env", llama70_doc, "llama3-70b.env.sh"),
     # DeepSpeed cannot express the 70b plan (tp, pp > 1); its golden file is the ZeRO-3 data-parallel plan.
-    ("deepspeed", zero3_doc, "llama3-8b-zero3.deepspeed.json"),
+    ("deepspeed", zero3_doc, "llama3-8b-zero3.deepspeed.sh"),
 ]
 
 

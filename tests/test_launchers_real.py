@@ -64,7 +64,8 @@ MEGATRON_PROBLEMS = [
     ("llama70b-h100x512-tp8-pp4-vpp5",
      ("--model", "llama70b", "--cluster", "h100x512", "--fix", "tp=8", "--fix", "pp=4", "--fix", "vpp=5")),
     ("llama70b-h100x512-tp8-pp8-full",
-     ("--model", "llama70b", "--cluster", "h100x512", "--fix", "tp=8", "--fix", "pp=8", "--fix", "recompute=full")),
+     ("--model", "llama70b", "--cluster", "h100x512", "--fix", "tp=8", "--fix", "pp=8", "--fix", "recompute=full",
+      "--framework", "megatron-core")),
     # generic picks a zb-h1 schedule here (Megatron lacks it) since overlapped collectives cost SMs: plan for the
     # stack the flags are for
     ("mixtral8x7b-h100x64-default",
@@ -154,7 +155,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         # pretrain_mamba.py (hybrid models): the layer spec and the pattern are MambaModel arguments, read by
         # mamba_check; the rest are TransformerConfig fields
         "--spec", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-state-dim", "--mamba-head-dim",
-        "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size",
+        "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size", "--tp-comm-overlap",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -163,6 +164,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         pipeline_model_parallel_size=_int(flags, "--pipeline-model-parallel-size", 1),
         context_parallel_size=_int(flags, "--context-parallel-size", 1),
         sequence_parallel="--sequence-parallel" in flags,
+        tp_comm_overlap="--tp-comm-overlap" in flags,
         virtual_pipeline_model_parallel_size=_int(flags, "--num-virtual-stages-per-pipeline-rank"),
         num_layers_in_first_pipeline_stage=_int(flags, "--decoder-first-pipeline-num-layers"),
         num_layers_in_last_pipeline_stage=_int(flags, "--decoder-last-pipeline-num-layers"),
@@ -669,23 +671,36 @@ def deepspeed_pkg():
                                reason="DeepSpeed not installed (DS_BUILD_OPS=0 pip install deepspeed)")
 
 
+def ds_config_of(text: str) -> dict:
+    """The ds_config a `--format deepspeed` script writes (its here-document), as the shell would write it."""
+    from planner.inputs.launch_readers.shell import read_script
+
+    return json.loads(read_script(text, "plan.sh").files["ds_config.json"])
+
+
 @pytest.mark.parametrize("args", [
-    # DeepSpeed's own capabilities (no selective recompute in a ds_config), as `--format deepspeed` plans
+    # DeepSpeed's own capabilities, as `--format deepspeed` plans: the issue's launch (llama70b on 512 H100)
+    ("--model", "llama70b", "--cluster", "h100x512", "--framework", "deepspeed"),
+    ("--model", "llama70b", "--cluster", "h100x512", "--framework", "deepspeed", "--fix", "tp=8"),
     ("--model", "llama3-8b", "--cluster", "h100x16", "--fix", "tp=1", "--fix", "pp=1", "--fix", "zero=3",
-     "--framework", "deepspeed"),
+     "--framework", "deepspeed", "--param-offload", "--optimizer-offload", "1"),
     ("--model", "llama3-8b", "--cluster", "h100x16", "--fix", "tp=1", "--fix", "pp=1", "--fix", "cp=1",
      "--fix", "recompute=none", "--fix", "zero=1", "--seq-len", "4096"),
     ("--model", "llama2-7b", "--cluster", "h100x64", "--fix", "tp=1", "--fix", "pp=1", "--fix", "cp=1",
      "--fix", "recompute=none", "--seq-len", "2048", "--global-batch", "1024"),
-], ids=["llama8b-h100x16-zero3", "llama8b-h100x16-zero1", "llama7b-h100x64"])
+], ids=["llama70b-h100x512", "llama70b-h100x512-autotp8", "llama8b-h100x16-zero3-offload", "llama8b-h100x16-zero1",
+        "llama7b-h100x64"])
 def test_deepspeed_config_parses_in_deepspeed(deepspeed_pkg, monkeypatch, args):
+    """DeepSpeedConfig at the plan's data-parallel world (AutoTP and Ulysses ranks hold one replica between them:
+    DeepSpeed's mpu / sequence_parallel_size divide the world by them) derives the plan's batch, and reads the
+    AutoTP degree, the Ulysses degree and the offloads as planned."""
     doc = plan_doc(*args, "--top", "1")
     lay = layout(doc)
     try:
         text = render(doc, "deepspeed")
     except PlanInputError as err:
         pytest.fail(f"the pinned plan was refused: {err}")
-    config = json.loads(text)
+    config = ds_config_of(text)
     parsed = deepspeed_config(config, lay["dp"], monkeypatch)
     # What DeepSpeed derived (and asserted: train_batch == micro x accumulation x world) is the plan.
     assert parsed.train_batch_size == doc["inputs"]["training"]["global_batch"]
@@ -696,6 +711,11 @@ def test_deepspeed_config_parses_in_deepspeed(deepspeed_pkg, monkeypatch, args):
     assert _enabled(parsed, "bfloat16") and not _enabled(parsed, "float16")
     if lay["zero"] >= 1:
         assert parsed.zero_config.overlap_comm and parsed.zero_config.contiguous_gradients
+    assert parsed.tensor_parallel_config.autotp_size == (lay["tp"] if lay["tp"] > 1 else 0)
+    assert config.get("sequence_parallel_size", 1) == lay["cp"]
+    training = doc["inputs"]["training"]
+    assert (parsed.zero_config.offload_param is not None) == bool(training.get("param_offload"))
+    assert (parsed.zero_config.offload_optimizer is not None) == (training.get("optimizer_offload", 0) > 0)
     # DeepSpeed fills any one missing batch key from the other two; it must land on the same numbers.
     for dropped in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
         partial = {k: v for k, v in config.items() if k != dropped}
@@ -708,7 +728,7 @@ def test_deepspeed_rejects_a_wrong_world_size(deepspeed_pkg, monkeypatch):
     """The check above is live: the same config at another data-parallel size trips DeepSpeed's batch assert."""
     doc = plan_doc("--model", "llama3-8b", "--cluster", "h100x16", "--fix", "tp=1", "--fix", "pp=1", "--fix", "zero=3",
                    "--framework", "deepspeed", "--top", "1")
-    config = json.loads(render(doc, "deepspeed"))
+    config = ds_config_of(render(doc, "deepspeed"))
     with pytest.raises(AssertionError, match="train_batch_size is not equal"):
         deepspeed_config(config, layout(doc)["dp"] * 2, monkeypatch)
 
@@ -740,28 +760,30 @@ def test_megatron_config_mapping_is_live(mcore):
     assert dataclasses.is_dataclass(megatron_configs(flags)[0])
 
 
+_MCORE_TOP1 = ("--top", "1", "--framework", "megatron-core")  # the stack the flags are for
+
+
 def test_megatron_router_gate_reaches_megatron_core(mcore, tmp_path):
     """The router's gate is the model's: DeepSeek-V3 (config scoring_func) and Llama 4 (sigmoid in HF's Llama4TextMoe,
     no key) launch with --moe-router-score-function sigmoid; Llama 4's top-1 router would otherwise trip Megatron-Core's
     "Please use --moe-router-pre-softmax when topk is 1"; a softmax top-1 model gets the pre-top-k softmax; Mixtral's
-    softmax top-2 neither. Planned for Megatron-Core, so that the first pick is a plan it can launch (no DualPipe)."""
-    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", "--top", "1", *MCORE)
+    softmax top-2 neither."""
+    doc = plan_doc("--model", "llama4-maverick", "--cluster", "h100x512", *_MCORE_TOP1)
     flags = megatron_check(doc)
     assert flags["--moe-router-score-function"] == ["sigmoid"] and flags["--moe-router-topk"] == ["1"]
-    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", "--top", "1",
-                                    *MCORE))
+    flags = megatron_check(plan_doc("--model", "deepseek-v3", "--cluster", "h800x2048", *_MCORE_TOP1))
     assert flags["--moe-router-score-function"] == ["sigmoid"]
     # node-limited routing, as the all-to-all was priced: 8 groups, 4 per token (DeepSeek-V3 report §2.1.2)
     assert flags["--moe-router-num-groups"] == ["8"] and flags["--moe-router-group-topk"] == ["4"]
     config, _ = megatron_configs(flags)
     assert (config.moe_router_num_groups, config.moe_router_group_topk) == (8, 4)
-    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", "--top", "1", *MCORE))
+    flags = megatron_check(plan_doc("--model", "mixtral-8x7b", "--cluster", "h100x64", *_MCORE_TOP1))
     assert "--moe-router-score-function" not in flags and "--moe-router-pre-softmax" not in flags
     switch = tmp_path / "top1-softmax.yaml"
     switch.write_text("name: top1-softmax\nhidden_size: 4096\nnum_hidden_layers: 32\nnum_attention_heads: 32\n"
                       "num_key_value_heads: 8\nintermediate_size: 14336\nvocab_size: 32000\nnum_local_experts: 16\n"
                       "num_experts_per_tok: 1\n")
-    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", "--top", "1", *MCORE))
+    flags = megatron_check(plan_doc("--model", str(switch), "--cluster", "h100x64", *_MCORE_TOP1))
     assert "--moe-router-pre-softmax" in flags and "--moe-router-score-function" not in flags
 
 

@@ -74,7 +74,7 @@ def test_a_plan_documents_layout_reads_back_as_the_same_knobs(lay: Layout) -> No
 
 
 def test_codes_become_the_declared_types() -> None:
-    second = {"etp": 1, "sp": 1, "cp_comm": 2}
+    second = {"etp": 1, "sp": 1, "cp_comm": 2, "order": 1}
     lay = Layout.from_columns({k: np.array([1, second.get(k, 2)]) for k in KNOBS}, row=1)
     assert lay.recompute is Recompute.FULL and lay.zero is Zero.GRADIENTS and lay.sp is True
     assert type(lay.tp) is int

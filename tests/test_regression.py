@@ -220,7 +220,7 @@ def test_check_json_format(tmp_path: Path, baseline: Path):
 
 # --- bad baselines: exit 2, one line ----------------------------------------------------------------------------------
 def _wrong_schema(d: dict) -> None:
-    d["schema_version"] = 99
+    d["schema_version"] = 99  # a version this planner does not read (it reads 2 and 3)
 
 
 BAD = {

@@ -61,9 +61,20 @@ CASES = {
     "framework_context_parallel": (prob(framework="torchtitan"), dict(cp=2, dp=32, cp_comm=1),
                                    dict(cp=2, dp=32, cp_comm=0)),
     "framework_context_parallel_paper": (prob(framework="megatron"), dict(cp=2, dp=32), dict(dp=64)),
-    "framework_model_parallel": (prob(framework="deepspeed"), dict(tp=2, dp=32), dict(dp=64)),
+    # DeepSpeed under a Trainer: AutoTP yes (ZeRO 0-2, no SP, not beside Ulysses), pipelines and experts no
+    "framework_model_parallel": (prob(framework="deepspeed"), dict(pp=2, dp=32), dict(tp=2, dp=32)),
+    "framework_zero_with_tensor_parallel": (prob(framework="deepspeed"), dict(tp=2, dp=32, zero=3),
+                                            dict(tp=2, dp=32, zero=2)),
+    "framework_sequence_parallel": (prob(framework="deepspeed"), dict(tp=2, dp=32, sp=1), dict(tp=2, dp=32, sp=0)),
+    "framework_tp_with_cp": (prob(framework="deepspeed"), dict(tp=2, cp=2, dp=16, cp_comm=1),
+                             dict(tp=1, cp=2, dp=32, cp_comm=1)),
+    "param_offload_needs_zero3": (Problem(load_model("llama3-70b"), load_cluster("h100x64"),
+                                          TrainingSpec(seq_len=8192, global_batch=64, framework="deepspeed",
+                                                       param_offload=True)), dict(dp=64, zero=2), dict(dp=64, zero=3)),
     "framework_ddp_alone": (prob(framework="torchtitan"), dict(tp=2, dp=32, zero=0), dict(tp=2, dp=32, zero=3)),
-    "framework_recompute": (prob(framework="deepspeed"), dict(dp=64, zero=3, recompute=2), dict(dp=64, zero=3)),
+    # the Trainer's gradient checkpointing is whole decoder layers: full yes, selective no
+    "framework_recompute": (prob(framework="deepspeed"), dict(dp=64, zero=3, recompute=1),
+                            dict(dp=64, zero=3, recompute=2)),
     "framework_fp8_needs_zero": (prob(framework="nemo", precision="fp8"), dict(tp=8, dp=8, zero=0),
                                  dict(tp=8, dp=8, zero=1)),
     "cp_comm_needs_cp": (prob(), dict(dp=64, cp_comm=1), dict(dp=32, cp=2, cp_comm=1)),
@@ -110,6 +121,13 @@ CASES = {
     # (mamba_context_parallel.py: nheads_local_tp % cp == 0); cp 8 splits the heads and repeats the group
     "mamba_heads_divisible_by_cp": (prob(HF / "nemotron-h-56b.json", "h100x512"), dict(tp=8, cp=64),
                                     dict(tp=8, cp=8, dp=8)),
+    # data parallelism outermost: torchtitan's mesh keeps pp outermost; Megatron-Core runs it beside the distributed
+    # optimizer only, and with pp > 1 only where the experts' data-parallel size is the dense one (no CP when dense)
+    "framework_rank_order": (prob(framework="torchtitan"), dict(pp=2, dp=32, zero=3, order=1),
+                             dict(pp=2, dp=32, zero=3, order=0)),
+    "rank_order_zero": (prob(framework="megatron-core"), dict(dp=64, zero=3, order=1), dict(dp=64, zero=1, order=1)),
+    "rank_order_expert_data": (prob(framework="megatron-core"), dict(tp=8, cp=2, pp=2, dp=2, order=1),
+                               dict(tp=8, cp=1, pp=2, dp=4, order=1)),
 }
 
 

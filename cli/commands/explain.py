@@ -166,9 +166,12 @@ def _warn_read(cfg: object) -> None:
 def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) -> PlanOptions:
     """The options for a launch file: what the command line states, else what the file says, else the defaults.
     The fp8 recipe is always the file's (blockwise only where it says so and trains in fp8)."""
+    switches = {k: None if v is None else ("on" if v else "off")
+                for k, v in (("tp_comm_overlap", cfg.tp_comm_overlap), ("torch_compile", cfg.torch_compile))}
     file = {"seq_len": cfg.seq_len, "global_batch": cfg.global_batch, "precision": cfg.precision,
             "optimizer_offload": cfg.optimizer_offload, "optimizer_moments": cfg.optimizer_moments,
-            "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity}
+            "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity,
+            "param_offload": cfg.param_offload, **switches}
     # (a capacity factor the file states is taken as it is; the other figures only where they are set and not zero)
     merged = replace(options, **{k: v for k, v in file.items()
                                  if k not in stated and (v is not None if k == "moe_capacity_factor" else v)})

@@ -86,13 +86,18 @@ MIN_LINK_SHARE = 0.05
 
 
 def nic_busy(problem: Problem, zero: np.ndarray, shard_group: np.ndarray, tp: np.ndarray, ag: np.ndarray,
-             rs: np.ndarray, t_f: np.ndarray, t_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+             rs: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
+             outer: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) share of a layer's pass during which ZeRO-3 collectives that leave the NVLink domain run
     (their gathers `ag` beside t_f, gathers and reduce-scatters `rs` beside t_b, at most all of it; seconds from
-    sharding.fsdp_collectives), where the GPU's host link also carries the NIC's traffic; 0 elsewhere."""
+    sharding.fsdp_collectives), where the GPU's host link also carries the NIC's traffic; 0 elsewhere. `outer`: the
+    shard group's outer factor when data parallelism is outermost (planner.cost.groups.Placement)."""
     if not problem.cluster.gpu.nic_shares_host_link:
         return np.zeros_like(t_f), np.zeros_like(t_b)
-    crosses = (zero == Zero.PARAMETERS) & (peers_within(problem.cluster.nvlink_domain, tp, shard_group) < shard_group)
+    domain = problem.cluster.nvlink_domain
+    inside = peers_within(domain, tp, shard_group) if outer is None else (
+        peers_within(domain, tp, outer[0]) * peers_within(domain, outer[1], shard_group // outer[0]))
+    crosses = (zero == Zero.PARAMETERS) & (inside < shard_group)
     busy_f = np.minimum(ag / np.maximum(t_f, 1e-12), 1.0)
     busy_b = np.minimum((ag + rs) / np.maximum(t_b, 1e-12), 1.0)
     return np.where(crosses, busy_f, 0.0), np.where(crosses, busy_b, 0.0)

@@ -19,7 +19,7 @@ from planner.cost.attention_rate import (  # noqa: F401  (re-exported: the atten
     kernel_length_factor,
     ring_length_factor,
 )
-from planner.cost.profiles import profile_for
+from planner.cost.profiles import kernel_efficiency, profile_for
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
     FP8_CAST_BYTES,
@@ -67,7 +67,7 @@ def gemm_efficiency(gpu: GPUSpec, precision: str, fp8_recipe: str = "tensorwise"
 
 def rates(problem: Problem) -> Rates:
     gpu, tr = problem.cluster.gpu, problem.training
-    kernel = profile_for(tr.framework).kernel_efficiency
+    kernel = kernel_efficiency(tr)
     eff = gemm_efficiency(gpu, tr.precision, tr.fp8_recipe) * kernel
     return Rates(peak=gpu.peak_tflops(tr.precision) * 1e12, eff=eff,
                  bf16_peak=gpu.bf16_tflops * 1e12, hbm=gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY,
@@ -160,7 +160,8 @@ def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
         length = kernel_length_factor(m, problem.training.seq_len, ring) * head_dim_factor(m, gpu)
-        attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * prof.kernel_efficiency * length)
+        kernel = kernel_efficiency(problem.training)
+        attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * kernel * length)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
     else:
         # Unfused: QK^T and PV run as batched GEMMs over the full s x s scores (the causal mask is applied after),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
+from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed, span_tier
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
 from planner.inputs.specs import ModelSpec
 
@@ -29,18 +29,19 @@ def kv_width(m: ModelSpec) -> int:
 
 
 def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray,
-                 attn_f: np.ndarray, attn_b: np.ndarray, domain: int) -> tuple[np.ndarray, np.ndarray]:
+                 attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) ring-attention time that attention does not hide, per layer.
 
     The ring runs r steps (Transformer Engine p2p CP): each sends this rank's KV block (tok·kv_width·2/tp bytes) to
     the next rank while the attention of the block in hand computes; with the load-balanced causal split every step
     does 1/r of the attention. The backward circulates KV and dKV together, twice the bytes (context_parallel.py
-    :2397). All ranks step together, so a ring that leaves the NVLink domain runs every step at network speed.
+    :2397). All ranks step together, so a ring that leaves a domain runs every step at the speed of the outermost
+    tier its r·tp·u ranks span (fabric.span_tier).
     Exposed per direction: (r - 1)·E(t_send, t_attn / r) + r·step kernel launches, E = fabric.overlapped_exposed
     (the send's copy kernel holds SMs while the attention runs, as a collective does).
     """
     block = tok * kv_width(m) * 2.0 / tp
-    crosses = r * tp * u > domain
+    crosses = span_tier(r * tp * u, fab.cluster)
     steps = np.maximum(r - 1, 0.0)
     launches = np.where(r > 1, r * RING_STEP_KERNELS * KERNEL_OVERHEAD_S, 0.0)
     send_f = fab.send(block, crosses, "cp")
@@ -61,9 +62,9 @@ def ulysses_time(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: 
 
 
 def cp_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray,
-               attn_f: np.ndarray, attn_b: np.ndarray, domain: int) -> tuple[np.ndarray, np.ndarray]:
+               attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed CP time per layer: ring part + Ulysses all-to-alls (twice: fwd, bwd)."""
-    ring_all, ring_f = ring_exposed(m, fab, tok, tp, u, r, attn_f, attn_b, domain)
+    ring_all, ring_f = ring_exposed(m, fab, tok, tp, u, r, attn_f, attn_b)
     a2a_cp = ulysses_time(m, fab, tok, tp, u)
     return ring_all + 2 * a2a_cp, ring_f + a2a_cp
 

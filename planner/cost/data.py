@@ -6,6 +6,7 @@ import numpy as np
 
 from planner.cost import offload
 from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
+from planner.cost.groups import Placement
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.layout import Zero
 
@@ -15,22 +16,25 @@ OPTIMIZER_BYTES_PER_PARAM = 30.0
 
 def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray], zero: np.ndarray,
                         hsdp: np.ndarray, shard_group: np.ndarray, ranks: tuple[np.ndarray, np.ndarray],
-                        tp: np.ndarray, etp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+                        tp: np.ndarray, etp: np.ndarray, ep: np.ndarray, place: Placement | None = None) -> np.ndarray:
     """Per-step gradient reduction of the busiest stage.
 
-    Dense grads all-reduce over the dp x cp ranks (strided by tp), expert grads over the expert data ranks (strided
-    by etp·ep); ZeRO-3 reduce-scatters per layer instead (planner.cost.sharding), and HSDP all-reduces the sharded
-    grads across the replicas of its shard group. `params` is sharding.stage_params; `ranks` (data, expert data).
+    Dense grads all-reduce over the dp x cp ranks (strided by tp; with dp outermost, cp ranks strided by tp and dp
+    blocks by tp·cp·pp: `place`, planner.cost.groups.Placement), expert grads over the expert data ranks (strided
+    by etp·ep, or etp·ep·pp); ZeRO-3 reduce-scatters per layer instead (planner.cost.sharding), and HSDP all-reduces
+    the sharded grads across the replicas of its shard group. `params` is sharding.stage_params; `ranks` (data,
+    expert data).
     """
     data_ranks, expert_ranks = ranks
     stage_p, layers, layer_expert_part = params["stage"], params["held_layers"], params["layer_expert_part"]
     dense_local = stage_p - layers * layer_expert_part
     expert_local = layers * layer_expert_part
     dense_grads, expert_grads = dense_local * prof.grad_reduce_bytes, expert_local * prof.grad_reduce_bytes
-    reduce_dense = fab.collective("all_reduce", dense_grads, data_ranks, tp, "dp")
+    outer, expert_stride = (None, etp * ep) if place is None else (place.data_outer(data_ranks), place.expert_stride)
+    reduce_dense = fab.collective("all_reduce", dense_grads, data_ranks, tp, "dp", outer)
     # dense models launch no expert all-reduce (a zero-byte one would still cost its latency)
-    reduce_exp = np.where(expert_local > 0, fab.collective("all_reduce", expert_grads, expert_ranks, etp * ep, "dp"),
-                          0.0)
+    reduce_exp = np.where(expert_local > 0, fab.collective("all_reduce", expert_grads, expert_ranks, expert_stride,
+                                                           "dp"), 0.0)
     replicas = data_ranks / shard_group
     shard_grads = stage_p * prof.grad_reduce_bytes / shard_group
     hsdp_reduce = fab.collective("all_reduce", shard_grads, replicas, tp * shard_group, "dp")
@@ -48,23 +52,26 @@ def dp_exposed(prof: FrameworkProfile, dp_time: np.ndarray, zero: np.ndarray, st
 
 def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray],
                   ranks: tuple[np.ndarray, np.ndarray], tp: np.ndarray, etp: np.ndarray, ep: np.ndarray,
-                  micro: np.ndarray, stage_f: np.ndarray, stage_b: np.ndarray) -> np.ndarray:
+                  micro: np.ndarray, stage_f: np.ndarray, stage_b: np.ndarray,
+                  groups: tuple[object, np.ndarray] | None = None) -> np.ndarray:
     """ZeRO-2 exposed data-parallel time per step: gradients are sharded, so each micro-batch's backward
     reduce-scatters its gradients (DeepSpeed stage_1_and_2.py reduces every micro-step once gradients are partitioned,
     :1767; FSDP2 without resharding and Megatron-FSDP optim_grads likewise), hidden behind that micro-batch's
     backward; after the update each rank all-gathers the bf16 parameters it owns, behind the next forward.
     Exposed: m·E(RS, overlap·t_b) + E(AG, overlap·t_f), E = fabric.overlapped_exposed (what the window does not hide,
-    or the SMs the collective takes from it)."""
+    or the SMs the collective takes from it). `groups`: the data ranks' outer factor and the expert stride
+    (planner.cost.groups.Placement; None: the default rank order)."""
     data_ranks, expert_ranks = ranks
+    outer, expert_stride = groups if groups is not None else (None, etp * ep)
     stage_p, layers, layer_expert_part = params["stage"], params["held_layers"], params["layer_expert_part"]
     expert_local = layers * layer_expert_part
     dense_local = stage_p - expert_local
     moe = expert_local > 0  # dense models launch no expert collectives
-    rs = (fab.collective("reduce_scatter", dense_local * prof.grad_reduce_bytes, data_ranks, tp, "dp")
+    rs = (fab.collective("reduce_scatter", dense_local * prof.grad_reduce_bytes, data_ranks, tp, "dp", outer)
           + np.where(moe, fab.collective("reduce_scatter", expert_local * prof.grad_reduce_bytes, expert_ranks,
-                                         etp * ep, "dp"), 0.0))
-    ag = (fab.collective("all_gather", dense_local * 2.0, data_ranks, tp, "dp")
-          + np.where(moe, fab.collective("all_gather", expert_local * 2.0, expert_ranks, etp * ep, "dp"), 0.0))
+                                         expert_stride, "dp"), 0.0))
+    ag = (fab.collective("all_gather", dense_local * 2.0, data_ranks, tp, "dp", outer)
+          + np.where(moe, fab.collective("all_gather", expert_local * 2.0, expert_ranks, expert_stride, "dp"), 0.0))
     share = collective_sm_share(fab.cluster)
     per_microbatch = overlapped_exposed(rs, prof.dp_overlap * stage_b, share)
     return micro * per_microbatch + overlapped_exposed(ag, prof.dp_overlap * stage_f, share)
@@ -73,10 +80,11 @@ def zero2_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndar
 def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray], zero: np.ndarray,
                       hsdp: np.ndarray, shard_group: np.ndarray, ranks: tuple[np.ndarray, np.ndarray], tp: np.ndarray,
                       etp: np.ndarray, ep: np.ndarray, micro: np.ndarray, stage_f: np.ndarray,
-                      stage_b: np.ndarray) -> np.ndarray:
+                      stage_b: np.ndarray, place: Placement | None = None) -> np.ndarray:
     """Exposed data-parallel time per step for each ZeRO stage: ZeRO-2 reduces every micro-batch
-    (`zero2_exposed`); the others reduce once per step behind the last micro-batch (`dp_exposed`)."""
-    dp_time = grad_reduction_time(fab, prof, params, zero, hsdp, shard_group, ranks, tp, etp, ep)
+    (`zero2_exposed`); the others reduce once per step behind the last micro-batch (`dp_exposed`). `place`: where
+    the groups lie under each row's rank order (None: the default order)."""
+    dp_time = grad_reduction_time(fab, prof, params, zero, hsdp, shard_group, ranks, tp, etp, ep, place)
     out = dp_exposed(prof, dp_time, zero, stage_f, stage_b, collective_sm_share(fab.cluster))
     z2 = np.asarray(zero == Zero.GRADIENTS)
     if z2.any():  # priced on the ZeRO-2 rows only (a search table holds every stage)
@@ -84,8 +92,12 @@ def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.
         def rows(a):  # noqa: ANN001, ANN202 - arrays shaped like the table, scalars as they are
             return a[z2] if isinstance(a, np.ndarray) and a.shape == z2.shape else a
         out = np.array(out, dtype=float, copy=True)
+        groups = None
+        if place is not None:
+            outer = place.data_outer(ranks[0])
+            groups = (None if outer is None else (rows(outer[0]), rows(outer[1])), rows(place.expert_stride))
         out[z2] = zero2_exposed(fab, prof, {k: rows(v) for k, v in params.items()}, tuple(rows(r) for r in ranks),
-                                rows(tp), rows(etp), rows(ep), rows(micro), rows(stage_f), rows(stage_b))
+                                rows(tp), rows(etp), rows(ep), rows(micro), rows(stage_f), rows(stage_b), groups)
     return out
 
 

@@ -1,10 +1,15 @@
-"""Collectives over the cluster's tiers (NVLink domain, network), with the `--compress` what-if applied.
+"""Collectives over the cluster's network tiers (planner.inputs.network), with the `--compress` what-if applied.
 
 Model (nccl-tests doc/PERFORMANCE.md): t = latency + S * c(n) / busbw, with c = 2(n-1)/n for all-reduce and
-(n-1)/n for all-gather, reduce-scatter and all-to-all. A group that spans NVLink domains runs hierarchically
-(intra-domain phase on NVLink, then the inter-domain phase on the network with each GPU driving its own NIC;
-stas00/ml-engineering network/README.md), which is what NCCL's tree/ring hybrids achieve for large messages.
-Group geometry (who is `stride` apart, how many share a domain) lives in planner.cost.groups.
+(n-1)/n for all-gather, reduce-scatter and all-to-all. A group whose members span domains runs hierarchically, tier
+by tier: with g_t members per tier-t domain (g_-1 = 1, the outermost g = n) and k_t = g_t / g_(t-1) lower domains
+per tier-t domain, an all-reduce reduce-scatters inside the innermost domain, then across each tier on the shard it
+holds, and all-gathers back, so tier t carries 2(k_t - 1)/k_t x S/g_(t-1) per GPU at that tier's per-GPU bandwidth
+(each GPU driving its own NIC; stas00/ml-engineering network/README.md). NCCL's rings give every tier the same bytes
+with one channel per GPU of a lower domain (each channel's ring crosses each domain boundary once), and its trees the
+log-depth latency priced here. A tier's bandwidth is divided by its oversubscription: in a data-parallel reduction
+every GPU of a domain sends out of it at once. Group geometry (who is `stride` apart, how many share a domain) lives in
+planner.cost.groups; with two tiers (NVLink domain, network) every formula is the two-level one it always was.
 
 Compressed collectives (`--compress dp=4,tp=1.5`): each parallel dimension's traffic shrinks by its compression
 ratio, and the codec adds its own time: encoding reads the full tensor and writes the compressed one, decoding reads
@@ -17,6 +22,7 @@ uncompressed size S, on the critical path.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 import numpy as np
 
@@ -40,8 +46,13 @@ DIMENSIONS = COMPRESS_DIMENSIONS  # parallel dimensions `--compress` can name (p
 def collective_sm_share(cluster: ClusterSpec) -> float:
     """Share of the GPU's SMs a running collective takes from the compute it overlaps: COLLECTIVE_SMS / SMs
     (24/108 = 22 % on A100, 24/132 = 18 % on H100); 0 when the catalog gives no SM count."""
+    return sm_share(cluster, COLLECTIVE_SMS)
+
+
+def sm_share(cluster: ClusterSpec, sms_taken: int) -> float:
+    """Share of the GPU's SMs that `sms_taken` of them are (0 when the catalog gives no SM count)."""
     sms = cluster.gpu.sm_count
-    return min(COLLECTIVE_SMS / sms, 1.0) if sms else 0.0
+    return min(sms_taken / sms, 1.0) if sms else 0.0
 
 
 def overlapped_exposed(comm: np.ndarray | float, window: np.ndarray | float, share: float) -> np.ndarray:
@@ -55,39 +66,91 @@ def overlapped_exposed(comm: np.ndarray | float, window: np.ndarray | float, sha
     return np.maximum(comm - window, share * np.minimum(comm, window))
 
 
-def _bandwidths(cluster: ClusterSpec) -> tuple[float, float]:
-    nvlink = cluster.gpu.nvlink_gbps * 1e9 * NVLINK_EFFICIENCY
-    network = cluster.network_gbps * 1e9 * NETWORK_EFFICIENCY / cluster.oversubscription
-    return nvlink, network
+class Levels:
+    """The tiers as the fabric prices them, innermost first: domain sizes, per-GPU bytes/s (achievable share of the
+    link, divided by the oversubscription), one hop's latency, and which network tiers are rail-optimised."""
+
+    __slots__ = ("names", "sizes", "bw", "hop", "rails", "extra_hop")
+
+    def __init__(self, cluster: ClusterSpec) -> None:
+        tiers = cluster.network_tiers()
+        self.names = tuple(t.name for t in tiers)
+        self.sizes = tuple(t.size for t in tiers)
+        bw, hop, extra = [], [], []
+        for i, t in enumerate(tiers):
+            gbps = t.gbps if t.gbps is not None else cluster.gpu.nvlink_gbps
+            bw.append(gbps * 1e9 * (NETWORK_EFFICIENCY if i else NVLINK_EFFICIENCY) / t.oversubscription)
+            default = NETWORK_HOP_S if i else NVLINK_HOP_S
+            hop.append(default if t.latency_us is None else t.latency_us * 1e-6)
+            extra.append(max(hop[-1] - default, 0.0))
+        self.bw, self.hop, self.extra_hop = tuple(bw), tuple(hop), np.array(extra)
+        self.rails = any(t.rails for t in tiers[1:])
+
+    def tier_bandwidths(self) -> np.ndarray:
+        return np.array(self.bw)
 
 
-def _latency(size: np.ndarray, local: np.ndarray) -> np.ndarray:
-    nodes = np.maximum(size // np.maximum(local, 1), 1)
-    return np.where(size > 1, BASE_LATENCY_S + 2 * np.log2(np.maximum(local, 1)) * NVLINK_HOP_S
-                    + 2 * np.log2(nodes) * NETWORK_HOP_S, 0.0)
+@lru_cache(maxsize=16)
+def levels(cluster: ClusterSpec) -> Levels:
+    """The cluster's Levels, built once per cluster."""
+    return Levels(cluster)
 
 
-Geometry = tuple[np.ndarray, np.ndarray]  # (peers per NVLink domain g, latency) of one (size, stride) group
+# A group spread over the tiers: its members per tier-t domain, innermost first (the last is the group's size).
+Spans = tuple[np.ndarray, ...]
+Geometry = tuple[Spans, np.ndarray]  # (spans, latency) of one group
+Outer = tuple[np.ndarray, np.ndarray] | None  # (inner count, outer stride): see spans()
 
 
-def geometry(size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec) -> Geometry:
-    """(g, latency) of a group of `size` ranks `stride` apart: peers sharing a domain, and the tree latency."""
+def spans(size: np.ndarray, stride: np.ndarray, lv: Levels, outer: Outer = None) -> Spans:
+    """Members of a group sharing a tier-t domain with a given member, per tier. The group is `size` ranks `stride`
+    apart, or with `outer` = (inner, outer_stride): `inner` ranks `stride` apart, repeated size/inner times
+    `outer_stride` apart (a group whose dimensions are not adjacent in the rank order, planner.cost.groups)."""
     size = np.asarray(size)
-    g = peers_within(cluster.nvlink_domain, stride, size)
-    return g, _latency(size, g)
+    out = []
+    for domain in lv.sizes[:-1]:
+        if outer is None:
+            out.append(peers_within(domain, stride, size))
+        else:
+            inner, far = outer
+            out.append(peers_within(domain, stride, inner) * peers_within(domain, far, size // inner))
+    out.append(size)
+    return tuple(out)
+
+
+def _per_tier(g: Spans) -> list[np.ndarray]:
+    """k_t: the lower domains (or, innermost, the members) a group joins inside one domain of each tier."""
+    return [g[0]] + [np.maximum(g[t] // np.maximum(g[t - 1], 1), 1) for t in range(1, len(g))]
+
+
+def _latency(size: np.ndarray, g: Spans, lv: Levels) -> np.ndarray:
+    """Tree latency: a base plus 2·log2(k_t) hops at each tier (NCCL tuning.cc; hops of the tier's latency)."""
+    lat = BASE_LATENCY_S + 2 * np.log2(np.maximum(g[0], 1)) * lv.hop[0]
+    for t, k in enumerate(_per_tier(g)[1:], start=1):
+        lat = lat + 2 * np.log2(k) * lv.hop[t]
+    return np.where(size > 1, lat, 0.0)
+
+
+def geometry(size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec, outer: Outer = None) -> Geometry:
+    """(spans, latency) of a group of `size` ranks `stride` apart (`outer`: see spans)."""
+    lv = levels(cluster)
+    size = np.asarray(size)
+    g = spans(size, stride, lv, outer)
+    return g, _latency(size, g, lv)
 
 
 def all_reduce_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
                     geo: Geometry | None = None) -> np.ndarray:
-    """Hierarchical all-reduce: reduce-scatter + all-gather inside the domain, all-reduce of 1/g across domains:
-    2(g-1)/g·S/nvlink + 2(k-1)/k·(S/g)/network + latency, g peers per domain, k = n/g domains."""
-    nvlink, network = _bandwidths(cluster)
+    """Hierarchical all-reduce, tier by tier: sum over tiers of 2(k_t - 1)/k_t x (S / g_(t-1)) / bw_t, plus the
+    latency (module docstring). Two tiers: 2(g-1)/g·S/nvlink + 2(k-1)/k·(S/g)/network + latency."""
+    lv = levels(cluster)
     size = np.asarray(size)
     g, lat = geo if geo is not None else geometry(size, stride, cluster)
-    k = np.maximum(size // g, 1)
-    intra = 2.0 * (g - 1) / np.maximum(g, 1) * nbytes / nvlink
-    inter = 2.0 * (k - 1) / np.maximum(k, 1) * (nbytes / g) / network
-    return np.where(size > 1, intra + inter + lat, 0.0)
+    k = _per_tier(g)
+    total = 2.0 * (k[0] - 1) / np.maximum(k[0], 1) * nbytes / lv.bw[0]
+    for t in range(1, len(g)):
+        total = total + 2.0 * (k[t] - 1) / np.maximum(k[t], 1) * (nbytes / g[t - 1]) / lv.bw[t]
+    return np.where(size > 1, total + lat, 0.0)
 
 
 def all_gather_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
@@ -99,39 +162,69 @@ def all_gather_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cl
                     + 0.5 * geo[1], 0.0)
 
 
+def _pxn_bytes(nbytes: np.ndarray, g0: np.ndarray, n: np.ndarray, lv: Levels) -> np.ndarray | float:
+    """On a rail-optimised network, the bytes leaving the NVLink domain that first cross NVLink to the GPU on the
+    destination's rail (NCCL PXN, NCCL 2.12+): all but the 1/g0 already on it. 0 without rails."""
+    if not lv.rails:
+        return 0.0
+    return nbytes * (n - g0) / n * (g0 - 1) / np.maximum(g0, 1)
+
+
 def all_to_all_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
                     geo: Geometry | None = None) -> np.ndarray:
-    """All-to-all where each rank holds `nbytes` and keeps 1/n: the off-domain share goes over the NIC,
-    max(S(g-1)/n / nvlink, S(n-g)/n / network) + latency."""
-    nvlink, network = _bandwidths(cluster)
+    """All-to-all where each rank holds `nbytes` and keeps 1/n: every tier's links carry the share addressed
+    outside the domain below it, S(n - g_(t-1))/n (NVLink: the share inside the domain, S(g0 - 1)/n, plus PXN's
+    rail moves), and the slowest tier sets the time: max_t bytes_t / bw_t + latency."""
+    lv = levels(cluster)
     size = np.asarray(size)
     g, lat = geo if geo is not None else geometry(size, stride, cluster)
     n = np.maximum(size, 1)
-    intra_bytes = nbytes * (g - 1) / n
-    inter_bytes = nbytes * (n - g) / n
-    t = np.maximum(intra_bytes / nvlink, inter_bytes / network)
-    return np.where(size > 1, t + lat, 0.0)
+    t_max = (nbytes * (g[0] - 1) / n + _pxn_bytes(nbytes, g[0], n, lv)) / lv.bw[0]
+    for t in range(1, len(g)):
+        t_max = np.maximum(t_max, nbytes * (n - g[t - 1]) / n / lv.bw[t])
+    return np.where(size > 1, t_max + lat, 0.0)
 
 
 def routed_all_to_all_time(copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
                            stride: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
     """Node-deduplicated token dispatch (DeepEP normal kernels; DeepSeek-V3 report §3.2.2): a token crosses the
     network once per remote NVLink domain it is routed to (to the same-index GPU there), then NVLink forwards its
-    copies to the experts' GPUs: max(copies·(g-1)/g / nvlink, remote / network) + latency.
+    copies to the experts' GPUs: max(copies·(g-1)/g / nvlink, remote / network) + latency. Past the first network
+    tier, the share of the remote domains outside the tier below, (n - g_(t-1))/(n - g0), crosses each tier.
     `copies_bytes`: all k routed copies of the rank's tokens; `remote_bytes`: one copy per remote domain reached."""
-    nvlink, network = _bandwidths(cluster)
+    lv = levels(cluster)
     size = np.asarray(size)
-    g = peers_within(cluster.nvlink_domain, stride, size)
-    intra = copies_bytes * (g - 1) / np.maximum(g, 1)
-    t = np.maximum(intra / nvlink, remote_bytes / network)
-    return np.where(size > 1, t + _latency(size, g), 0.0)
+    g = spans(size, stride, lv)
+    intra = copies_bytes * (g[0] - 1) / np.maximum(g[0], 1)
+    t = np.maximum(intra / lv.bw[0], remote_bytes / lv.bw[1])
+    for i in range(2, len(g)):
+        share = (size - g[i - 1]) / np.maximum(size - g[0], 1)
+        t = np.maximum(t, remote_bytes * share / lv.bw[i])
+    return np.where(size > 1, t + _latency(size, g, lv), 0.0)
 
 
-def p2p_time(nbytes: np.ndarray, crosses_domain: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
-    """Point-to-point send: base latency + S / bandwidth of the tier it crosses."""
-    nvlink, network = _bandwidths(cluster)
-    bw = np.where(crosses_domain, network, nvlink)
-    return BASE_LATENCY_S + nbytes / bw
+def p2p_time(nbytes: np.ndarray, tier: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Point-to-point send: base latency + S / bandwidth of the outermost tier it crosses (`tier`: its index, or
+    False/True for the NVLink domain / the first network tier). NCCL's base latency holds its default hop; a tier
+    given a slower hop (latency_us) adds the difference."""
+    lv = levels(cluster)
+    index = np.asarray(tier).astype(np.intp)
+    bw = lv.tier_bandwidths().take(index)
+    if not lv.extra_hop.any():
+        return BASE_LATENCY_S + nbytes / bw
+    return BASE_LATENCY_S + lv.extra_hop.take(index) + nbytes / bw
+
+
+def span_tier(ranks: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Index of the outermost tier a block of `ranks` consecutive ranks crosses: the tiers whose domain it
+    exceeds (0: inside one NVLink domain)."""
+    return sum((np.asarray(ranks) > d).astype(np.intp) for d in levels(cluster).sizes[:-1])
+
+
+def group_tier(g: Spans, size: np.ndarray) -> np.ndarray:
+    """Index of the outermost tier a group's neighbours cross somewhere: the tiers whose domain does not hold the
+    whole group (its slowest hop; 0: all inside one NVLink domain)."""
+    return sum((gt < size).astype(np.intp) for gt in g[:-1])
 
 
 _KINDS = {"all_reduce": all_reduce_time, "all_gather": all_gather_time, "reduce_scatter": all_gather_time,
@@ -164,26 +257,29 @@ class Fabric:
     def __init__(self, cluster: ClusterSpec, ratios: Mapping[str, float], hbm_bytes_per_s: float) -> None:
         self.cluster = cluster
         self.squeeze = Squeezer(ratios, hbm_bytes_per_s)
-        self._geo: dict[tuple[int, int], tuple[object, object, Geometry]] = {}
+        self.levels = levels(cluster)
+        self._geo: dict[tuple[int, int, int], tuple[object, object, object, Geometry]] = {}
 
     def collective(self, kind: str, nbytes: np.ndarray | float, size: np.ndarray, stride: np.ndarray,
-                   dim: str) -> np.ndarray:
+                   dim: str, outer: Outer = None) -> np.ndarray:
         """Time of one collective `kind` (all_reduce, all_gather, reduce_scatter, all_to_all) of uncompressed size
-        `nbytes` over `size` ranks `stride` apart, for parallel dimension `dim`: t(S / r) + codec(S). A group of one
-        rank sends nothing, so it encodes nothing either: compressing a dimension of size 1 changes nothing."""
+        `nbytes` over `size` ranks `stride` apart (`outer`: see spans), for parallel dimension `dim`:
+        t(S / r) + codec(S). A group of one rank sends nothing, so it encodes nothing either: compressing a
+        dimension of size 1 changes nothing."""
         sq = self.squeeze
         codec = np.where(np.asarray(size) > 1, sq.codec(dim, nbytes), 0.0)
-        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster, self._geometry(size, stride)) + codec
+        geo = self.geometry(size, stride, outer)
+        return _KINDS[kind](sq.wire(dim, nbytes), size, stride, self.cluster, geo) + codec
 
-    def _geometry(self, size: np.ndarray, stride: np.ndarray) -> Geometry:
-        """Group geometry, computed once per (size, stride) pair of arrays: the same group columns are priced by
+    def geometry(self, size: np.ndarray, stride: np.ndarray, outer: Outer = None) -> Geometry:
+        """Group geometry, computed once per (size, stride, outer) of arrays: the same group columns are priced by
         several collectives. Keyed by identity, with the arrays kept alive so that an id is never reused."""
-        key = (id(size), id(stride))
+        key = (id(size), id(stride), id(outer))
         hit = self._geo.get(key)
         if hit is None:
-            hit = (size, stride, geometry(size, stride, self.cluster))
+            hit = (size, stride, outer, geometry(size, stride, self.cluster, outer))
             self._geo[key] = hit
-        return hit[2]
+        return hit[3]
 
     def routed_all_to_all(self, copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,
                           stride: np.ndarray, dim: str) -> np.ndarray:
@@ -192,7 +288,8 @@ class Fabric:
         return (routed_all_to_all_time(sq.wire(dim, copies_bytes), sq.wire(dim, remote_bytes), size, stride,
                                        self.cluster) + sq.codec(dim, copies_bytes))
 
-    def send(self, nbytes: np.ndarray | float, crosses_domain: np.ndarray, dim: str) -> np.ndarray:
-        """Point-to-point hand-off of uncompressed size `nbytes`: p2p(S / r) + codec(S)."""
+    def send(self, nbytes: np.ndarray | float, tier: np.ndarray, dim: str) -> np.ndarray:
+        """Point-to-point hand-off of uncompressed size `nbytes` across tier `tier` (p2p_time): p2p(S / r) +
+        codec(S)."""
         sq = self.squeeze
-        return p2p_time(sq.wire(dim, nbytes), crosses_domain, self.cluster) + sq.codec(dim, nbytes)
+        return p2p_time(sq.wire(dim, nbytes), tier, self.cluster) + sq.codec(dim, nbytes)

@@ -1,7 +1,11 @@
-"""Group geometry: which ranks form each parallel group and how much of it fits in one NVLink domain.
+"""Group geometry: which ranks form each parallel group and how much of it fits in one domain of each tier.
 
-Groups follow Megatron-Core's default rank order tp-cp-ep-dp-pp (parallel_state.py): TP ranks are adjacent,
-CP and DP groups are strided by tp, PP neighbours are world/pp ranks apart.
+Groups follow the layout's rank order (planner.inputs.layout.RankOrder), as Megatron-Core's RankGenerator builds
+them (parallel_state.py): TP ranks are adjacent and CP groups strided by tp in both orders. With tp-cp-ep-dp-pp
+(the default) the data ranks (dp x cp) are one block strided by tp and pipeline neighbours world/pp ranks apart;
+with tp-cp-ep-pp-dp pipeline neighbours are tp·cp apart and the data ranks are cp ranks strided by tp repeated
+dp times tp·cp·pp apart (an outer factor, planner.cost.fabric.spans). The expert grid (etp-ep-edp-pp, or
+etp-ep-pp-edp) strides the expert data ranks by etp·ep, or etp·ep·pp.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from planner.inputs.layout import CpComm, ExpertTp
+from planner.inputs.layout import CpComm, ExpertTp, RankOrder
 
 
 def peers_within(domain: int, stride: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -62,3 +66,27 @@ def hybrid_cp_sizes(domain: int, c: Mapping[str, np.ndarray], cp: np.ndarray) ->
     u = np.where(cp_mode == CpComm.HYBRID, domain_group(domain, c["tp"], c["cp"]),
                  np.where(cp_mode == CpComm.A2A, cp, 1.0))
     return u, cp / u
+
+
+class Placement:
+    """Where a table's groups lie under each row's rank order: the outer factor of its data-parallel groups (None
+    when no row puts dp outermost), the expert data ranks' stride and the pipeline neighbours' distance."""
+
+    __slots__ = ("dp_outer", "expert_stride", "pp_stride", "_c")
+
+    def __init__(self, c: Mapping[str, np.ndarray], n_gpus: float, etp: np.ndarray) -> None:
+        tp, pp, cp, ep = (c[k].astype(float) for k in ("tp", "pp", "cp", "ep"))
+        rows = c["order"] == RankOrder.DP_OUTER if "order" in c else None
+        self.dp_outer = rows if rows is not None and rows.any() else None
+        self._c = (tp, pp, cp)
+        self.expert_stride = etp * ep if self.dp_outer is None else np.where(self.dp_outer, etp * ep * pp, etp * ep)
+        self.pp_stride = n_gpus / pp if self.dp_outer is None else np.where(self.dp_outer, tp * cp, n_gpus / pp)
+
+    def data_outer(self, size: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """fabric.spans' outer factor of a group of the data ranks (dp x cp, or a ZeRO-3 shard group equal to
+        them) of `size` members: cp ranks tp apart, then blocks tp·cp·pp apart on the rows with dp outermost; one
+        factor (inner = size) on the others."""
+        if self.dp_outer is None:
+            return None
+        tp, pp, cp = self._c
+        return np.where(self.dp_outer, cp, size), np.where(self.dp_outer, tp * cp * pp, 1.0)

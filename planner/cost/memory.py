@@ -49,7 +49,9 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
     (optimizer, gradients, parameters) over `shard` data-parallel ranks. Transformer Engine keeps an extra fp8 copy of
     GEMM weights (1 byte/param) in fp8 training. `fp8_params` (fp8_param_gather, with a sharded optimizer): the model
     weights are fp8 tensors and no bf16 copy exists (FP8_PARAM_BYTES). `offload`: share of the optimizer states kept
-    in CPU memory (planner.cost.offload)."""
+    in CPU memory (planner.cost.offload). A profile whose parameters live in host memory (`params_in_host`, DeepSpeed
+    offload_param) holds no persistent ZeRO-3 weight partition on the GPU (the gathered layers are transient buffers).
+    """
     shard = np.maximum(shard, 1)
     per_weight = prof.weight_bytes + (1.0 if fp8 else 0.0)
     if fp8_params:
@@ -58,7 +60,7 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
     grads = params * prof.grad_bytes
     optim = params * prof.optimizer_bytes * (1.0 - offload)
     return {
-        "weights": np.where(zero >= Zero.PARAMETERS, weights / shard, weights),
+        "weights": np.where(zero >= Zero.PARAMETERS, 0.0 if prof.params_in_host else weights / shard, weights),
         "grads": np.where(zero >= Zero.GRADIENTS, grads / shard, grads),
         "optimizer": np.where(zero >= Zero.OPTIMIZER, optim / shard, optim),
     }

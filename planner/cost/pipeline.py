@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.compute import LayerTimes
-from planner.cost.fabric import Fabric
+from planner.cost.fabric import Fabric, group_tier
 from planner.inputs.layout import DUALPIPES, SEQ1F1B_SEGMENTS, Schedule
 
 
@@ -125,12 +125,20 @@ def microbatches(global_batch: int, mbs: np.ndarray, dp: np.ndarray) -> np.ndarr
 
 
 def hand_off_time(fab: Fabric, act_bytes: np.ndarray, tp: np.ndarray, sp: np.ndarray, pp: np.ndarray,
-                  n_gpus: float) -> np.ndarray:
-    """One p2p hand-off between stages: one activation tensor per micro-batch (/tp with scatter-gather or SP), over
-    the network when a stage (world/pp ranks) fills an NVLink domain (Narayanan et al. 2021 §4.1)."""
-    pp_crosses = (n_gpus / pp) >= fab.cluster.nvlink_domain
+                  n_gpus: float, stride: np.ndarray | None = None) -> np.ndarray:
+    """One p2p hand-off between stages: one activation tensor per micro-batch (/tp with scatter-gather or SP).
+    Neighbours are `stride` ranks apart (planner.cost.groups.Placement.pp_stride; world/pp in the default rank order).
+    It leaves the NVLink domain when a stage fills one (stride >= the domain; Narayanan et al. 2021 §4.1), and a
+    pipeline whose stages span domains of the tiers beyond the first network tier runs at the pace of its slowest
+    hop there (every micro-batch passes every hop): the outermost such tier (fabric.group_tier) prices it."""
+    stride = n_gpus / pp if stride is None else stride
+    g = fab.geometry(pp, stride)[0]
+    tier = (stride >= fab.levels.sizes[0]).astype(np.intp)
+    if len(g) > 2:  # a third tier: a hop past the first network tier decides
+        beyond = group_tier(g[1:], pp)
+        tier = np.where(beyond > 0, 1 + beyond, tier)
     hand_off = act_bytes / np.where(sp == 1, tp, 1.0)
-    return np.where(pp > 1, fab.send(hand_off, pp_crosses, "pp"), 0.0)
+    return np.where(pp > 1, fab.send(hand_off, tier, "pp"), 0.0)
 
 
 def hand_offs_exposed(p2p: np.ndarray, vpp: np.ndarray, schedule: np.ndarray) -> np.ndarray:

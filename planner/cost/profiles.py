@@ -12,10 +12,17 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   `--grad-reduce-in-bf16` halves it; FSDP mixed precision "PURE" in llm-foundry reduces in bf16). NeMo /
   Megatron-Bridge performance recipes keep and reduce gradients in bf16 (scripts/performance perf recipes set
   `ddp.grad_reduce_in_fp32 = False`): 2 and 2 there, and the nemo launcher writes that override.
-- tp_overlap: share of tensor-parallel collective time hidden behind GEMMs. Off by default in Megatron-LM
-  (`--tp-comm-overlap` opt-in); NeMo recipes turn on Transformer Engine userbuffer overlap (ecosystem.md §4),
-  whose bulk + pipelined overlap hides most but not all of it (torchtitan async-TP gains 1.04-1.16x,
-  cost_model.md §3.2); 0.6 is that judgement, not a fit.
+- tp_comm_base / tp_comm_method / tp_comm_overlap: how the stack overlaps tensor-parallel collectives with GEMMs
+  (planner.cost.tensor TP_MODES, which says what each mode hides): its mode without the switch, the mode its switch
+  turns on (None: no switch), and whether its recipes turn it on. Megatron-Core / Transformer Engine run the
+  backward's collectives beside the GEMMs that do not need them ("backward"); `--tp-comm-overlap` (off by default,
+  Megatron-LM arguments.py store_true) turns on TE userbuffers. NeMo's and Megatron-Bridge's Llama 3 performance
+  recipes turn it on with a tuned userbuffers config (NVIDIA/NeMo nemo/collections/llm/recipes/llama3_70b.py
+  pretrain_recipe_performance: MegatronCommOverlapCallback(tp_comm_overlap=True,
+  tp_comm_overlap_cfg=userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192); Megatron-Bridge perf_recipes
+  llama/h100/llama3.py, frontier_facts §G). torchtitan's async TP is opt-in (`enable_async_tensor_parallel` false by
+  default, job_config). DeepSpeed's AutoTP, GPT-NeoX, metaseq and Megatron-DeepSpeed block on every TP collective;
+  the paper-era Megatron-LM overlaps only SP's backward collectives (Korthikanti et al. 2022 §4.2.2).
 - dp_overlap: share of the last micro-batch's backward that hides the gradient reduction (`--overlap-grad-reduce`,
   FSDP prefetch). DeepSpeed's overlap_comm (Megatron-DeepSpeed, GPT-NeoX) reduces earlier buckets during backward
   but leaves the last ones exposed: 0.5 there, a judgement rather than a fit.
@@ -50,7 +57,7 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   `cross_entropy(pred.float(), labels)` (pytorch/torchtitan@9dec370ad train.py#L131-L134, the bf16 `pred` freed
   before backward, #L306-L307): at the start of backward the fp32 log-softmax output it saved, nll_loss's fp32 grad
   and log_softmax's fp32 grad are live together, 12 (newer torchtitan compiles the loss with the model,
-  pytorch/torchtitan@e7c0cae components/loss.py#L25-L30: the planner does not price torch.compile).
+  pytorch/torchtitan@e7c0cae components/loss.py#L25-L30: memory.COMPILED_LOSS_BYTES where the run compiles it).
 - selective_saves: what `recompute=selective` keeps. "modules": Megatron-Core's selective recompute re-makes the
   modules memory.activation_bytes_per_token lists and keeps the rest. "alternate-mm": torchtitan's op-level
   selective checkpointing saves the outputs of every other matmul of a block (the 1st, 3rd, ...), the SDPA output
@@ -67,6 +74,16 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   Megatron-Bridge's MoE recipes (recipes/qwen/qwen3_moe.py, gpt_oss/gpt_oss.py, deepseek/deepseek_v3.py set
   moe_router_fusion = False); on in the generic profile, as Megatron-Core's MoE README lists it among the flags
   that "help to achieve higher performance on almost all workloads".
+- compile_speedup / compiles_by_default: stacks that run PyTorch's own kernels run faster compiled (torch.compile
+  fuses the elementwise ops between GEMMs and cuts launches). compile_speedup is the step rate compiled over eager of
+  the same layout, and the fitted kernel_efficiency of such a stack is its compiled one (eager = / compile_speedup).
+  torchtitan published the pairs (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Llama 3.1 8B,
+  FSDP, selective AC: Table 1 on 8 H100 5,762 -> 6,667 tokens/s/GPU, Table 3 on 128 H100 5,605 -> 6,514; 1.157 and
+  1.162): COMPILE_SPEEDUP, their mean. DeepSpeed on a Hugging Face model runs the same eager PyTorch kernels and
+  compiles with the Trainer's --torch_compile. torchtitan compiles by default here: every published torchtitan
+  throughput row but the eager FSDP baselines compiles (its train_configs ship `[compile] enable = false`, which
+  the planner's TOML overrides); the Trainer's torch_compile defaults to False (transformers TrainingArguments).
+  Megatron-based stacks run Transformer Engine's fused kernels: 1.0, no switch.
 - kernel_efficiency: achieved fraction of the GPU's best-case GEMM/attention rate (MAMF) in a full training step
   (launch gaps, unfused kernels, clocks under sustained load). The one fitted number per profile, so it lives in
   planner/cost/fitted.yaml with the cases it was fitted on and its score (bench/fit_profiles.py writes it);
@@ -90,7 +107,9 @@ class FrameworkProfile:
     weight_bytes: float = 2.0
     optimizer_bytes: float = 12.0
     grad_reduce_bytes: float = 4.0
-    tp_overlap: float = 0.0
+    tp_comm_base: str = "backward"  # TP overlap mode without the switch (planner.cost.tensor TP_MODES)
+    tp_comm_method: str | None = "userbuffers"  # the mode its tp_comm_overlap switch runs; None: no switch
+    tp_comm_overlap: bool = False  # the switch as the stack's recipes ship it
     dp_overlap: float = 1.0
     deepep: bool = False
     fp8_dispatch: bool = False
@@ -110,33 +129,45 @@ class FrameworkProfile:
     # activation_func_fp8_input_store, off by default and not set by the Megatron-Bridge recipes).
     fp8_activation_store: bool = False
     moe_router_fusion: bool = False  # fused router kernels: fewer host ops per MoE layer (planner.cost.host)
+    # ZeRO-3 parameter partitions live in host memory (DeepSpeed offload_param; set from the training's
+    # param_offload by stack_profile): no persistent weights on the GPU, each layer's partition copied in per gather
+    params_in_host: bool = False
+    compile_speedup: float = 1.0  # step rate compiled / eager (1.0: no torch.compile switch)
+    compiles_by_default: bool = False  # torch.compile on unless the training says otherwise
 
+
+COMPILE_SPEEDUP = (6667 / 5762 + 6514 / 5605) / 2  # torchtitan's eager -> compiled pairs (module docstring)
 
 # kernel_efficiency is left at its default below: `profile_for` fills it in from fitted.yaml.
 _GENERIC = FrameworkProfile("generic", deepep=True, fp8_dispatch=True, moe_weighted_activation=True,
-                            fp8_activation_store=True, moe_router_fusion=True)
+                            fp8_activation_store=True, moe_router_fusion=True, tp_comm_overlap=True)
+# Stacks whose TP collectives all block, with no switch to overlap them.
+_TP_BLOCKING = {"tp_comm_base": "none", "tp_comm_method": None}
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
 _FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
 _STACKS: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
-    "megatron": FrameworkProfile("megatron", flash_attention=False),
+    "megatron": FrameworkProfile("megatron", flash_attention=False, tp_comm_base="sp-backward", tp_comm_method=None),
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
     "megatron-core": FrameworkProfile("megatron-core", deepep=True, moe_weighted_activation=True),
-    "nemo": FrameworkProfile("nemo", tp_overlap=0.6, optimizer_always_sharded=True, deepep=True,
+    "nemo": FrameworkProfile("nemo", tp_comm_overlap=True, optimizer_always_sharded=True, deepep=True,
                              moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0,
                              memory_reported="reserved"),
-    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", flash_attention=False, dp_overlap=0.5),
+    "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", flash_attention=False, dp_overlap=0.5,
+                                           **_TP_BLOCKING),
     "torchtitan": FrameworkProfile("torchtitan", memory_reported="reserved", loss_bytes_per_logit=12.0,
-                                   selective_saves="alternate-mm", fsdp_root_gathered=True, **_FSDP),
-    "llm-foundry": FrameworkProfile("llm-foundry", grad_reduce_bytes=2.0, **_FSDP),
-    "automodel": FrameworkProfile("automodel", deepep=True, **_FSDP),
+                                   selective_saves="alternate-mm", fsdp_root_gathered=True, tp_comm_base="none",
+                                   tp_comm_method="async-tp", compile_speedup=COMPILE_SPEEDUP,
+                                   compiles_by_default=True, **_FSDP),
+    "llm-foundry": FrameworkProfile("llm-foundry", grad_reduce_bytes=2.0, **_FSDP, **_TP_BLOCKING),
+    "automodel": FrameworkProfile("automodel", deepep=True, **_FSDP, **_TP_BLOCKING),
     # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
     # borrows in fitted.yaml (no published ds_config run to fit); overlap_comm reduces early buckets during backward
     # but leaves the last ones exposed, as in Megatron-DeepSpeed.
-    "deepspeed": FrameworkProfile("deepspeed", dp_overlap=0.5),
-    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5),
-    "metaseq": FrameworkProfile("metaseq", **_FSDP),
+    "deepspeed": FrameworkProfile("deepspeed", dp_overlap=0.5, compile_speedup=COMPILE_SPEEDUP, **_TP_BLOCKING),
+    "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5, **_TP_BLOCKING),
+    "metaseq": FrameworkProfile("metaseq", **_FSDP, **_TP_BLOCKING),
     # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
     "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False, moe_router_fusion=False),
 }
@@ -167,8 +198,42 @@ BF16_MOMENTS_SAVING = 4.0
 
 
 def stack_profile(training: TrainingSpec) -> FrameworkProfile:
-    """The framework's profile with the training's optimizer-state dtype applied (`optimizer_moments`)."""
+    """The framework's profile with the training's optimizer-state dtype (`optimizer_moments`), parameter offload
+    (`param_offload`) and TP overlap switch (`tp_comm_overlap`, None: as the stack's recipes ship it) applied."""
     prof = profile_for(training.framework)
     if getattr(training, "optimizer_moments", "fp32") == "bf16":
-        return replace(prof, optimizer_bytes=prof.optimizer_bytes - BF16_MOMENTS_SAVING)
+        prof = replace(prof, optimizer_bytes=prof.optimizer_bytes - BF16_MOMENTS_SAVING)
+    if getattr(training, "param_offload", False):
+        prof = replace(prof, params_in_host=True)
+    overlap = getattr(training, "tp_comm_overlap", None)
+    if overlap is not None and overlap != prof.tp_comm_overlap:
+        prof = replace(prof, tp_comm_overlap=bool(overlap))
     return prof
+
+
+def compiled(prof: FrameworkProfile, training: TrainingSpec) -> bool:
+    """Whether the run compiles its model: the training's `torch_compile`, else the stack's default; never where
+    the stack has no switch for it."""
+    flag = getattr(training, "torch_compile", None)
+    return prof.compile_speedup > 1.0 and (prof.compiles_by_default if flag is None else bool(flag))
+
+
+def plan_compiles_loss(training: TrainingSpec) -> bool:
+    """Whether a plan's run compiles its loss: where it compiles at all, the loss goes with the model (the torchtitan
+    TOML the planner writes lists both compile components; a Hugging Face model computes its loss in the forward the
+    Trainer compiles). Validation cases say so per run instead (Problem.compiled_loss from the knob's scope)."""
+    return compiled(profile_for(training.framework), training)
+
+
+def kernel_efficiency(training: TrainingSpec) -> float:
+    """The stack's achieved kernel rate for this training: its fitted (compiled, where it can compile) efficiency,
+    / compile_speedup when it runs eager."""
+    prof = profile_for(training.framework)
+    eager = prof.compile_speedup > 1.0 and not compiled(prof, training)
+    return prof.kernel_efficiency / prof.compile_speedup if eager else prof.kernel_efficiency
+
+
+def tp_mode(prof: FrameworkProfile) -> str:
+    """The TP overlap mode the profile runs (planner.cost.tensor TP_MODES): its switch's mode when on, else its
+    base."""
+    return prof.tp_comm_method if (prof.tp_comm_overlap and prof.tp_comm_method) else prof.tp_comm_base

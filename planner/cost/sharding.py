@@ -14,6 +14,7 @@ from planner.cost import compute, flops, memory
 from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
 from planner.cost.groups import expert_data_ranks, expert_tp, hsdp_shard_group
 from planner.cost.profiles import FrameworkProfile, stack_profile
+from planner.inputs.hardware import HOST_COPY_EFFICIENCY
 from planner.inputs.layout import Schedule, Zero
 from planner.inputs.problem import Problem
 
@@ -88,24 +89,35 @@ def stage_expert_params(params: Mapping[str, np.ndarray]) -> np.ndarray:
 
 
 def fsdp_collectives(fab: Fabric, prof: FrameworkProfile, per_layer_p: np.ndarray, shard_group: np.ndarray,
-                     tp: np.ndarray, experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+                     tp: np.ndarray, experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                     outer: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(all-gather, reduce-scatter) seconds of one layer's ZeRO-3 collectives: its bf16 weights gathered, its
-    gradients reduce-scattered, dense over `shard_group` (ranks tp apart) and routed experts over theirs
-    (`experts`, as fsdp_exposed)."""
+    gradients reduce-scattered, dense over `shard_group` (ranks tp apart; `outer`: its outer factor when data
+    parallelism is outermost, planner.cost.groups.Placement) and routed experts over theirs (`experts`, as
+    fsdp_exposed)."""
     dense_p, exp_p, exp_group, exp_stride = per_layer_p, 0.0, shard_group, tp
     if experts is not None:
         exp_p, exp_group, exp_stride = experts
         dense_p = per_layer_p - exp_p
 
-    def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp")  # bf16 weights, gathered size
-        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp")
+    def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray,
+                          far: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp", far)  # bf16 weights, gathered size
+        if prof.params_in_host:  # the rank's bf16 partition comes in over the host link first (host_fetch_time)
+            ag = ag + host_fetch_time(params * 2.0 / np.maximum(group, 1), fab.cluster.gpu.host_link_gbps)
+        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp", far)
         return ag, rs
 
-    ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp)
+    ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp, outer)
     ag_e, rs_e = gather_and_reduce(exp_p, exp_group, exp_stride)
     return ag_d + np.where(exp_p > 0, ag_e, 0.0), rs_d + np.where(exp_p > 0, rs_e, 0.0)
+
+
+def host_fetch_time(nbytes: np.ndarray, host_link_gbps: float) -> np.ndarray:
+    """A parameter partition copied from pinned host memory before its all-gather (DeepSpeed ZeRO-3 offload_param:
+    the partitioned parameters live on the CPU and are moved to the GPU per module before it is gathered, ZeRO-Infinity
+    §5): bytes / (host link x the copy engines' achieved share, HOST_COPY_EFFICIENCY)."""
+    return nbytes / (host_link_gbps * 1e9 * HOST_COPY_EFFICIENCY)
 
 
 def fsdp_exposed(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, per_layer_p: np.ndarray,

@@ -22,6 +22,7 @@ from planner.cost import (
     data,
     device_memory,
     expert,
+    fabric,
     groups,
     memory,
     memory_terms,
@@ -30,7 +31,7 @@ from planner.cost import (
     tensor,
 )
 from planner.cost.fabric import Fabric
-from planner.cost.profiles import FrameworkProfile, stack_profile
+from planner.cost.profiles import FrameworkProfile, stack_profile, tp_mode
 from planner.cost.sharding import (
     expert_shard_group,
     fsdp_collectives,
@@ -70,6 +71,7 @@ class _Layer:
     act_bytes: np.ndarray
     lc: pipeline.LayerComm
     fsdp_collectives: tuple[np.ndarray, np.ndarray]  # one layer's ZeRO-3 all-gather and reduce-scatter seconds
+    place: groups.Placement  # where the groups lie under each row's rank order
 
 
 def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
@@ -88,25 +90,34 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
 
-    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
-    experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), k["etp"] * ep)
-    ag, rs = fsdp_collectives(fab, prof, params["per_layer"], shard_group, tp, experts)
+    act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r, rates)
+    place = groups.Placement(c, float(problem.num_gpus), k["etp"])
+    experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), place.expert_stride)
+    ag, rs = fsdp_collectives(fab, prof, params["per_layer"], shard_group, tp, experts, place.data_outer(shard_group))
     z3_f, z3_b = fsdp_exposed_from(fab, zero, ag, rs, lt.fwd, lt.bwd)
     lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
-                  act_bytes, lc, (ag, rs))
+                  act_bytes, lc, (ag, rs), place)
 
 
 def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfile, fab: Fabric, tok: np.ndarray,
-                micro: np.ndarray, lt: compute.LayerTimes, u: np.ndarray,
-                r: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+                micro: np.ndarray, lt: compute.LayerTimes, u: np.ndarray, r: np.ndarray,
+                rates: compute.Rates) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
     """(activation bytes, exposed TP, CP and EP time per layer: total and forward share of each): the layer's
     communication that no ZeRO stage changes (`evaluate` and step_time_floor)."""
     m, tp, ep, etp, rc = problem.model, k["tp"], k["ep"], k["etp"], k["rc"]
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
-    whole_experts = m.moe_layers / m.num_hidden_layers if (m.is_moe and not m.n_shared_experts) else 0.0
-    tp_all, tp_f = tensor.tp_exposed(fab, prof, act_bytes, tp, rc, 1.0 - whole_experts * (etp == 1))
-    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b, problem.cluster.nvlink_domain)
+    f_moe = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
+    # MoE layers with whole experts (etp 1) and no shared expert send their sequence-parallel tokens straight to the
+    # dispatch and back, with no TP collective (Megatron-Core token dispatcher: the TP all-gather/reduce-scatter
+    # around the experts runs only when the expert TP size is > 1).
+    moe_mlp = f_moe * (1.0 - (etp == 1) * (not m.n_shared_experts))
+    gemm_f = lt.fwd - lt.attn_f - lt.elem_f - lt.launch_f
+    gemms = tensor.block_gemms(m, tok, tp, rates.peak * rates.eff, gemm_f, lt.wgrad)
+    shares = (fabric.collective_sm_share(problem.cluster), fabric.sm_share(problem.cluster, tensor.UB_COMM_SMS))
+    tp_all, tp_f = tensor.tp_exposed(fab, tp_mode(prof), act_bytes, tp, k["sp"], rc, gemms, moe_mlp, shares,
+                                     dense_mlp=1.0 - f_moe)
+    cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     tr = problem.training
     ep_all, ep_f = expert.dispatch_exposed(m, fab, expert.dispatcher_profile(prof, tr), tok, tp, ep, etp,
@@ -125,14 +136,14 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
-    p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus))
+    p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus), x.place.pp_stride)
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
     bubble = pipeline.bubble_time(k["sched"], pp, k["vpp"], st.fwd + p2p, st.bwd + p2p, st.wgrad, m=micro)
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
-                                        st.fwd, st.bwd)
+                                        st.fwd, st.bwd, x.place)
     optim_time = data.optimizer_update_time(params["stage"], zero, shard_group, x.rates.hbm,
                                             stage_expert_params(params), expert_shard_group(c, shard_group), prof,
                                             problem.training.optimizer_offload, problem.cluster.gpu.host_link_gbps)
@@ -183,7 +194,8 @@ def _offload_stalls(problem: Problem, x: _Layer, offloaded: np.ndarray, layers: 
     out = np.zeros(shape)
     if not (np.any(offloaded) or np.any(moved)):
         return out
-    busy = activation_offload.nic_busy(problem, x.zero, x.shard_group, tp, *x.fsdp_collectives, lt.fwd, lt.bwd)
+    busy = activation_offload.nic_busy(problem, x.zero, x.shard_group, tp, *x.fsdp_collectives, lt.fwd, lt.bwd,
+                                       x.place.data_outer(x.shard_group))
     if np.any(offloaded):
         per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, x.k["sp"], rc)
         out = out + activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
@@ -212,9 +224,10 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     none = np.zeros_like(tp)
     lc: pipeline.LayerComm | None = None
     if communication:
-        act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r)
+        act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r, rates)
         lc = pipeline.LayerComm(*tp_cp_ep, none, none)
-        p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus))
+        stride = groups.Placement(c, float(problem.num_gpus), k["etp"]).pp_stride
+        p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus), stride)
     first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])  # the launched split
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
@@ -258,11 +271,11 @@ class Shared:
 # micro-batch size nor recompute; activations, logits, hand-off buffers, the micro-batches in flight and
 # step_time_floor read no ZeRO stage (ZeRO enters the step only through communication and the optimizer). The
 # memory's activation side (allocations.ActivationSide: activations, logits, hand-off buffers, micro-batches in flight)
-# reads no expert or context-parallel layout either (ep, etp, cp_comm enter time and states, not activations), so
-# memory groups those rows coarser than step_time_floor can.
+# reads no expert or context-parallel layout or rank order either (ep, etp, cp_comm, order enter time and states, not
+# activations), so memory groups those rows coarser than step_time_floor can.
 STATE_FREE_KNOBS = ("mbs", "recompute")
 ZERO_FREE_KNOBS = ("zero",)
-ACTIVATION_FREE_KNOBS = ("cp_comm", "ep", "etp", "zero")
+ACTIVATION_FREE_KNOBS = ("cp_comm", "ep", "etp", "order", "zero")
 
 
 def layer_terms(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

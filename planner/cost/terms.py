@@ -63,7 +63,11 @@ TERMS: tuple[Term, ...] = (
          "30 B/param (Adam: fp32 master, 2 moments, grad, bf16 write)·params / shard / HBM + offloaded share's grads "
          "down and weights up over the host link (ZeRO-Offload)"),
     Term("tp_comm_s", "exposed TP per step", "s", _C + "tensor.tp_comm_time",
-         "m·L·(4, +2 full recompute)·all-reduce(activation)·(1 - overlap) (Narayanan et al. 2021 §3.2)"),
+         "m·L·Σ per TP block (attention, MLP) of C = all-gather/reduce-scatter(activation): forward 2C, backward 2C "
+         "(+C re-gather with Megatron SP), each less what its paired GEMM G hides in the stack's mode: async "
+         "backward E(C, G), ring exchange max(0, C - G(t-1)/t), pipelined GEMM+RS max(G' + C/4, G'/4 + C) - G with "
+         "G' = G/(1 - SMs share); full recompute repeats the forward (Narayanan 2021 §3.2; Korthikanti 2022 "
+         "§4.2.2; Transformer Engine userbuffers)"),
     Term("cp_comm_s", "exposed CP per step", "s", _C + "context.cp_comm_time",
          "m·L·((r-1)·E(KV send, attention/r) per ring pass + step launches + 2·Ulysses all-to-alls), "
          "E(T, w) = max(T - w, s·min(T, w)), s = collective SMs / SMs "

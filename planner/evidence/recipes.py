@@ -209,7 +209,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
 
 def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
-    return {"tp_comm_overlap": prof.tp_overlap > 0, "overlap_grad_reduce": prof.dp_overlap > 0,
+    return {"tp_comm_overlap": prof.tp_comm_overlap, "overlap_grad_reduce": prof.dp_overlap > 0,
             "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False,
             "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
 
@@ -227,8 +227,6 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
     value = block["value"]
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
-    if knob == "torch_compile" and value is True and "loss" in (block.get("scope") or ()):
-        return "approximate", "priced for the compiled loss's memory only; the compiled model's speed is not priced"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
                 "cuda_graphs"):
         return "priced", None
@@ -238,6 +236,12 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
         return "priced", None
     if knob == "expert_tp":
         return _expert_tp_status(value, tp)
+    if knob == "tp_comm_overlap" and (prof.tp_comm_method or value is False):
+        return "priced", None  # planner.cost.tensor prices the stack's overlap with the switch on or off
+    if knob == "torch_compile" and (prof.compile_speedup > 1.0 or value is False):
+        return "priced", None  # planner.cost.profiles: the eager or the compiled kernel rate
+    if knob == "torch_compile" and "loss" in (block.get("scope") or ()):
+        return "approximate", f"priced for the compiled loss's memory only; {prof.name}'s compiled speed is not priced"
     if knob == "recompute":
         modules = set(block.get("modules") or ())
         if value == "selective" and not modules <= PLANNER_SELECTIVE_MODULES:
@@ -306,8 +310,11 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
-        elif knob == "torch_compile":  # approximate only with the loss in its scope
-            compiled_loss = True
+        elif knob == "tp_comm_overlap":
+            training = training.model_copy(update={knob: bool(value)})
+        elif knob == "torch_compile":  # the kernel rate where the stack has the switch; a compiled loss's memory
+            training = training.model_copy(update={knob: bool(value)})
+            compiled_loss = bool(value) and "loss" in (k.get("scope") or ())
         else:
             name, code = encode({"sequence_parallel": "sp", "vpp": "vpp", "micro_batch": "mbs", "zero": "zero"}[knob],
                                 str(value), f"ran.{knob}")

@@ -24,6 +24,7 @@ from planner.inputs.files import (
     read_structured_file,
     warn,
 )
+from planner.inputs.network import TIER_KEYS
 from planner.inputs.resilience import SECTIONS
 from planner.inputs.specs import MAX_SIZE, ClusterSpec, GPUSpec, ModelSpec
 
@@ -219,12 +220,12 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         raise PlanInputError(f"expected a mapping, got {type(doc).__name__}", source=source,
                              fix="write 'gpu: h100' and 'nodes: 64' keys")
     known = {"name", "gpu", "nodes", "gpus_per_node", "num_gpus", "nvlink_domain", "network_gbps",
-             "network_latency_us", "oversubscription", "profile", *SECTIONS}
+             "network_latency_us", "oversubscription", "profile", "tiers", *SECTIONS}
     unknown = check_keys(doc, source, known, cutoff=0.6)
+    pending = [unknown, *_tier_keys(doc, source)]
     if "gpu" not in doc:
         raise PlanInputError("missing", field="gpu", source=source,
                              fix=unknown.fix_for_missing("gpu", "add 'gpu: h100' (or an inline GPU spec)"))
-    pending = [unknown]
     gpu = load_gpu(doc["gpu"], source, pending)
     if doc.get("profile") is not None:  # measured efficiencies from `plan calibrate` replace the catalog defaults
         from planner.inputs.profile import apply_profile, load_profile, resolve_profile_path  # only with a profile
@@ -255,6 +256,7 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
         "network_gbps": doc.get("network_gbps", gpu.network_gbps),
         "network_latency_us": doc.get("network_latency_us", 5.0),
         "oversubscription": doc.get("oversubscription", 1.0),
+        **({"tiers": doc["tiers"]} if "tiers" in doc else {}),
         **_sections(doc, source, pending),
     }
     try:
@@ -264,6 +266,22 @@ def cluster_from_mapping(doc: Any, source: str) -> ClusterSpec:
     for keys in pending:
         keys.warn()
     return cluster
+
+
+def _tier_keys(doc: dict, source: str) -> list[UnknownKeys]:
+    """A `tiers:` list is the whole network: not beside the two-tier fields it replaces. Each tier's unknown keys
+    (a typo of `gbps`, `oversubscription`) are named like the file's own."""
+    tiers = doc.get("tiers")
+    if tiers is None:
+        return []
+    both = [k for k in ("nvlink_domain", "network_gbps", "oversubscription") if k in doc]
+    if both:
+        raise PlanInputError(f"{', '.join(both)} and tiers both describe the network", field=both[0], source=source,
+                             fix="keep tiers (the first tier is the NVLink domain) and drop " + ", ".join(both))
+    if not isinstance(tiers, list) or not all(isinstance(t, dict) for t in tiers):
+        raise PlanInputError("must be a list of tiers, each a mapping", field="tiers", source=source,
+                             fix="e.g. '- {name: nvlink, size: 8}' then '- {name: network, size: 1024, gbps: 50}'")
+    return [check_keys(t, source, set(TIER_KEYS), where=f"tiers.{i}", cutoff=0.6) for i, t in enumerate(tiers)]
 
 
 def _sections(doc: dict, source: str, pending: list[UnknownKeys]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, RankOrder, Recompute, Schedule, Zero
 
 _ALL_SCHEDULES = tuple(Schedule)
 _ALL_ZERO = tuple(Zero)
@@ -32,6 +32,13 @@ _ALL_PRECISIONS = ("bf16", "fp8", "fp4")
 _MEGATRON_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)  # schedules.py get_forward_backward_func
 # Megatron-Core adds the EP-overlap "combined 1F1B" (pipeline_parallel/combined_1f1b.py) for MoE.
 _MCORE_SCHEDULES = (*_MEGATRON_SCHEDULES, Schedule.COMBINED_1F1B)
+_ALL_ORDERS = tuple(RankOrder)
+_DEFAULT_ORDER = (RankOrder.PP_OUTER,)
+# Data parallelism outermost (--use-tp-pp-dp-mapping, Megatron-Bridge dist.use_tp_pp_dp_mapping) only beside the
+# distributed optimizer: "use_tp_pp_dp_mapping is not supported with Megatron FSDP" (Megatron-Bridge docs, Megatron
+# FSDP); HSDP runs on a fixed device mesh with pp outermost (torchtitan parallel_dims.py) in every stack.
+_MCORE_ORDER_ZERO = (Zero.NONE, Zero.OPTIMIZER)
+_ORDER_ZERO = (Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,19 @@ class Capabilities:
     # --fp8-recipe blockwise (arguments.py), Megatron-Bridge's bf16_with_fp8_subchannel_scaling_mixed preset
     # (training/mixed_precision.py). torchtitan's float8 recipes are tensorwise and rowwise, not 128x128 blocks.
     blockwise_fp8: bool = False
+    # ZeRO stages that may be combined with tp > 1 (DeepSpeed AutoTP training runs with ZeRO 0-2: DeepSpeed tutorial
+    # "Automatic Tensor Parallelism (Training)").
+    zero_with_tensor_parallel: tuple[Zero, ...] = _ALL_ZERO
+    # Sequence parallelism beside TP (norms and dropout sharded over the sequence). DeepSpeed's AutoTP shards the
+    # Linear layers only (module_inject LinearLayer / LinearAllreduce) and keeps every other activation whole.
+    sequence_parallel: bool = True
+    # TP and context parallelism in one layout. DeepSpeed documents AutoTP and Ulysses SP each with data
+    # parallelism (the AutoTP training tutorial; transformers deepspeed_alst.md: dp_replicate x dp_shard x sp = world),
+    # never together.
+    tp_with_cp: bool = True
+    # ZeRO-3 parameters kept in host memory and fetched per layer (--param-offload): DeepSpeed's
+    # zero_optimization.offload_param (ZeRO-Infinity, Rajbhandari et al. 2021), "valid only with stage 3".
+    param_offload: bool = False
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
@@ -102,6 +122,12 @@ class Capabilities:
     # virtual pipeline stages and has no full-layer recompute or activation offloading (ssm/mamba_block.py:172-176;
     # the block builds no checkpointed forward).
     mamba_stack: bool = False
+    # Rank orders the framework lays ranks out in (planner.inputs.layout.RankOrder), the ZeRO stages it runs with one
+    # other than its default, and whether it then needs the experts' data-parallel size equal to the dense one
+    # (Megatron-Core parallel_state.py asserts it when the order is not pp-last and pp > 1: etp x ep = tp x cp).
+    rank_orders: tuple[RankOrder, ...] = _ALL_ORDERS
+    rank_order_zero: tuple[Zero, ...] = _ORDER_ZERO
+    rank_order_same_expert_dp: bool = False
     launcher: str | None = None  # the --format that emits this framework's launch configuration
     source: str = ""
 
@@ -117,7 +143,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
         expert_parallel=False, token_drop=False, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False,
-        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD, precisions=("bf16",),
+        optimizer_offload="none", recompute=_RECOMPUTE_NO_OFFLOAD, precisions=("bf16",), rank_orders=_DEFAULT_ORDER,
         source="Megatron-LM as published in 2021-22 (Narayanan et al. 2021; Korthikanti et al. 2022): TP, PP with "
                "interleaving, DP and the distributed optimizer in 16-bit mixed precision; no context or expert "
                "parallelism, no ZeRO-2/3, no fp8 (Transformer Engine's fp8 arrived with Hopper and Megatron-Core)"),
@@ -126,6 +152,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True,
+        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
@@ -133,35 +160,43 @@ FRAMEWORKS: dict[str, Capabilities] = {
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True,
+        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
         schedules=(Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPE_V),
         cp_comm=(CpComm.RING,), ddp_only_alone=True, precisions=("bf16", "fp8"), fp8_moe=False,
         launcher="torchtitan", optimizer_offload="none", bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
-        token_drop=False,
+        token_drop=False, rank_orders=_DEFAULT_ORDER,
         source="torchtitan: FSDP2 (reshard after forward = ZeRO-3, never = ZeRO-2), HSDP replicate x shard, TP, "
                "ring CP, torch.distributed.pipelining schedules; DDP only without other parallelism"),
     "deepspeed": Capabilities(
         "deepspeed", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), bf16_moments=False,
-        schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), tensor_parallel=False, pipeline_parallel=False,
-        expert_parallel=False, recompute=(Recompute.NONE,), precisions=("bf16",), launcher="deepspeed",
-        optimizer_offload="all", token_drop=False,
-        source="a ds_config expresses ZeRO 0-3, batch sizes and bf16 only; TP/PP/CP need Megatron-DeepSpeed or model "
-               "code, activation checkpointing is calls in the model, fp8 needs Transformer Engine layers"),
+        schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(CpComm.A2A,), pipeline_parallel=False,
+        expert_parallel=False, recompute=(Recompute.NONE, Recompute.FULL), precisions=("bf16",),
+        launcher="deepspeed", optimizer_offload="all", token_drop=False, rank_orders=_DEFAULT_ORDER,
+        zero_with_tensor_parallel=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS), sequence_parallel=False,
+        tp_with_cp=False, param_offload=True,
+        source="DeepSpeed as its users run it, a Hugging Face Trainer (or accelerate) with a ds_config "
+               "(frontier_facts §H): ZeRO 0-3 with CPU offload of the optimizer and (ZeRO-3) the parameters; the "
+               "model's gradient checkpointing (--gradient_checkpointing: every decoder layer, full recompute); "
+               "AutoTP tensor parallelism (tensor_parallel.autotp_size, DeepSpeed >= 0.16.4, ZeRO 0-2, no sequence "
+               "parallelism); Ulysses sequence parallelism (ALST: accelerate's parallelism_config sp_backend "
+               "deepspeed, the planner's all-to-all context parallelism); no pipeline for Hugging Face models, no "
+               "expert parallelism, bf16 only"),
     "megatron-deepspeed": Capabilities(
         "megatron-deepspeed", schedules=(Schedule.ONE_F_ONE_B,), cp_comm=(), expert_parallel=False, bf16_moments=False,
         token_drop=False,
         zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), uneven_pipeline=False, optimizer_offload="all",
-        recompute=_RECOMPUTE_NO_OFFLOAD,
+        recompute=_RECOMPUTE_NO_OFFLOAD, rank_orders=_DEFAULT_ORDER,
         source="Megatron-DeepSpeed: Megatron TP/PP under DeepSpeed's pipe engine (TrainSchedule 1F1B; "
                "runtime/pipe/engine.py asserts ZeRO stage < 2)"),
     "llm-foundry": Capabilities(
         "llm-foundry", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP), schedules=(Schedule.ONE_F_ONE_B,),
         bf16_moments=False, recompute=_RECOMPUTE_NO_OFFLOAD,
         cp_comm=(), tensor_parallel=False, pipeline_parallel=False, expert_parallel=False, optimizer_offload="none",
-        token_drop=False,
+        token_drop=False, rank_orders=_DEFAULT_ORDER,
         source="llm-foundry (Composer + PyTorch FSDP): FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD"),
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.
@@ -277,6 +312,9 @@ def capability_table() -> str:
         if c.source.startswith("validation cases only"):
             continue
         dims = " / ".join("yes" if on else "no" for on in (c.tensor_parallel, c.pipeline_parallel, c.expert_parallel))
+        if c.tensor_parallel and c.zero_with_tensor_parallel != _ALL_ZERO:
+            dims += f" (TP with ZeRO {_labels(c.zero_with_tensor_parallel)}" + (
+                "" if c.sequence_parallel else ", no SP") + ("" if c.tp_with_cp else ", not with CP") + ")"
         with_pp = _labels(tuple(z for z in c.zero if z in c.zero_with_pipeline)) if c.pipeline_parallel else "-"
         schedules = _labels(c.schedules) if c.pipeline_parallel else "-"
         zero = _labels(c.zero) + (" (0 only without TP/PP/CP)" if c.ddp_only_alone else "")

@@ -4,6 +4,8 @@
 Knob columns travel through the search as integer numpy arrays (one entry per candidate); the enums below are
 IntEnums, so `cols["recompute"] == Recompute.FULL` compares a whole column and a plan document stores the label.
 Rules, cost terms, documents, launchers and `plan check` all read these definitions; nothing else defines a code.
+
+size: over 400 lines because every knob's definition (enum, table row, typed field, parsing) lives here, in one place.
 """
 
 from __future__ import annotations
@@ -101,6 +103,19 @@ class ExpertTp(_Labelled):
     ONE = 1, "1"
 
 
+class RankOrder(_Labelled):
+    """The order in which the parallel dimensions take consecutive ranks, innermost first: consecutive ranks fill an
+    NVLink domain, then a rack, a pod, a building (planner.inputs.network), so the order decides which dimension's
+    groups cross which tier. tp-cp-ep-dp-pp is Megatron-Core's default (parallel_state.initialize_model_parallel) and
+    torchtitan's fixed device mesh (pp, dp_replicate, dp_shard, cp, tp outermost first): pipelines cross the outer
+    tiers. tp-cp-ep-pp-dp (Megatron --use-tp-pp-dp-mapping; Llama 3's [TP, CP, PP, DP], arXiv 2407.21783 §3.3.2) puts
+    data parallelism outermost, where its reduction overlaps the backward pass and tolerates the slow tiers.
+    Megatron-Core's docstring: "Now we support tp-dp-pp and tp-pp-dp orders"; no framework launches others."""
+
+    PP_OUTER = 0, "tp-cp-ep-dp-pp"
+    DP_OUTER = 1, "tp-cp-ep-pp-dp"
+
+
 def default_expert_tp(dp: int, cp: int, ep: int) -> int:
     """The encoded `etp` of a layout that does not state it: Megatron's default, tp, where the expert-parallel ranks
     fit the data ranks (ep divides dp x cp); otherwise only folding (etp 1) can launch it."""
@@ -135,6 +150,7 @@ KNOB_TABLE: tuple[Knob, ...] = (
     Knob("sp", "sequence parallelism (0/1)"),
     Knob("schedule", "pipeline schedule", Schedule),
     Knob("cp_comm", "context-parallel exchange", CpComm),
+    Knob("order", "rank order: the dimensions from the innermost network tier outwards", RankOrder),
 )
 KNOBS: tuple[str, ...] = tuple(k.name for k in KNOB_TABLE)
 KNOB_BY_NAME = {k.name: k for k in KNOB_TABLE}
@@ -143,6 +159,7 @@ RECOMPUTE = Recompute.labels()
 SCHEDULES = Schedule.labels()
 CP_COMM = CpComm.labels()
 EXPERT_TP = ExpertTp.labels()
+RANK_ORDERS = RankOrder.labels()
 HSDP = Zero.HSDP
 # Schedules that overlap one micro-batch's forward with another's backward (the expert all-to-all hides behind it).
 EP_OVERLAP_SCHEDULES = (Schedule.COMBINED_1F1B, Schedule.DUALPIPE, Schedule.DUALPIPE_V)
@@ -150,8 +167,13 @@ DUALPIPES = (Schedule.DUALPIPE, Schedule.DUALPIPE_V)
 SEQ1F1B_SEGMENTS = 4  # Seq1F1B splits each sequence into this many segments (Sun et al. 2024 evaluate 2-8)
 
 _ALIASES = {"micro_batch": "mbs", "micro-batch": "mbs", "sequence_parallel": "sp", "virtual_pipeline": "vpp",
-            "expert_tp": "etp", "expert_tensor_parallel": "etp",
+            "expert_tp": "etp", "expert_tensor_parallel": "etp", "rank_order": "order", "placement": "order",
             "recomp": "recompute", "fsdp": "zero"}
+# Other spellings of the two orders: Megatron-Core's docstring names them tp-dp-pp and tp-pp-dp, the Llama 3 paper
+# [TP, CP, PP, DP]; without context or expert parallelism the shorter strings mean the same layout.
+_ORDER_SPELLINGS = {"tp-dp-pp": "tp-cp-ep-dp-pp", "tp-cp-dp-pp": "tp-cp-ep-dp-pp", "default": "tp-cp-ep-dp-pp",
+                    "pp-outer": "tp-cp-ep-dp-pp", "tp-pp-dp": "tp-cp-ep-pp-dp", "tp-cp-pp-dp": "tp-cp-ep-pp-dp",
+                    "dp-outer": "tp-cp-ep-pp-dp"}
 _BOOL = {"1": 1, "true": 1, "yes": 1, "on": 1, "0": 0, "false": 0, "no": 0, "off": 0}
 _INT_LIMIT = 10_000_000
 
@@ -185,6 +207,12 @@ def encode(key: str, raw: str, where: str = "--fix") -> tuple[str, int]:
             raise PlanInputError(f"cp_comm must be one of {', '.join(CP_COMM)} (got '{raw}')", field=where,
                                  fix="e.g. cp_comm=a2a")
         return name, CP_COMM.index(value)
+    if name == "order":
+        value = _ORDER_SPELLINGS.get(value.replace("_", "-").replace(",", "-"), value)
+        if value not in RANK_ORDERS:
+            raise PlanInputError(f"order must be one of {', '.join(RANK_ORDERS)} (got '{raw}')", field=where,
+                                 fix="e.g. order=tp-cp-ep-pp-dp (data parallelism outermost)")
+        return name, RANK_ORDERS.index(value)
     if name == "etp":
         if value not in EXPERT_TP:
             raise PlanInputError(f"etp must be 'tp' (experts split like the attention) or 1 (got '{raw}')",
@@ -239,6 +267,8 @@ def decode(name: str, value: int) -> int | str | bool:
         return CP_COMM[value]
     if name == "etp":
         return EXPERT_TP[value]
+    if name == "order":
+        return RANK_ORDERS[value]
     if name == "sp":
         return bool(value)
     return int(value)
@@ -281,12 +311,14 @@ class Layout:
     """The pipeline schedule (1F1B, interleaved, zero-bubble, Seq1F1B, combined 1F1B, DualPipe); 1F1B when pp = 1."""
     cp_comm: CpComm
     """How context-parallel ranks exchange keys and values: ring (p2p), all-to-all (Ulysses), or both."""
+    order: RankOrder
+    """The rank order: which dimension takes consecutive ranks first, so which groups cross which network tier."""
 
     # Written out rather than generated: a dataclass compiles the methods it generates when its module is imported,
     # a cost every plain `plan` run would pay; these come with the module's bytecode. Frozen, as frozen=True makes it.
     def __init__(self, tp: int, pp: int, dp: int, cp: int, ep: int, etp: int, vpp: int, mbs: int, zero: int,
-                 recompute: int, sp: int, schedule: int, cp_comm: int) -> None:
-        values = (tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, schedule, cp_comm)
+                 recompute: int, sp: int, schedule: int, cp_comm: int, order: int) -> None:
+        values = (tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, schedule, cp_comm, order)
         for knob, value in zip(KNOB_TABLE, values, strict=True):  # numpy ints and codes in, the declared types out
             typed = knob.choices(int(value)) if knob.choices else bool(value) if knob.name == "sp" else int(value)
             object.__setattr__(self, knob.name, typed)
@@ -308,9 +340,9 @@ class Layout:
 
     @classmethod
     def from_dict(cls, knobs: Mapping[str, int]) -> Layout:
-        """From encoded values keyed by KNOBS. `etp` and `cp_comm` (knobs added after the first plan documents) may be
-        missing: then Megatron's default expert tp (default_expert_tp) and the ring."""
-        values = {"cp_comm": int(CpComm.RING), **knobs}
+        """From encoded values keyed by KNOBS. `etp`, `cp_comm` and `order` (knobs added after the first plan
+        documents) may be missing: then Megatron's default expert tp (default_expert_tp), the ring, its rank order."""
+        values = {"cp_comm": int(CpComm.RING), "order": int(RankOrder.PP_OUTER), **knobs}
         values.setdefault("etp", default_expert_tp(values["dp"], values["cp"], values["ep"]))
         return cls(**{k: values[k] for k in KNOBS})
 

@@ -39,8 +39,9 @@ class Problem:
     # published runs is ~7% (plan validate), so a plan within 5% of the capacity may well not fit.
     memory_headroom: float = DEFAULT_MEMORY_HEADROOM
     # The loss runs under torch.compile (a run's torch_compile knob with the loss in its scope: torchtitan compiles it
-    # with the model from components/loss.py build_cross_entropy_loss on): its logits take
-    # planner.cost.memory.COMPILED_LOSS_BYTES per logit; the compiled model's speed is not priced.
+    # with the model from components/loss.py build_cross_entropy_loss on; a plan that compiles, where
+    # planner.cost.profiles.plan_compiles_loss): its logits take planner.cost.memory.COMPILED_LOSS_BYTES per logit.
+    # The compiled model's speed is the training's torch_compile (planner.cost.profiles.kernel_efficiency).
     compiled_loss: bool = False
 
     @property

@@ -1,15 +1,30 @@
 """Typed input specs: the model (Hugging Face config.json keys), the GPU, the cluster, the training run.
 
 Validation lives here so that every caller (CLI, validate, tests) gets the same one-line errors.
+
+size: over 400 lines because every input spec and each field's documented meaning and bounds live in this one module
+(the plan options, the schema docs and the one-line errors read them from here); splitting it would scatter them.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from planner.inputs.network import Tier, check_tiers, legacy_tiers
 from planner.inputs.resilience import ReliabilitySpec, StorageSpec
+from planner.inputs.spec_base import (  # noqa: F401 - re-exported: callers import the bounds from here
+    MAX_RATE,
+    MAX_SIZE,
+    MIN_EFFICIENCY,
+    MIN_RATE,
+    Count,
+    Efficiency,
+    Rate,
+    Size,
+    _Spec,
+)
 
 # swigluoai: gpt-oss's clamped SwiGLU (vLLM swigluoai_and_mul), still gate, up and down projections.
 GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
@@ -18,15 +33,6 @@ PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared
 Precision = Literal["bf16", "fp8", "fp4"]
 Fp8Recipe = Literal["tensorwise", "blockwise"]
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
-# Bounds on every size and physical figure: far beyond any real model or machine, and tight enough that the cost
-# model's float arithmetic stays finite and the divisor enumerations stay short (a hostile 1e30 is an input error).
-MAX_SIZE = 10_000_000  # model dimensions, expert counts, GPUs
-MIN_RATE, MAX_RATE = 1e-3, 1e9  # TFLOPS, TB/s, GB/s, GiB
-MIN_EFFICIENCY = 0.01
-Size = Annotated[int, Field(gt=0, le=MAX_SIZE)]
-Count = Annotated[int, Field(ge=0, le=MAX_SIZE)]  # 0 = feature off
-Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE)]
-Efficiency = Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]
 # What mixes tokens in one layer, and what follows it. Values of Hugging Face `layer_types` where HF has one ("conv":
 # LFM2's gated short convolution); "mamba" (Mamba-2 SSD), "mamba1" (Mamba-1 selective scan, Jamba), "linear" (a
 # block_configs replace_with_linear) and "none" (no-op / MLP-only blocks) are ours.
@@ -35,25 +41,6 @@ MixerKind = Literal["full_attention", "sliding_attention", "chunked_attention", 
 MlpKind = Literal["dense", "moe", "linear", "none"]
 # Mixers that are softmax attention (full, sliding-window, chunked): Megatron-Core core attention runs them.
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
-
-
-def _is_number(annotation: Any) -> bool:
-    return annotation in (int, float) or any(_is_number(a) for a in get_args(annotation))  # unwraps Optional
-
-
-class _Spec(BaseModel):
-    """Shared validation for every input spec: finite numbers only, and true/false is not a number (pydantic would
-    otherwise read `num_gpus: true` as 1)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and field is not None and _is_number(field.annotation):
-            raise ValueError("expected a number, not true/false")
-        return value
 
 
 class ModelSpec(_Spec):
@@ -321,19 +308,47 @@ class GPUSpec(_Spec):
 
 
 class ClusterSpec(_Spec):
+    """The GPUs and their network: `tiers` level by level (planner.inputs.network), or two tiers described by
+    nvlink_domain, network_gbps and oversubscription, which a tiered cluster reads off its first two tiers."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     name: str = "custom"
     gpu: GPUSpec
     num_gpus: Size
     gpus_per_node: int = Field(default=8, gt=0, le=MAX_SIZE)
+    tiers: tuple[Tier, ...] | None = Field(default=None, description="the network, NVLink first; None: the two below")
     nvlink_domain: int = Field(default=8, gt=0, le=MAX_SIZE, description="GPUs that share one NVLink/NVSwitch fabric")
     network_gbps: Rate = Field(description="scale-out bandwidth per GPU per direction, GB/s")
+    # Not priced: collective latencies use NCCL's per-hop figures (planner.cost.fabric); a tiered file sets latency_us
+    # per tier. Kept so that older files and plan documents read back unchanged.
     network_latency_us: float = Field(default=5.0, ge=0, le=1e6)
     oversubscription: float = Field(default=1.0, ge=1.0, le=1000.0,
                                     description="fabric oversubscription above a rail group")
     reliability: ReliabilitySpec = Field(default_factory=ReliabilitySpec)  # planner.inputs.resilience
     storage: StorageSpec = Field(default_factory=StorageSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_from_tiers(cls, data: Any) -> Any:
+        """With `tiers`, the two-tier fields are the first two tiers' (a tier's own errors are reported on it)."""
+        tiers = data.get("tiers") if isinstance(data, dict) else None
+        if not isinstance(tiers, list | tuple) or len(tiers) < 2:
+            return data
+
+        def read(tier: Any, key: str) -> Any:
+            return tier.get(key) if isinstance(tier, dict) else getattr(tier, key, None)
+
+        derived = {"nvlink_domain": read(tiers[0], "size"), "network_gbps": read(tiers[1], "gbps"),
+                   "oversubscription": read(tiers[1], "oversubscription")}
+        return {**data, **{k: v for k, v in derived.items() if v is not None}}
+
+    @field_validator("tiers")
+    @classmethod
+    def _nested(cls, tiers: tuple[Tier, ...] | None, info: ValidationInfo) -> tuple[Tier, ...] | None:
+        if tiers is not None:
+            check_tiers(tiers, info.data.get("num_gpus"))
+        return tiers
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -342,6 +357,18 @@ class ClusterSpec(_Spec):
         if self.nvlink_domain > self.num_gpus:
             object.__setattr__(self, "nvlink_domain", self.num_gpus)
         return self
+
+    def network_tiers(self) -> tuple[Tier, ...]:
+        """The tiers the cost model prices, innermost first: the file's, or the two a legacy file describes; each
+        domain capped at the cluster's GPU count (a job of N GPUs never shares a domain with more)."""
+        tiers = self.tiers or legacy_tiers(self.nvlink_domain, self.network_gbps, self.oversubscription,
+                                           self.num_gpus)
+        return tuple(t if t.size <= self.num_gpus else t.model_copy(update={"size": self.num_gpus}) for t in tiers)
+
+    @property
+    def tiered(self) -> bool:
+        """More than the two tiers a legacy file describes: the rank order can change what crosses which."""
+        return self.tiers is not None and len(self.tiers) > 2
 
 
 class TrainingSpec(_Spec):
@@ -373,6 +400,13 @@ class TrainingSpec(_Spec):
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
+    tp_comm_overlap: bool | None = Field(default=None, description=(
+        "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
+        "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))
+    param_offload: bool = Field(default=False, description="ZeRO-3 parameters in host memory (offload_param)")
+    torch_compile: bool | None = Field(default=None, description=(
+        "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
+        "framework runs by default (planner.cost.profiles)"))
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:
@@ -381,20 +415,3 @@ class TrainingSpec(_Spec):
             raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (padding is to each expert's capacity)")
         return self
 
-
-class Layout(BaseModel):
-    """One point of the search space (what `--fix` and `explain --layout` set)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    ep: int = 1
-    vpp: int = 1
-    micro_batch: int = 1
-    zero: int = 1
-    recompute: Literal["none", "selective", "full"] = "none"
-    sequence_parallel: bool = False
-    schedule: Literal["1f1b", "interleaved", "zb-h1", "zb-h2"] = "1f1b"

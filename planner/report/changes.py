@@ -14,7 +14,8 @@ from planner.report.document import sig
 from planner.report.plan_doc import ABSENT, is_number
 
 LAYOUT_ORDER = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "num_microbatches", "zero", "recompute",
-                "sequence_parallel", "schedule", "cp_comm", "expert_tp", "first_stage_layers", "last_stage_layers")
+                "sequence_parallel", "schedule", "cp_comm", "rank_order", "expert_tp", "first_stage_layers",
+                "last_stage_layers")
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ def catalog_drift(doc: dict[str, Any]) -> list[Change]:
     if match and match["gpu"] in gpu_catalog() and len(match["count"]) <= 8 and 0 < int(match["count"]) <= MAX_SIZE:
         try:
             gpu = load_gpu(match["gpu"], "catalog")
-            current_cluster = cluster_from_gpu(gpu, int(match["count"]), cname.strip().lower()).model_dump()
+            current_cluster = document.cluster_dict(cluster_from_gpu(gpu, int(match["count"]), cname.strip().lower()))
         except (PlanInputError, ValidationError):
             current_cluster = None
         if current_cluster is not None:

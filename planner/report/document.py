@@ -11,6 +11,7 @@ import yaml
 from planner import __version__
 from planner.cost import flops
 from planner.cost.goodput import goodput
+from planner.cost.placement import placement_dict
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     HSDP,
@@ -22,6 +23,7 @@ from planner.inputs.layout import (
     uneven_stage_layers,
 )
 from planner.inputs.problem import Problem
+from planner.inputs.specs import ClusterSpec
 from planner.report import SCHEMA_VERSION
 from planner.report.ranking import band_dict, why_first
 from planner.search.search import Plan, SearchResult
@@ -43,7 +45,7 @@ def layout_dict(layout: Layout, metrics: dict[str, float] | None = None,
         "tp": tp, "pp": layout.pp, "dp": layout.dp, "cp": cp, "ep": layout.ep,
         "vpp": layout.vpp, "micro_batch": layout.mbs, "zero": min(int(layout.zero), int(Zero.PARAMETERS)),
         "recompute": layout.recompute.label, "sequence_parallel": layout.sp,
-        "schedule": layout.schedule.label, "cp_comm": layout.cp_comm.label,
+        "schedule": layout.schedule.label, "cp_comm": layout.cp_comm.label, "rank_order": layout.order.label,
     }
     if metrics is not None:
         out["num_microbatches"] = int(round(metrics["num_microbatches"]))
@@ -86,6 +88,15 @@ def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
     return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
 
 
+def cluster_dict(cluster: ClusterSpec) -> dict[str, Any]:
+    """The cluster as documents write it: every field, `tiers` only where the file gave them (a two-tier cluster's
+    document reads as before tiers existed)."""
+    out = cluster.model_dump()
+    if out["tiers"] is None:
+        del out["tiers"]
+    return out
+
+
 def goodput_dict(problem: Problem, metrics: dict[str, float]) -> dict[str, Any]:
     """What failures, checkpoints and restarts leave of the step time's throughput (planner.cost.goodput)."""
     g = goodput(problem, metrics["step_time_s"])
@@ -104,19 +115,25 @@ def goodput_dict(problem: Problem, metrics: dict[str, float]) -> dict[str, Any]:
 
 def inputs_dict(problem: Problem, options: dict[str, Any]) -> dict[str, Any]:
     model = problem.model.dump()
-    cluster = problem.cluster.model_dump()
+    cluster = cluster_dict(problem.cluster)
     return {"model": model, "cluster": cluster, "training": problem.training.model_dump(), "options": options}
 
 
 def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None,
                nvlink_domain: int | None = None, framework: str | None = None,
-               band: dict[str, Any] | None = None, goodput: dict[str, Any] | None = None) -> dict[str, Any]:
+               band: dict[str, Any] | None = None, goodput: dict[str, Any] | None = None,
+               problem: Problem | None = None) -> dict[str, Any]:
+    """One ranked plan; with `goodput`, what failures and checkpoints leave of its throughput (goodput_dict); with
+    `problem`, its `placement`: each parallel dimension's group and the innermost network tier whose one domain holds
+    it (planner.cost.placement)."""
     entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
              "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
     if band is not None:
         entry["band"] = band
     if goodput is not None:
         entry["goodput"] = goodput
+    if problem is not None:
+        entry["placement"] = {dim: info["within"] for dim, info in placement_dict(problem, plan.layout).items()}
     return entry
 
 
@@ -147,7 +164,7 @@ def build(result: SearchResult, options: dict[str, Any]) -> dict[str, Any]:
         "model_summary": {"params": flops.total_params(p.model), "active_params": flops.active_params(p.model)},
         "plans": [plan_entry(i + 1, plan, cap, p.model.num_hidden_layers, p.cluster.nvlink_domain,
                               p.training.framework, band_dict(p, plan.layout, plan.metrics),
-                              goodput_dict(p, plan.metrics))
+                              goodput_dict(p, plan.metrics), p)
                   for i, plan in enumerate(result.plans)],
         "ranking": ranking_dict(result),
         "search": {"candidates": result.candidates, "feasible": result.feasible,

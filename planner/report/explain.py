@@ -8,6 +8,7 @@ import numpy as np
 from rich.console import Console
 
 from planner.cost import compute, memory, pipeline
+from planner.cost.placement import placement_dict, placement_text
 from planner.cost.stages import memory_stages
 from planner.cost.step import layer_terms
 from planner.inputs.frameworks import offload_modules
@@ -91,6 +92,8 @@ def explain(problem: Problem, given: Knobs) -> dict[str, Any]:
     out = {
         "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain,
                               problem.training.framework),
+        "placement": {"order": lay.order.label, "groups": placement_dict(problem, lay),
+                      "text": placement_text(problem, lay)},
         "feasible": not broken,
         "broken_rules": [{"rule": r.name, "message": r.message, "fix": r.fix, "source": r.source} for r in broken],
         "metrics": metrics_dict(metrics, cap),
@@ -197,6 +200,7 @@ def render(out: dict[str, Any], texts: list[str], console: Console) -> bool:
     """`plan explain` for humans; True when the layout satisfies every rule."""
     lay = out["layout"]
     console.print(f"[bold]layout[/] {', '.join(f'{k}={v}' for k, v in lay.items())}")
+    console.print(f"[bold]placement[/] {out['placement']['text']}", highlight=False)
     mt = out["metrics"]
     console.print(f"step {mt['step_time_s']:.3f} s, {mt['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"MFU {mt['mfu']:.1%}, peak memory {mt['memory_peak_gib']:.1f} of {mt['memory_capacity_gib']:g} GiB")

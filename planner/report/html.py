@@ -18,7 +18,7 @@ from planner.inputs.layout import SEQ1F1B_SEGMENTS, Layout, Schedule
 from planner.inputs.problem import Problem
 from planner.report import charts, document
 from planner.report.ranking import band_line, why_first
-from planner.report.table import compact_layout, legend, precision_label, why
+from planner.report.table import compact_layout, legend, precision_label, tiers_text, why
 from planner.report.timeline_chart import draw_timeline, timeline_figure, timeline_height
 from planner.search.search import SearchResult, price_layout
 from planner.strategies.pipeline_sim import SPLIT_SCHEDULES, PipelineSimResult, simulate_layout
@@ -152,8 +152,10 @@ def _inputs(problem: Problem, doc: dict[str, Any]) -> tuple[list[tuple[str, list
                    ("heads / KV heads", f"{m.num_attention_heads} / {m.kv_heads}"),
                    ("vocabulary", f"{m.vocab_size:,}")]),
         ("Cluster", [("name", c.name), ("GPU", c.gpu.name), ("GPUs", f"{c.num_gpus:,}"),
-                     ("NVLink domain", f"{c.nvlink_domain} GPUs"), ("GPU memory", f"{c.gpu.memory_gib:g} GiB"),
-                     ("scale-out", f"{c.network_gbps:g} GB/s per GPU")]),
+                     *([("network", tiers_text(problem))] if c.tiered else [
+                         ("NVLink domain", f"{c.nvlink_domain} GPUs"),
+                         ("scale-out", f"{c.network_gbps:g} GB/s per GPU")]),
+                     ("GPU memory", f"{c.gpu.memory_gib:g} GiB")]),
         ("Training", [("sequence length", f"{tr.seq_len:,}"), ("global batch", f"{tr.global_batch:,} sequences"),
                       ("precision", precision_label(tr)), ("framework", tr.framework), ("pinned knobs", fixed)]),
         ("Search", [("candidates", f"{search['candidates']:,}"), ("feasible", f"{search['feasible']:,}"),
@@ -178,8 +180,14 @@ def _goodput_card(g: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _rows(result: SearchResult, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The ranked plans' table rows; `band` is the tokens/s band (planner.report.ranking), its regime the tooltip;
-    days per trillion tokens are wall-clock, the throughput times goodput (planner.cost.goodput)."""
+    days per trillion tokens are wall-clock, the throughput times goodput (planner.cost.goodput); `placement` the
+    rank order and the innermost network tier holding each group (the document's plans[].placement)."""
     best, gpus = result.plans[0], result.problem.num_gpus
+
+    def placed(lay: Layout, placement: dict[str, str]) -> str:
+        groups = " · ".join(f"{dim} {within}" for dim, within in placement.items())
+        return f"{lay.order.label}: {groups}" if groups else lay.order.label
+
     rows = []
     for i, (p, entry) in enumerate(zip(result.plans, doc["plans"], strict=True)):
         band, kept = entry["band"], entry["goodput"]["tokens_per_s_per_gpu"] * gpus
@@ -188,7 +196,8 @@ def _rows(result: SearchResult, doc: dict[str, Any]) -> list[dict[str, Any]]:
                      "tput": f"{p.metrics['tokens_per_s_per_gpu']:,.0f}", "band": f"{lo:,.0f}-{hi:,.0f}",
                      "regime": band["regime"], "mfu": f"{p.metrics['mfu']:.1%}",
                      "mem": f"{p.metrics['memory_peak_gib']:.1f}", "goodput": f"{entry['goodput']['goodput']:.1%}",
-                     "days": f"{1e12 / kept / 86_400:.3g}" if kept > 0 else "-", "why": why(p, best)})
+                     "days": f"{1e12 / kept / 86_400:.3g}" if kept > 0 else "-",
+                     "placement": placed(p.layout, entry["placement"]), "why": why(p, best)})
     return rows
 
 

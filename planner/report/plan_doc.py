@@ -270,7 +270,7 @@ def with_default_sections(cluster: Any) -> Any:
 def problem_from_document(doc: Any, source: str | None = None) -> Problem:
     """Rebuild exactly the problem a plan document was made for, from its `inputs` (recorded figures, not today's
     catalog). A bad or foreign document raises one PlanInputError naming `source`, the field and the fix."""
-    from planner.cost.profiles import PROFILE_NAMES
+    from planner.cost.profiles import PROFILE_NAMES, plan_compiles_loss
 
     inputs = check_header(doc, source)
     model = _section(inputs, "model", ModelSpec, source)
@@ -284,7 +284,7 @@ def problem_from_document(doc: Any, source: str | None = None) -> Problem:
     if options.memory_headroom is not None:
         extra["memory_headroom"] = float(options.memory_headroom)
     return Problem(model, cluster, training, fixed=options.fix, allow_tp_across_nodes=options.allow_tp_across_nodes,
-                   **extra)
+                   compiled_loss=plan_compiles_loss(training), **extra)
 
 
 # --- the document -----------------------------------------------------------------------------------------------------

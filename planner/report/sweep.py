@@ -27,7 +27,8 @@ from planner.inputs.sweep_args import global_batch_for
 from planner.report.document import goodput_dict, layout_dict, metrics_dict, sig
 from planner.search.search import search
 
-SWEEP_SCHEMA_VERSION = 2  # 2: days with goodput, each point's goodput block and days_without_failures
+# 2: days with goodput, each point's goodput block and days_without_failures; each layout states its rank_order
+SWEEP_SCHEMA_VERSION = 2
 SECONDS_PER_DAY = 86_400.0
 FRONTIER_TIE = 0.005  # relative cost difference treated as a tie when deciding dominance
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from planner.cost import flops
 from planner.cost.goodput import goodput
-from planner.inputs.layout import CpComm, ExpertTp, Layout, Recompute, Schedule, Zero
+from planner.inputs.layout import CpComm, ExpertTp, Layout, RankOrder, Recompute, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec, TrainingSpec
 from planner.report.ranking import band_line, relative_text, why_first
@@ -39,6 +39,7 @@ LEGEND = {
     "c1f1b": "c1f1b = combined 1F1B (EP all-to-all overlap)", "dpipe": "dpipe/dpipev = DualPipe/DualPipe-V",
     "dpipev": "dpipe/dpipev = DualPipe/DualPipe-V",
     "e1": "epNe1 = whole experts per GPU (expert tp 1, MoE parallel folding)",
+    "dpo": "dpo = rank order tp-cp-ep-pp-dp: data parallelism outermost (Megatron --use-tp-pp-dp-mapping)",
     "tight": "! = tight: less than --memory-headroom free, ranked after plans with room",
 }
 
@@ -73,7 +74,26 @@ def compact_layout(layout: Layout) -> tuple[str, set[str]]:
         schedule = _SCHEDULE_SHORT[layout.schedule]
         parts.append(schedule)
         used.add(schedule)
+    if layout.order == RankOrder.DP_OUTER:  # the default order prints nothing
+        parts.append("dpo")
+        used.add("dpo")
     return " ".join(parts), used
+
+
+def tiers_text(problem: Problem) -> str | None:
+    """A tiered cluster's network in a line: each tier's domain size, oversubscription and rails, innermost first,
+    and the per-GPU bandwidth of the network tiers ('nvlink 8 > rack 16 > pod 3,072 > cluster 16,384 1:7;
+    50 GB/s/GPU'); None for two tiers, which the cluster line states."""
+    if not problem.cluster.tiered:
+        return None
+    tiers = problem.cluster.network_tiers()
+    same = len({t.gbps for t in tiers[1:]}) == 1
+
+    def one(i: int) -> str:
+        t = tiers[i]
+        return (f"{t.name} {t.size:,}" + ("" if same or not i else f" @{t.gbps:g}")
+                + (f" 1:{t.oversubscription:g}" if t.oversubscription > 1 else "") + (" rails" if t.rails else ""))
+    return " > ".join(one(i) for i in range(len(tiers))) + (f"; {tiers[1].gbps:g} GB/s/GPU" if same else " GB/s/GPU")
 
 
 def legend(used: set[str]) -> str:
@@ -153,8 +173,11 @@ def render(result: SearchResult, console: Console, timings: bool = True) -> None
     console.print(f"[bold]model[/]    {m.name} ({params}, {m.num_hidden_layers} layers, hidden {m.hidden_size})")
     if m.layer_types is not None or m.mlp_layer_types is not None:  # say how a mixed config was read
         console.print(f"[bold]layers[/]   {layer_mix(m)}")
-    console.print(f"[bold]cluster[/]  {cl.name}: {cl.num_gpus} x {cl.gpu.name}, "
-                  f"NVLink {cl.nvlink_domain}, network {cl.network_gbps:g} GB/s/GPU")
+    network = tiers_text(p)
+    console.print(f"[bold]cluster[/]  {cl.name}: {cl.num_gpus} x {cl.gpu.name}"
+                  + ("" if network else f", NVLink {cl.nvlink_domain}, network {cl.network_gbps:g} GB/s/GPU"))
+    if network:
+        console.print(f"[bold]network[/]  {network}", highlight=False)
     console.print(f"[bold]training[/] {training_text(tr)}")
     what_if = what_ifs(p)
     if what_if:

@@ -106,7 +106,8 @@ def _other_stacks(problem: Problem, caps: Capabilities) -> list[tuple[str, None]
 
 def _optimizer_states(problem: Problem, caps: Capabilities) -> list[tuple[str, Problem]]:
     """Leaner optimizer states the framework can keep: bf16 Adam moments (Megatron-Core's precision-aware optimizer;
-    no slower), then the whole optimizer in CPU memory (its step and copies go over the host link)."""
+    no slower), then the whole optimizer in CPU memory (its step and copies go over the host link), then the ZeRO-3
+    parameters as well where the framework offloads them."""
     tr, out = problem.training, []
     if tr.optimizer_moments == "fp32" and caps.bf16_moments:
         out.append(("--optimizer-moments bf16", replace(problem, training=tr.model_copy(
@@ -114,6 +115,9 @@ def _optimizer_states(problem: Problem, caps: Capabilities) -> list[tuple[str, P
     if tr.optimizer_offload < 1.0 and caps.optimizer_offload in ("fraction", "all"):
         out.append(("--optimizer-offload 1", replace(problem, training=tr.model_copy(
             update={"optimizer_offload": 1.0}))))
+    if not tr.param_offload and caps.param_offload:  # ZeRO-3 partitions in host memory (DeepSpeed offload_param)
+        out.append(("--param-offload --optimizer-offload 1", replace(problem, training=tr.model_copy(
+            update={"param_offload": True, "optimizer_offload": 1.0 if caps.optimizer_offload != "none" else 0.0}))))
     return out
 
 

@@ -5,23 +5,27 @@ the layout is allowed. The search filters with these predicates (counting what e
 ones a layout breaks, and `planner.search.cpsat` compiles the same predicates into CP-SAT table constraints to find
 which rules conflict when nothing is feasible. Sources: ../shared/reference/ecosystem.md §1.3 (Megatron-LM asserts,
 numbered M1..M32 there) and §2.2 (torchtitan).
+
+size: over 400 lines because this is the one table of rules: each is defined here, once, with its source.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
 from planner.cost.groups import domain_group
 from planner.cost.memory import distinct_pairs
-from planner.inputs.frameworks import Capabilities, capabilities_for
+from planner.cost.profiles import stack_profile, tp_mode
+from planner.cost.tensor import sp_never_slower
+from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import (
     SEQ1F1B_SEGMENTS,
     CpComm,
     ExpertTp,
+    RankOrder,
     Recompute,
     Schedule,
     Zero,
@@ -29,21 +33,8 @@ from planner.inputs.layout import (
 )
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
-
-Cols = Mapping[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    knobs: tuple[str, ...]
-    allowed: Callable[[Cols, Problem], np.ndarray]
-    message: str  # what breaks, phrased for a person
-    fix: str  # what would help
-    source: str
-
-    def check(self, cols: Cols, problem: Problem) -> np.ndarray:
-        return np.asarray(self.allowed(cols, problem), dtype=bool)
+from planner.search.framework_rules import FRAMEWORK_RULES
+from planner.search.rule_base import Cols, Rule, _among, _caps, _same_expert_dp, _trusted
 
 
 def _mixer_heads(m: ModelSpec) -> int:
@@ -95,25 +86,6 @@ def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
     """CP ranks that exchange by all-to-all: all of them for Ulysses, those inside one NVLink domain for hybrid."""
     inside = domain_group(p.cluster.nvlink_domain, c["tp"], c["cp"])
     return np.where(c["cp_comm"] == CpComm.HYBRID, inside, np.where(c["cp_comm"] == CpComm.A2A, c["cp"], 1))
-
-
-def _among(col: np.ndarray, values: list[int]) -> np.ndarray:
-    """np.isin for a handful of integer codes, as one comparison per code: the same booleans, several times faster
-    than np.isin's sort or lookup table on the million-row columns the zero and recompute stages check."""
-    out = np.zeros(np.shape(col), dtype=bool)
-    for v in values:
-        out |= np.asarray(col) == v
-    return out
-
-
-def _caps(p: Problem) -> Capabilities:
-    return capabilities_for(p.training.framework)
-
-
-def _trusted(knob: str, p: Problem) -> bool:
-    """Framework capability rules judge searched knobs; a knob pinned for a published run (validation) is taken as
-    what that run's stack did."""
-    return p.trust_pins and knob in p.fixed
 
 
 def _split_ok(c: Cols, p: Problem) -> np.ndarray:
@@ -306,49 +278,7 @@ RULES: tuple[Rule, ...] = (
          "emit fix the split", "use a pp (and vpp) that divides the layer count",
          "Megatron --decoder-first/last-pipeline-num-layers, with VPP --account-for-embedding/loss-in-pipeline-split "
          "(transformer_config.py); torchtitan stage modules"),
-    Rule("framework_schedule", ("schedule",),
-         lambda c, p: _among(c["schedule"], [int(s) for s in _caps(p).schedules]) | _trusted("schedule", p),
-         "the chosen training framework does not ship this pipeline schedule",
-         "use --framework generic to search every schedule",
-         "Megatron-Core schedules.py: 1F1B and interleaved only; torchtitan: torch.distributed.pipelining schedules"),
-    Rule("framework_zero", ("zero",),
-         lambda c, p: _among(c["zero"], [int(z) for z in _caps(p).zero]) | _trusted("zero", p),
-         "the chosen training framework cannot run this ZeRO/FSDP stage", "pick a stage the framework runs",
-         "frontier_facts.md §B: Megatron dist-opt = ZeRO-1, Megatron-FSDP for 2/3; torchtitan FSDP2/HSDP"),
-    Rule("framework_zero_with_pipeline", ("zero", "pp"),
-         lambda c, p: (c["pp"] == 1) | _among(c["zero"], [int(z) for z in _caps(p).zero_with_pipeline])
-         | _trusted("zero", p),
-         "the chosen training framework does not combine this ZeRO/FSDP stage with pipeline parallelism",
-         "use zero=1 with pp > 1, or pp=1",
-         "DeepSpeed runtime/pipe/engine.py asserts ZeRO < 2; Megatron-FSDP rejects PP (mcore_fsdp_adapter.py)"),
-    Rule("framework_context_parallel", ("cp", "cp_comm"),
-         lambda c, p: (c["cp"] == 1) | _among(c["cp_comm"], [int(x) for x in _caps(p).cp_comm]) | _trusted("cp", p),
-         "the chosen training framework has no context parallelism of this kind", "set cp=1 or another cp_comm",
-         "paper-era Megatron-LM and DeepSpeed configs have no CP; torchtitan CP is ring attention only"),
-    Rule("framework_model_parallel", ("tp", "pp", "ep"),
-         lambda c, p: (((c["tp"] == 1) | _caps(p).tensor_parallel) | _trusted("tp", p))
-         & (((c["pp"] == 1) | _caps(p).pipeline_parallel) | _trusted("pp", p))
-         & (((c["ep"] == 1) | _caps(p).expert_parallel) | _trusted("ep", p)),
-         "the chosen training framework cannot run this tensor, pipeline or expert parallelism",
-         "use --framework megatron-core or torchtitan for model parallelism",
-         "a ds_config expresses ZeRO only (TP/PP need Megatron-DeepSpeed); paper-era Megatron had no MoE"),
-    Rule("framework_ddp_alone", ("zero", "tp", "pp", "cp", "ep"),
-         lambda c, p: (not _caps(p).ddp_only_alone) | (c["zero"] != Zero.NONE)
-         | ((c["tp"] == 1) & (c["pp"] == 1) & (c["cp"] == 1) & (c["ep"] == 1)) | _trusted("zero", p),
-         "the chosen framework runs replicated data parallelism (zero=0) only when it is the only parallelism",
-         "use zero >= 2 with model parallelism", "torchtitan parallelize: DDP is applied only without TP/PP/CP"),
-    Rule("framework_recompute", ("recompute",),
-         lambda c, p: _among(c["recompute"], [int(r) for r in _caps(p).recompute]) | _trusted("recompute", p),
-         "the chosen training framework cannot switch on this activation recomputation or offloading",
-         "use a recompute the framework runs (docs/commands.md), or megatron-core / nemo, which run all five",
-         "DeepSpeed: activation checkpointing is checkpoint() calls in the model code, not a ds_config switch; "
-         "activation offloading is Megatron-Core's (--cpu-offloading-num-layers; --fine-grained-activation-offloading "
-         "with --offload-modules, core_v0.16)"),
-    Rule("framework_fp8_needs_zero", ("zero",),
-         lambda c, p: (p.training.precision != "fp8") | (not _caps(p).fp8_needs_zero) | (c["zero"] != Zero.NONE)
-         | _trusted("zero", p),
-         "the chosen framework's fp8 recipe gathers fp8 parameters, which needs the distributed optimizer or FSDP",
-         "use zero >= 1 with fp8", "Megatron-Bridge fp8 preset (fp8_param_gather needs use_distributed_optimizer)"),
+    *FRAMEWORK_RULES,
 )
 
 MEMORY_RULE = Rule(
@@ -363,10 +293,18 @@ DOMINANCE: tuple[Rule, ...] = (
          lambda c, p: (c["etp"] == ExpertTp.TP) | ((c["tp"] > 1) & p.model.is_moe) | ("etp" in p.fixed),
          "etp=1 is the same layout as etp=tp without tensor parallelism or experts", "nothing to change",
          "planner.cost.groups.expert_tp (etp only differs from tp when tp > 1)"),
+    Rule("redundant_rank_order", ("order", "pp", "dp", "tp", "cp", "ep", "etp"),
+         lambda c, p: (c["order"] == RankOrder.PP_OUTER) | ("order" in p.fixed)
+         | ((c["pp"] > 1) & ((c["dp"] > 1) | (p.model.is_moe & ~_same_expert_dp(c, p)))),
+         "with pp = 1, or dp = 1 (and, with experts, as many expert data ranks), both rank orders build the same "
+         "groups",
+         "nothing to change", "planner.cost.groups.Placement (the orders differ only in where pp and dp sit)"),
     Rule("dominated_no_sp", ("tp", "sp"),
-         lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed),
+         lambda c, p: (c["tp"] == 1) | (c["sp"] == 1) | ("sp" in p.fixed)
+         | (not sp_never_slower(tp_mode(stack_profile(p.training)))) | (not _caps(p).sequence_parallel),
          "with tp > 1, sequence parallelism moves the same TP bytes (reduce-scatter + all-gather instead of "
-         "all-reduce), shards the norms and dropout, and holds less memory: sp=0 is never better",
+         "all-reduce) and, where the stack's TP collectives all block or all pair with their GEMMs, hides as much "
+         "of them; it shards the norms and dropout and holds less memory: sp=0 is never better there",
          "pin sp=0 with --fix to price it", "Korthikanti et al. 2022 §4.2.2; planner.cost.tensor/compute/memory"),
     Rule("dominated_zero0", ("zero", "dp", "cp"),
          lambda c, p: (c["zero"] != Zero.NONE) | (c["dp"] * c["cp"] == 1) | ("zero" in p.fixed)

@@ -50,6 +50,19 @@ def _schedules(problem: Problem) -> list[int]:
     return [s for s in choices if s in shipped] or choices
 
 
+def _orders(problem: Problem) -> list[int]:
+    """Rank orders worth enumerating: on a cluster of more than two tiers (planner.inputs.network), those the
+    framework lays out (the framework_rank_order rule would refuse the rest); on two tiers only the default, so
+    that plain problems do not grow. (An order can still move a group across the NVLink domain there when tp x cp
+    leaves room in it; `--fix order=...` prices that.)"""
+    choices = _choices("order")
+    if not problem.cluster.tiered:
+        return choices[:1]
+    if problem.trust_pins:
+        return choices
+    return [o for o in choices if o in {int(x) for x in capabilities_for(problem.training.framework).rank_orders}]
+
+
 def domains(problem: Problem) -> dict[str, list[int]]:
     """Candidate values per knob; a pinned knob gets exactly its value (so a bad pin is reported by the rules)."""
     m, n = problem.model, problem.num_gpus
@@ -69,6 +82,7 @@ def domains(problem: Problem) -> dict[str, list[int]]:
         "schedule": _schedules(problem),
         "cp_comm": _choices("cp_comm"),
         "etp": _choices("etp") if m.is_moe else [0],
+        "order": _orders(problem),
     }
     for knob, value in problem.fixed.items():
         if knob != "dp":
@@ -182,8 +196,8 @@ def _part_groups(block: Mapping[str, np.ndarray], rep: np.ndarray, ids: np.ndarr
 
 # Knobs in the order they enter the cross product; dp is derived from the world size right after cp. Each rule is
 # applied as soon as every knob it reads exists, so the table never holds rows an earlier rule already refuses.
-_ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "etp", "vpp", "schedule", "mbs", "zero",
-                           "recompute")
+_ORDER: tuple[str, ...] = ("tp", "sp", "pp", "cp", "cp_comm", "ep", "etp", "order", "vpp", "schedule", "mbs",
+                           "zero", "recompute")
 
 
 class _Crossed(Mapping[str, np.ndarray]):

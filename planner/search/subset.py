@@ -26,11 +26,12 @@ class SubsetNote:
     gpus: int
     cluster: str
     gain: float  # tokens/s of the whole job on `gpus` over tokens/s on all GPUs
+    how: str = ""  # how to plan it: a `--cluster` shorthand, or for a tiered cluster file the nodes to set there
 
     def text(self, total: int, batch: int) -> str:
         return (f"{self.gpus} of these {total} GPUs ({self.cluster}) train {self.gain:.2f}x faster in all: the "
-                f"global batch {batch:,} does not spread over {total} GPUs' data ranks (plan --cluster "
-                f"{self.cluster})")
+                f"global batch {batch:,} does not spread over {total} GPUs' data ranks "
+                f"({self.how or 'plan --cluster ' + self.cluster})")
 
 
 def _odd(n: int) -> int:
@@ -57,11 +58,13 @@ def smaller_job(problem: Problem, best_tokens_per_s_per_gpu: float) -> SubsetNot
     m = subset_size(problem)
     if m is None:
         return None
-    gpu = problem.cluster.gpu.key
-    cluster = problem.cluster.model_copy(update={"num_gpus": m, "name": f"{gpu}x{m}"})
+    gpu, tiered = problem.cluster.gpu.key, problem.cluster.tiers is not None
+    name = f"{problem.cluster.name}, {m // problem.cluster.gpus_per_node} nodes" if tiered else f"{gpu}x{m}"
+    cluster = problem.cluster.model_copy(update={"num_gpus": m, "name": name})
     try:
         plan = search(replace(problem, cluster=cluster), top=1).plans[0]
     except NoFeasiblePlan:
         return None
     gain = float(plan.metrics["tokens_per_s_per_gpu"]) * m / (best_tokens_per_s_per_gpu * problem.num_gpus)
-    return SubsetNote(m, cluster.name, gain) if gain >= MIN_GAIN and math.isfinite(gain) else None
+    how = f"set nodes: {m // problem.cluster.gpus_per_node} in the cluster file, its tiers kept" if tiered else ""
+    return SubsetNote(m, cluster.name, gain, how) if gain >= MIN_GAIN and math.isfinite(gain) else None

@@ -211,7 +211,7 @@ def ring_embedded(spec: MultiDimSequence, n: int, cluster: ClusterSpec, ring_dim
         raise PlanInputError(f"ring dimension '{dim}' is not one of {list(spec.names)}", field="ring_dim")
     step_bytes = RING_TENSORS * spec.activation_bytes / n
     steps = spec.attends.count(dim) * (n - 1)
-    step_time = float(comm.p2p_time(step_bytes, n > cluster.nvlink_domain, cluster)) if steps else 0.0
+    step_time = float(comm.p2p_time(step_bytes, comm.span_tier(n, cluster), cluster)) if steps else 0.0
     issues = tuple(_split_issue(spec, dim, n)) if n > 1 else ()
     return StrategyComm(f"Ring embedded (shard {dim})", "ring p2p step", steps * step_bytes, steps,
                         steps * step_time, RING_BACKWARD_FACTOR, issues)

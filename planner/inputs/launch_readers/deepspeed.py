@@ -1,18 +1,23 @@
-"""Read a DeepSpeed `ds_config` JSON (runtime/config.py keys; what `--format deepspeed` writes), or a `deepspeed`
-launch of a Hugging Face Trainer script that names one (`--deepspeed ds_config.json --per_device_train_batch_size
-16 ...`), into a LaunchConfig.
+"""Read a DeepSpeed `ds_config` JSON (runtime/config.py keys), or a `deepspeed` / `accelerate launch` of a Hugging
+Face Trainer script that names one (`--deepspeed ds_config.json --per_device_train_batch_size 16 ...`; what
+`--format deepspeed` writes, with the config in a here-document), into a LaunchConfig.
 
-A ds_config states data parallelism only: ZeRO stage and offloading, precision, and the batch keys, which DeepSpeed
-completes from the data-parallel world (planner.inputs.launch_readers.resolve). "auto" values are the Hugging Face
-integration's (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_process): the
-micro-batch is --per_device_train_batch_size, the accumulation --gradient_accumulation_steps, the batch their product
-with the world, fp16/bf16 the trainer's --fp16/--bf16; taken from the launch's trainer arguments or --set, else from
-TrainingArguments' defaults (8, 1, off), said so.
+A ds_config states ZeRO stage and offloading (optimizer, and ZeRO-3 parameters), precision, AutoTP tensor
+parallelism (`tensor_parallel.autotp_size`), the Ulysses degree (`sequence_parallel_size`) and the batch keys, which
+DeepSpeed completes from the data-parallel world (planner.inputs.launch_readers.resolve). The launch adds what the
+Trainer switches on: --gradient_checkpointing (full recompute), --torch_compile, and, through accelerate's config
+(parallelism_config_sp_size with the deepspeed backend), Ulysses sequence parallelism.
+
+"auto" values are the Hugging Face integration's (transformers integrations/deepspeed.py
+HfTrainerDeepSpeedConfig.trainer_config_process): the micro-batch is --per_device_train_batch_size, the accumulation
+--gradient_accumulation_steps, the batch their product with the world, fp16/bf16 the trainer's --fp16/--bf16; taken
+from the launch's trainer arguments or --set, else from TrainingArguments' defaults (8, 1, off), said so.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,7 +34,7 @@ _QUIET = {"optimizer", "scheduler", "gradient_clipping", "steps_per_print", "wal
           "zero_force_ds_cpu_optimizer", "memory_breakdown", "seq_parallel_communication_data_type",
           "gradient_accumulation_dtype"}
 _KNOWN = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization",
-          "bf16", "fp16", "activation_checkpointing"}
+          "bf16", "fp16", "activation_checkpointing", "tensor_parallel", "sequence_parallel_size"}
 # zero_optimization keys that tune buckets, prefetching and persistence: no planner arithmetic depends on them.
 _ZERO_QUIET = {"stage", "offload_optimizer", "offload_param", "overlap_comm", "contiguous_gradients", "sub_group_size",
                "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
@@ -42,7 +47,8 @@ _ZERO_QUIET = {"stage", "offload_optimizer", "offload_param", "overlap_comm", "c
 # Trainer arguments of a launch read here, and those that change nothing the planner prices (paths, schedules,
 # logging, evaluation); any other argument (a frozen backbone, LoRA, a vision tower, quantized weights) is named.
 _TRAINER_READ = {"deepspeed", "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
-                 "model_max_length", "gradient_checkpointing"}
+                 "model_max_length", "gradient_checkpointing", "torch_compile", "config_file", "num_machines",
+                 "num_processes", "machine_rank", "main_process_ip", "main_process_port"}
 _TRAINER_QUIET = {"model_name_or_path", "version", "data_path", "image_folder", "output_dir", "num_train_epochs",
                   "per_device_eval_batch_size", "evaluation_strategy", "eval_strategy", "save_strategy", "save_steps",
                   "save_total_limit", "learning_rate", "weight_decay", "warmup_ratio", "warmup_steps",
@@ -51,6 +57,8 @@ _TRAINER_QUIET = {"model_name_or_path", "version", "data_path", "image_folder", 
                   "remove_unused_columns", "ddp_timeout", "logging_dir", "max_steps", "group_by_modality_length",
                   "image_aspect_ratio", "mm_use_im_start_end", "mm_use_im_patch_token", "mm_vision_select_layer",
                   "pretrain_mm_mlp_adapter", "mm_projector_type", "fsdp_transformer_layer_cls_to_wrap"}
+# The comment `--format deepspeed` writes for the sequence length (the Trainer takes it from the data).
+_PLANNED_LENGTH = re.compile(r"^# sequences of (?P<tokens>\d+) tokens", re.M)
 # TrainingArguments defaults (transformers training_args.py) for the values an "auto" stands for.
 _TRAINER_DEFAULTS = {"per_device_train_batch_size": "8", "gradient_accumulation_steps": "1", "bf16": "false",
                      "fp16": "false"}
@@ -95,8 +103,8 @@ def enabled(doc: dict[str, Any], key: str, source: str, trainer: dict[str, str] 
 
 
 def read_offload(cfg: LaunchConfig, doc: dict[str, Any]) -> None:
-    """ZeRO-Offload of the optimizer (the whole optimizer, Ren et al. 2021; NVMe priced as CPU memory, its upper
-    bound); parameters offloaded too (ZeRO-Infinity) are named, not priced."""
+    """ZeRO-Offload of the optimizer (the whole optimizer, Ren et al. 2021) and ZeRO-Infinity's parameter offload
+    (ZeRO-3 partitions in host memory); NVMe is priced as CPU memory, its upper bound."""
     zero = doc.get("zero_optimization", {})
     if not isinstance(zero, dict):
         return
@@ -109,8 +117,12 @@ def read_offload(cfg: LaunchConfig, doc: dict[str, Any]) -> None:
         cfg.optimizer_offload = 1.0
     param = zero.get("offload_param")
     if isinstance(param, dict) and str(param.get("device", "none")).lower() in ("cpu", "nvme"):
-        cfg.ignored.append(f"zero_optimization.offload_param.device={param.get('device')} (parameters kept in host "
-                           "memory are not priced: priced on the GPU)")
+        if zero_stage(doc, cfg.source) == 3:
+            cfg.param_offload = True
+            if str(param.get("device")).lower() == "nvme":
+                cfg.ignored.append("zero_optimization.offload_param.device=nvme (priced as cpu)")
+        else:  # DeepSpeed reads offload_param under stage 3 only (config-json.md)
+            cfg.ignored.append("zero_optimization.offload_param without ZeRO-3 (DeepSpeed ignores it)")
     cfg.ignored += [f"zero_optimization.{k}" for k in sorted(zero) if k not in _ZERO_QUIET]
 
 
@@ -146,7 +158,8 @@ def _config(doc: dict[str, Any], source: str, trainer: dict[str, str], origin: s
         cfg.set_knob("mbs", cfg.micro_batch, "train_micro_batch_size_per_gpu")
     for key in ("tp", "pp", "cp", "ep", "vpp"):
         cfg.layout[key] = 1
-    cfg.layout.update(sp=0, recompute=0)
+    cfg.layout.update(sp=0, recompute=0)  # AutoTP has no sequence parallelism; checkpointing is the Trainer's
+    _model_parallel(cfg, doc)
     fp16, bf16 = (enabled(doc, k, source, {**_TRAINER_DEFAULTS, **trainer}) for k in ("fp16", "bf16"))
     for key in ("fp16", "bf16"):
         block = doc.get(key)
@@ -164,38 +177,90 @@ def _config(doc: dict[str, Any], source: str, trainer: dict[str, str], origin: s
     return cfg
 
 
+def _model_parallel(cfg: LaunchConfig, doc: dict[str, Any]) -> None:
+    """AutoTP's degree (tensor_parallel.autotp_size, 0 or 1 = off) and the Ulysses degree (sequence_parallel_size):
+    the planner's tp, and its all-to-all context parallelism."""
+    tp_block = doc.get("tensor_parallel")
+    if isinstance(tp_block, dict) and tp_block.get("autotp_size") not in (None, 0):
+        cfg.set_knob("tp", as_int(tp_block["autotp_size"], "tensor_parallel.autotp_size", cfg.source),
+                     "tensor_parallel.autotp_size")
+    if isinstance(tp_block, dict) and tp_block.get("tp_overlap_comm") is True:
+        cfg.ignored.append("tensor_parallel.tp_overlap_comm (AutoTP's all-reduce overlap: priced as blocking)")
+    if doc.get("sequence_parallel_size") not in (None, 1):
+        sp_size(cfg, doc["sequence_parallel_size"], "sequence_parallel_size")
+
+
+def sp_size(cfg: LaunchConfig, raw: object, where: str) -> None:
+    """The Ulysses degree: the planner's context parallelism with the all-to-all exchange."""
+    size = as_int(raw, where, cfg.source)
+    if size > 1:
+        cfg.set_knob("cp", size, where)
+        cfg.set_knob("cp_comm", "a2a", where)
+
+
 def _launch(text: str, source: str, given: dict[str, str] | None) -> LaunchConfig:
-    """A `deepspeed` (or torchrun) launch of a Trainer script with `--deepspeed CONFIG`: the config beside the script,
-    the trainer's batch and precision arguments for its "auto" values, the launcher's GPU count."""
+    """A `deepspeed`, `accelerate launch` (or torchrun) launch of a Trainer script with `--deepspeed CONFIG`: the
+    config the script writes or one beside it, the trainer's batch and precision arguments for its "auto" values and
+    its switches, the launcher's GPU count."""
     script = read_script(text, source, given)
     for command in reversed(script.commands):
         words = command.words
         if "--deepspeed" not in words or words.index("--deepspeed") + 1 >= len(words):
             continue
         path = words[words.index("--deepspeed") + 1]
-        # relative to where the script runs: its folder or, as with `deepspeed scripts/x/train.sh` run from a
-        # repository's root, a folder above it
-        here = Path(source).parent
-        config = next((f / path for f in (here, *list(here.parents)[:6]) if (f / path).is_file()), here / path)
-        if not config.is_file():
-            raise PlanInputError(f"names the ds_config {path[:80]}, which is not beside the script", source=source,
-                                 field="--deepspeed", fix="pass the ds_config JSON itself, with --set for trainer "
-                                 "values")
         trainer = _trainer_args(words)
-        cfg = _config(_load(read_text(config, "pass a ds_config JSON"), str(config)), source,
-                      {**trainer, **(given or {})}, "--set")
+        cfg = _config(_load(*_config_text(script.files, path, source)), source, {**trainer, **(given or {})},
+                      "--set")
         if "--gradient_checkpointing" in words and trainer.get("gradient_checkpointing", "true").lower() == "true":
             cfg.set_knob("recompute", "full", "--gradient_checkpointing")  # HF checkpoints every decoder layer
             cfg.runs_anyway["framework_recompute"] = "--gradient_checkpointing (the Trainer's model code)"
         if "model_max_length" in trainer:
             cfg.seq_len = as_int(trainer["model_max_length"], "--model_max_length", source)
+        elif _PLANNED_LENGTH.search(text):  # the length a `--format deepspeed` script says it was planned for
+            cfg.seq_len = int(_PLANNED_LENGTH.search(text)["tokens"])
+        # TrainingArguments.torch_compile, off by default
+        cfg.torch_compile = trainer.get("torch_compile", "false").lower() == "true"
         script_at = next((i for i, w in enumerate(words) if w.endswith(".py")), 0)
         named = _trainer_args(words[script_at + 1:])
         cfg.ignored += [f"--{k}" for k in named if k not in _TRAINER_READ and k not in _TRAINER_QUIET]
         _world(cfg, words)
+        _accelerate(cfg, words, script.files)
         return cfg
     raise PlanInputError("no command with --deepspeed CONFIG found", source=source,
                          fix="pass the ds_config JSON, or the deepspeed launch that names it")
+
+
+def _config_text(files: dict[str, str], path: str, source: str) -> tuple[str, str]:
+    """(text, where) of the ds_config a launch names: a here-document the script writes, else a file relative to
+    where the script runs: its folder or, as with `deepspeed scripts/x/train.sh` run from a repository's root, a
+    folder above it."""
+    if path in files:
+        return files[path], f"{source} ({path})"
+    here = Path(source).parent
+    config = next((f / path for f in (here, *list(here.parents)[:6]) if (f / path).is_file()), here / path)
+    if not config.is_file():
+        raise PlanInputError(f"names the ds_config {path[:80]}, which is not beside the script", source=source,
+                             field="--deepspeed", fix="pass the ds_config JSON itself, with --set for trainer values")
+    return read_text(config, "pass a ds_config JSON"), str(config)
+
+
+def _accelerate(cfg: LaunchConfig, words: list[str], files: dict[str, str]) -> None:
+    """`accelerate launch [--config_file F] [--num_processes N] train.py ...`: the world size and Ulysses' sp_size
+    from the command line or from the accelerate config the script writes (transformers deepspeed_alst.md keys)."""
+    names = [PurePosixPath(w).name for w in words]
+    if names[:2] != ["accelerate", "launch"]:
+        return
+    args = _trainer_args(words[: next((i for i, w in enumerate(words) if w.endswith(".py")), len(words))])
+    keys: dict[str, str] = {}
+    for line in files.get(args.get("config_file", ""), "").splitlines():
+        key, colon, value = line.strip().partition(":")
+        if colon and value.strip():
+            keys[key.strip()] = value.strip().strip("'\"")
+    processes = args.get("num_processes") or keys.get("num_processes")
+    if processes and processes.isdigit():
+        cfg.num_gpus = int(processes)
+    if keys.get("parallelism_config_sp_backend") == "deepspeed" and "parallelism_config_sp_size" in keys:
+        sp_size(cfg, keys["parallelism_config_sp_size"], "parallelism_config_sp_size")
 
 
 def _trainer_args(words: list[str]) -> dict[str, str]:

@@ -251,6 +251,7 @@ def _memory(cfg: LaunchConfig, flags: Flags) -> None:
         read_fine_grained_offload(cfg, modules, "--offload-modules")
     _optimizer(cfg, flags)
     cfg.layout["sp"] = int("--sequence-parallel" in flags and cfg.layout.get("tp", 1) > 1)
+    cfg.tp_comm_overlap = "--tp-comm-overlap" in flags  # store_true, off by default (arguments.py)
 
 
 def _recompute(cfg: LaunchConfig, flags: Flags) -> None:
@@ -313,6 +314,8 @@ def _schedule(cfg: LaunchConfig, flags: Flags) -> None:
             raise PlanInputError(f"'{kind[:40]}' is not a context-parallel exchange the planner prices",
                                  field="--cp-comm-type", source=src, fix="use p2p, a2a or a2a+p2p")
         cfg.set_knob("cp_comm", mf.CP_COMM[kind], "--cp-comm-type")
+    if "--use-tp-pp-dp-mapping" in flags:  # training/initialize.py: rank order tp-cp-ep-pp-dp
+        cfg.set_knob("order", "tp-cp-ep-pp-dp", "--use-tp-pp-dp-mapping")
     if "--pipeline-model-parallel-layout" in flags:
         megatron_model.read_layout(cfg, flags.text("--pipeline-model-parallel-layout"))
     for flag in ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers", "--pp-partition-method",

@@ -56,10 +56,12 @@ OTHER_ENTRIES = ("pretrain_bert.py", "pretrain_t5.py", "pretrain_vlm.py", "pretr
 
 # Flags read by the Megatron reader's own code (beyond the tables above).
 HANDLED = {
-    "--global-batch-size", "--seq-length", "--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp",
+    "--global-batch-size", "--seq-length", "--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer",
+    "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
     "--recompute-activations", "--recompute-modules", "--checkpoint-activations", "--checkpoint-num-layers",
-    "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--swiglu", "--squared-relu", "--quick-geglu",
+    "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--use-tp-pp-dp-mapping", "--swiglu", "--squared-relu",
+    "--quick-geglu",
     "--group-query-attention", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
     "--moe-shared-expert-intermediate-size", "--moe-layer-freq", "--num-layers-per-virtual-pipeline-stage",
     "--pipeline-model-parallel-layout", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
@@ -103,7 +105,7 @@ QUIET = {
     "--rdzv-backend", "--rdzv-endpoint", "--log-throughput", "--distributed-timeout-minutes", "--no-position-embedding",
     "--data-cache-path", "--mock-data", "--no-load-optim", "--no-load-rng", "--use-checkpoint-args",
     "--bias-swiglu-fusion", "--no-bias-swiglu-fusion", "--timing-log-level", "--log-timers-to-tensorboard",
-    "--moe-aux-loss-coeff", "--moe-router-load-balancing-type", "--tp-comm-overlap", "--manual-gc",
+    "--moe-aux-loss-coeff", "--moe-router-load-balancing-type", "--manual-gc",
     "--manual-gc-interval", "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
     "--spec", "--is-hybrid-model",  # pretrain_mamba.py's layer spec; hybrid init scaling and FLOPs accounting
     "--apply-layernorm-1p", "--decoupled-lr", "--decoupled-min-lr", "--calculate-per-token-loss",

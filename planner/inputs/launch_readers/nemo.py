@@ -47,6 +47,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length",
             "model.moe_router_num_groups", "model.moe_router_group_topk", "model.mtp_num_layers",
             "model.cp_comm_type", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
             "dist.use_megatron_fsdp", "ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy",
+            "dist.use_tp_pp_dp_mapping",
             "mixed_precision", "model.expert_tensor_parallel_size", "model.hierarchical_context_parallel_sizes",
             "model.pipeline_model_parallel_layout", "model.account_for_embedding_in_pipeline_split",
             "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
@@ -213,6 +214,10 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:
         cfg.layout["sp"] = int(flag("model.sequence_parallel") and cfg.layout.get("tp", 1) > 1)
+    if flag("dist.use_tp_pp_dp_mapping"):  # Bridge DistributedInitConfig: rank order tp-cp-ep-pp-dp
+        cfg.set_knob("order", "tp-cp-ep-pp-dp", "dist.use_tp_pp_dp_mapping")
+    if "comm_overlap.tp_comm_overlap" in found:  # else the recipe's own CommOverlapConfig decides
+        cfg.tp_comm_overlap = flag("comm_overlap.tp_comm_overlap")
     kind = found.get("model.cp_comm_type")
     if kind is not None and not is_null(kind):
         if kind not in _CP_COMM:

@@ -232,6 +232,8 @@ def _memory(cfg: LaunchConfig, model: dict[str, Any]) -> None:
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
     cfg.layout["sp"] = int(as_bool(model.get("sequence_parallel", False), "model.sequence_parallel", src)
                            and cfg.layout.get("tp", 1) > 1)
+    if "ub_tp_comm_overlap" in model:  # NeMo 1.x's userbuffers switch (default false in its GPT configs)
+        cfg.tp_comm_overlap = as_bool(model["ub_tp_comm_overlap"], "model.ub_tp_comm_overlap", src)
     token_drop(cfg, model.get("moe_expert_capacity_factor"),
                as_bool(model.get("moe_pad_expert_input_to_capacity", False), "model.moe_pad_expert_input_to_capacity",
                        src), ("model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"))

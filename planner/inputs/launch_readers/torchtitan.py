@@ -166,12 +166,11 @@ def _precision(cfg: LaunchConfig, doc: dict[str, Any], model: dict[str, Any]) ->
     section = doc.get("compile") if isinstance(doc.get("compile"), dict) else {}
     compile_on = as_bool(section.get("enable", False), "compile.enable", cfg.source) \
         and "model" in list(section.get("components", ["model", "loss"]))
-    compile_on = compile_on or training.get("compile") is True
-    # the plan's fp8 speed assumes compiled float8 matmuls (torchtitan's float8 docs); bf16 prices eager kernels
-    if compile_on and cfg.precision == "bf16":
-        cfg.ignored.append("torch.compile (kernel fusion not priced for bf16)")
-    elif not compile_on and cfg.precision == "fp8":
-        cfg.ignored.append("fp8 without torch.compile (priced as compiled float8)")
+    # compile.enable is off by default (job_config); priced with the eager or compiled kernel rate
+    # (planner.cost.profiles compile_speedup)
+    cfg.torch_compile = compile_on or training.get("compile") is True
+    if not cfg.torch_compile and cfg.precision == "fp8":  # torchtitan's float8 docs: float8 pays off compiled
+        cfg.ignored.append("fp8 without torch.compile (float8 casts unfused: slower than priced)")
 
 
 def _training(cfg: LaunchConfig, training: dict[str, Any], par: dict[str, Any]) -> None:
@@ -240,9 +239,11 @@ def _parallelism(cfg: LaunchConfig, par: dict[str, Any], text: str) -> None:
     for key in ("custom_import", "custom_args_module"):
         if par.get(key):
             cfg.ignored.append(f"experimental.{key} (custom code: not priced)")
-    for key in ("enable_async_tensor_parallel", "enable_compiled_autograd"):
-        if par.get(key) is True:
-            cfg.ignored.append(f"parallelism.{key} (not priced)")
+    # async TP (PyTorch's micro-pipelined TP): off by default, priced where on (planner.cost.tensor "async-tp")
+    cfg.tp_comm_overlap = as_bool(par.get("enable_async_tensor_parallel", False),
+                                  "parallelism.enable_async_tensor_parallel", src) and degree["tp"] > 1
+    if par.get("enable_compiled_autograd") is True:
+        cfg.ignored.append("parallelism.enable_compiled_autograd (not priced)")
     if str(par.get("expert_parallel_comm_backend", "standard")) == "deepep":
         cfg.ignored.append("expert_parallel_comm_backend=deepep (priced as the standard all-to-all)")
     if degree["pp"] > 1:

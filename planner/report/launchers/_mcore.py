@@ -48,6 +48,12 @@ def fp8_recipe(view: PlanView) -> str:
     return "delayed"
 
 
+def tp_comm_overlap(view: PlanView) -> bool:
+    """The plan was priced with Transformer Engine's userbuffers TP overlap, which runs only with sequence
+    parallelism (Megatron-LM arguments.py asserts it) and TP > 1."""
+    return view.tp_comm_overlap and view.layout.sequence_parallel and view.layout.tp > 1
+
+
 def ep_overlap(view: PlanView) -> bool:
     """The plan pairs micro-batches to hide the expert all-to-all (`--overlap-moe-expert-parallel-comm`)."""
     return view.layout.schedule == "combined-1f1b"
@@ -127,6 +133,14 @@ def check(view: PlanView, launcher: str) -> None:
         refuse(view, launcher, "offload_layers",
                "Megatron-Core offloads activations only without pipeline parallelism and for 1 to L - 1 layers "
                "(transformer_config.py)", "re-plan with pp=1, or another recompute")
+    if lay.dp_outermost and lay.zero > 1:
+        refuse(view, launcher, "rank_order", "data parallelism outermost (--use-tp-pp-dp-mapping) does not run with "
+               "Megatron-FSDP (ZeRO-2/3)", "re-plan with zero=1, or the default order")
+    etp = lay.expert_tp or lay.tp if m.is_moe else lay.tp
+    if lay.dp_outermost and etp * lay.ep != lay.tp * lay.cp:  # parallel_state.py: expert dp == dp unless pp-last
+        refuse(view, launcher, "rank_order", "with data parallelism outermost and pp > 1 Megatron-Core needs the "
+               "experts' data-parallel size equal to the dense one (etp x ep = tp x cp)",
+               "re-plan with the default order, or cp = 1 for a dense model")
     if lay.schedule not in ("1f1b", "interleaved", "combined-1f1b"):
         refuse(view, launcher, "schedule",
                f"Megatron-Core has no {lay.schedule} pipeline schedule; it runs 1F1B, interleaved 1F1B when there "

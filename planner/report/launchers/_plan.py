@@ -2,6 +2,8 @@
 
 Every launcher renders from a `PlanView`, so the document is validated once: a launcher never has to guess at a
 missing key or print a layout whose own numbers disagree (world size, batch arithmetic, schedule vs. vpp).
+
+size: over 400 lines because every key a launcher reads from a plan document is read and checked here, once.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from typing import Any, NoReturn
 
 from planner import __version__
 from planner.errors import PlanInputError
-from planner.inputs.layout import RECOMPUTE, SCHEDULES
-from planner.inputs.specs import FP8_RECIPES, ModelSpec
+from planner.inputs.layout import RANK_ORDERS, RECOMPUTE, SCHEDULES
+from planner.inputs.specs import ModelSpec
+from planner.report.launchers import _training
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
 
 PRECISIONS = ("bf16", "fp8", "fp4")  # what the planner produces (TrainingSpec.precision)
@@ -105,10 +108,16 @@ class PlanLayout:  # a plan document's plans[i].layout, read back (what each kno
     stage_split: str | None = None
     # recompute=offload: the layers whose activations go to host memory (--cpu-offloading-num-layers)
     offload_layers: int | None = None
+    rank_order: str = RANK_ORDERS[0]  # planner.inputs.layout.RankOrder; schema 1 documents: the default
 
     @property
     def world_size(self) -> int:
         return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def dp_outermost(self) -> bool:
+        """Data parallelism outermost (tp-cp-ep-pp-dp) where that changes the groups: pp > 1 and dp > 1."""
+        return self.rank_order != RANK_ORDERS[0] and self.pp > 1 and self.dp > 1
 
     @property
     def uneven(self) -> bool:
@@ -133,6 +142,11 @@ class PlanView:
     fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
     moe_capacity_factor: float | None = None  # token dropping (inputs.training.moe_capacity_factor); None: dropless
     moe_pad_to_capacity: bool = False  # experts' inputs padded to capacity (inputs.training.moe_pad_to_capacity)
+    # plans[i].placement on a cluster of more than two tiers: (dimension, the innermost tier holding its group)
+    placement: tuple[tuple[str, str], ...] = ()
+    param_offload: bool = False  # ZeRO-3 parameters in host memory (inputs.training.param_offload)
+    tp_comm_overlap: bool = False  # TP collectives overlapped with GEMMs (inputs.training.tp_comm_overlap)
+    torch_compile: bool = False  # the model compiled with torch.compile (inputs.training.torch_compile)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -158,6 +172,17 @@ def header(view: PlanView, target: str) -> str:
         f"# plan {view.planner_version} | {view.model.name} on {view.cluster_name} ({view.num_gpus} GPUs)"
         f" | plan rank {view.rank} of {view.num_plans} | target: {target}"
     )
+
+
+def placement_note(view: PlanView) -> str:
+    """On a cluster of more than two tiers: where each group sits, and what the placement needs from the launch that
+    no training flag sets: global ranks numbered in topology order (a node's GPUs, then a rack's nodes, then a pod's,
+    consecutive), as Slurm's topology plugins with block distribution number them."""
+    if not view.placement:
+        return ""
+    where = ", ".join(f"{dim} within {tier}" for dim, tier in view.placement)
+    return (f"# placement ({view.layout.rank_order}): {where}; number ranks in topology order (the nodes of one "
+            "rack, then of one pod, consecutive: Slurm topology/tree or topology/block with --distribution=block)")
 
 
 def require_stage_split(view: PlanView, launcher: str) -> None:
@@ -285,6 +310,7 @@ def _layout(raw: Any, path: str) -> PlanLayout:
         fsdp_shard_group=get_int(raw, "fsdp_shard_group", path, minimum=1) if "fsdp_shard_group" in raw else None,
         expert_tp=get_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
         stage_split=get_choice(raw, "stage_split", path, ("embedding_loss",)) if "stage_split" in raw else None,
+        rank_order=get_choice(raw, "rank_order", path, RANK_ORDERS) if "rank_order" in raw else RANK_ORDERS[0],
     )
 
 
@@ -322,40 +348,12 @@ def _check(view: PlanView) -> None:
                           f"the {rest} layers left for the {middle} middle stages do not split evenly")
 
 
-def _offload(training: dict) -> float:
-    value = training.get("optimizer_offload", 0.0) if isinstance(training, dict) else 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise PlanInputError(f"expected a share from 0 to 1, got {value!r:.60}",
-                             field="inputs.training.optimizer_offload", fix="e.g. optimizer_offload: 0.5")
-    return float(value)
-
-
-def _moments(training: dict) -> str:
-    value = training.get("optimizer_moments", "fp32") if isinstance(training, dict) else "fp32"
-    if value not in ("fp32", "bf16"):
-        raise PlanInputError(f"expected fp32 or bf16, got {value!r:.60}", field="inputs.training.optimizer_moments",
-                             fix="e.g. optimizer_moments: bf16")
-    return str(value)
-
-
-def _fp8_recipe(training: dict) -> str:
-    value = training.get("fp8_recipe", "tensorwise") if isinstance(training, dict) else "tensorwise"
-    if value not in FP8_RECIPES:
-        raise PlanInputError(f"expected {' or '.join(FP8_RECIPES)}, got {value!r:.60}",
-                             field="inputs.training.fp8_recipe", fix="e.g. fp8_recipe: blockwise")
-    return str(value)
-
-
-def _token_drop(training: dict) -> tuple[float | None, bool]:
-    capacity = training.get("moe_capacity_factor") if isinstance(training, dict) else None
-    padded = training.get("moe_pad_to_capacity", False) if isinstance(training, dict) else False
-    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int | float) or capacity <= 0):
-        raise PlanInputError(f"expected a positive number or null, got {capacity!r:.60}",
-                             field="inputs.training.moe_capacity_factor", fix="e.g. moe_capacity_factor: 1.0")
-    if not isinstance(padded, bool) or (padded and capacity is None):
-        raise PlanInputError(f"expected true with a capacity factor, or false; got {padded!r:.60}",
-                             field="inputs.training.moe_pad_to_capacity", fix="e.g. moe_pad_to_capacity: false")
-    return (None if capacity is None else float(capacity)), padded
+def _placement(plan: dict, cluster: dict) -> tuple[tuple[str, str], ...]:
+    """plans[i].placement where the cluster has more than two tiers (where it says something the sizes do not)."""
+    tiers, placement = cluster.get("tiers"), plan.get("placement")
+    if not isinstance(tiers, list | tuple) or len(tiers) < 3 or not isinstance(placement, dict):
+        return ()
+    return tuple((str(k), str(v)) for k, v in placement.items())
 
 
 def refuse_token_drop(view: PlanView, launcher: str) -> None:
@@ -377,7 +375,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         raise PlanInputError(f"unsupported precision {precision!r}", field="inputs.training.precision",
                              fix=f"use one of {', '.join(PRECISIONS)}")
     doc = pd.raw
-    capacity, padded = _token_drop(training)
+    capacity, padded = _training.token_drop(training)
     view = PlanView(
         planner_version=str(doc.get("planner_version") or __version__),
         rank=rank,
@@ -390,11 +388,15 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         global_batch=get_int(training, "global_batch", "inputs.training", minimum=1),
         precision=precision,
         layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
-        optimizer_offload=_offload(training),
-        optimizer_moments=_moments(training),
-        fp8_recipe=_fp8_recipe(training),
+        optimizer_offload=_training.offload(training),
+        optimizer_moments=_training.moments(training),
+        fp8_recipe=_training.fp8_recipe(training),
         moe_capacity_factor=capacity,
         moe_pad_to_capacity=padded,
+        placement=_placement(plan, cluster),
+        param_offload=_training.switch(training, "param_offload"),
+        tp_comm_overlap=_training.switch(training, "tp_comm_overlap"),
+        torch_compile=_training.switch(training, "torch_compile"),
     )
     _check(view)
     return view

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 
 from planner.errors import PlanInputError
-from planner.report.launchers._plan import PlanView, header
+from planner.report.launchers._plan import PlanView, header, placement_note
 
 TARGET = "shell variables (eval or source; any launcher)"
 
@@ -40,6 +40,7 @@ def render(view: PlanView) -> str:
         ("ZERO", lay.zero),
         ("FSDP_SHARD_GROUP", lay.fsdp_shard_group or (lay.dp * lay.cp if lay.zero == 3 else 0)),
         ("CP_COMM", lay.cp_comm),
+        ("RANK_ORDER", lay.rank_order),
         ("RECOMPUTE", lay.recompute),
         ("SP", int(lay.sequence_parallel)),
         ("SCHEDULE", lay.schedule),
@@ -58,5 +59,5 @@ def render(view: PlanView) -> str:
         ("NPROC_PER_NODE", per_node),
         ("WORLD_SIZE", world),
     ]
-    lines = [header(view, TARGET)] + [f"{key}={shlex.quote(str(value))}" for key, value in values]
-    return "\n".join(lines) + "\n"
+    lines = [header(view, TARGET), placement_note(view)] + [f"{key}={shlex.quote(str(value))}" for key, value in values]
+    return "\n".join(line for line in lines if line) + "\n"

@@ -11,7 +11,7 @@ import shlex
 
 from planner.inputs.specs import ATTENTION_KINDS
 from planner.report.launchers import _hybrid, _mcore
-from planner.report.launchers._plan import ModelShape, PlanView, header, refuse
+from planner.report.launchers._plan import ModelShape, PlanView, header, placement_note, refuse
 
 TARGET = "Megatron-LM core_v0.15 / main 2026-08 (pretrain_gpt.py)"
 # core_v0.15's pattern alphabet has no MoE symbol (ssm/mamba_hybrid_layer_allocation.py Symbols: M, *, -); 0.16 adds E
@@ -42,6 +42,7 @@ def render(view: PlanView) -> str:
         _check_layer_kinds(view)
     flags = _parallel(view) + _batch(view) + _model(view) + _recompute(view) + _data_parallel(view) + _precision(view)
     lines = [header(view, HYBRID_TARGET if hybrid else TARGET), _env_note(view), _mcore.offload_env_note(view),
+             placement_note(view),
              f"# run with {_hybrid.SCRIPT} (hybrid Mamba model)" if hybrid else "",
              "# flags cover layout, batch and model shape; add data, tokenizer, optimizer and norm/rope flags"]
     lines += [" ".join(shlex.quote(part) for part in flag) for flag in flags]
@@ -72,6 +73,10 @@ def _parallel(view: PlanView) -> list[Flag]:
         flags.append(("--hierarchical-context-parallel-sizes", *(str(x) for x in lay.cp_hierarchy)))
     if lay.sequence_parallel:
         flags.append(("--sequence-parallel",))
+    if lay.dp_outermost:  # rank order tp-cp-ep-pp-dp (training/initialize.py)
+        flags.append(("--use-tp-pp-dp-mapping",))
+    if _mcore.tp_comm_overlap(view):  # Transformer Engine userbuffers with TE's default methods (initialize_ub)
+        flags.append(("--tp-comm-overlap",))
     if lay.vpp > 1:
         # The only per-rank VPP flag that also works with uneven first/last stages; there is no
         # --virtual-pipeline-model-parallel-size flag in Megatron-LM.

@@ -8,7 +8,7 @@ Every knob a recipe may have set differently is written out, so the recipe's own
 from __future__ import annotations
 
 from planner.report.launchers import _mcore
-from planner.report.launchers._plan import PlanView, header, refuse
+from planner.report.launchers._plan import PlanView, header, placement_note, refuse
 
 TARGET = "Megatron-Bridge 2026-08 (run_recipe.py overrides)"
 NAME = "Megatron-Bridge"
@@ -37,9 +37,11 @@ def render(view: PlanView) -> str:
         preset = "bf16_with_fp8_subchannel_scaling_mixed"
     items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
                                                                   ("mixed_precision.grad_reduce_in_fp32", False)]
+    if view.layout.dp_outermost:  # Bridge DistributedInitConfig: rank order tp-cp-ep-pp-dp
+        items.append(("dist.use_tp_pp_dp_mapping", True))
     lines = [header(view, TARGET),
              f"# append to: torchrun ... scripts/training/run_recipe.py --recipe <the {view.model.name} recipe>",
-             _mcore.offload_env_note(view)]
+             _mcore.offload_env_note(view), placement_note(view)]
     lines += [f"{key}={_value(value)}" for key, value in items]
     return "\n".join(line for line in lines if line) + "\n"
 
@@ -84,6 +86,8 @@ def _model(view: PlanView) -> list[Item]:
         items.append(("model.mtp_num_layers", view.model.mtp_layers or None))
     items += [
         ("model.sequence_parallel", lay.sequence_parallel),
+        # written either way, so a recipe's own userbuffers setting cannot leak through (CommOverlapConfig)
+        ("comm_overlap.tp_comm_overlap", _mcore.tp_comm_overlap(view)),
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
         # the plan's split explicitly (Megatron-Core refuses the count keys together with the embedding/loss ones).
         ("model.pipeline_model_parallel_layout", None),

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import json
 
-from planner.report.launchers._plan import PlanView, header, refuse, refuse_token_drop, require_stage_split
+from planner.report.launchers._plan import (
+    PlanView,
+    header,
+    placement_note,
+    refuse,
+    refuse_token_drop,
+    require_stage_split,
+)
 
 TARGET = "torchtitan v0.2.2 (TOML job config)"
 NAME = "torchtitan"
@@ -45,7 +52,8 @@ def render(view: PlanView) -> str:
                "activation_checkpoint modes are none, selective and full)",
                "re-plan with --framework torchtitan, or use --format megatron")
     lay = view.layout
-    notes = ["# merge into the model's train_configs/*.toml; model, tokenizer, data and optimizer keys stay yours"]
+    notes = ["# merge into the model's train_configs/*.toml; model, tokenizer, data and optimizer keys stay yours",
+             *filter(None, [placement_note(view)])]
     if lay.zero in (1, 2) and _shard_degree(view) > 1:
         notes.append(f"# ZeRO-{lay.zero} runs as FSDP2 without resharding after forward: grads are sharded too, so"
                      " memory is at or below the plan")
@@ -59,6 +67,12 @@ def render(view: PlanView) -> str:
     ]
     if view.precision == "fp8":
         sections += _float8(view)
+    # written either way, so the model's own train_configs value cannot leak through; the plan was priced with the
+    # compiled or the eager kernel rate (planner.cost.profiles compile_speedup)
+    sections.append(("compile", {"enable": view.torch_compile, "components": ["model", "loss"]}))
+    if view.precision == "fp8" and not view.torch_compile:
+        notes.append("# float8 without torch.compile runs its casts unfused (torchtitan's float8 docs): slower than "
+                     "the plan")
     body = "\n\n".join(_section(name, keys) for name, keys in sections)
     return "\n".join([header(view, TARGET), *notes, "", body]) + "\n"
 
@@ -70,6 +84,10 @@ def _check(view: PlanView) -> None:
                f"torch.distributed.pipelining has no schedule matching {lay.schedule} with vpp={lay.vpp} "
                "(its zero-bubble schedules need 2+ stages per rank, and none has ZB-H2's memory profile)",
                "re-plan with schedule 1f1b, interleaved, or zb-h1 with vpp >= 2")
+    if lay.dp_outermost:
+        refuse(view, NAME, "rank_order", "torchtitan builds its device mesh in one order, pp outermost (pp, "
+               "dp_replicate, dp_shard, cp, tp: parallel_dims.py); data parallelism cannot go outside the pipeline",
+               "re-plan with --framework torchtitan, or use --format megatron / nemo (--use-tp-pp-dp-mapping)")
     if lay.cp > 1 and lay.cp_comm != "ring":
         refuse(view, NAME, "cp_comm", "torchtitan's context parallelism is ring attention only",
                "re-plan with --fix cp_comm=ring for torchtitan")
@@ -131,7 +149,8 @@ def _parallelism(view: PlanView) -> dict[str, Value]:
     if shard * lay.cp > 1:  # FSDP is applied over dp_shard x cp
         keys["fsdp_reshard_after_forward"] = "always" if lay.zero == 3 else "never"
     keys["tensor_parallel_degree"] = lay.tp
-    keys["enable_async_tensor_parallel"] = False  # the cost model prices plain TP; async TP also needs compile
+    # PyTorch's micro-pipelined TP where the plan priced it (planner.cost.tensor "async-tp"); it needs compile
+    keys["enable_async_tensor_parallel"] = view.tp_comm_overlap and lay.tp > 1
     keys["context_parallel_degree"] = lay.cp
     keys["pipeline_parallel_degree"] = lay.pp
     if lay.pp > 1:
@@ -184,8 +203,6 @@ def _float8(view: PlanView) -> list[tuple[str, dict[str, Value]]]:
     return [
         ("model", {"converters": ["quantize.linear.float8"]}),
         ("quantize.linear.float8", fp8),
-        # float8 matmuls only pay off compiled (torchtitan float8 docs); the plan's fp8 speed assumes it.
-        ("compile", {"enable": True, "components": ["model", "loss"]}),
     ]
 
 

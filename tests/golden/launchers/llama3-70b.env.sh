@@ -15,6 +15,7 @@ SEQ_LEN=8192
 ZERO=1
 FSDP_SHARD_GROUP=0
 CP_COMM=ring
+RANK_ORDER=tp-cp-ep-dp-pp
 RECOMPUTE=selective
 SP=1
 SCHEDULE=interleaved

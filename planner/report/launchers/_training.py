@@ -1,0 +1,56 @@
+"""The training section of a plan document (inputs.training) as the launchers read it: each recipe field checked,
+one PlanInputError naming the field for a bad value."""
+
+from __future__ import annotations
+
+from planner.errors import PlanInputError
+from planner.inputs.specs import FP8_RECIPES
+
+
+def offload(training: dict) -> float:
+    """optimizer_offload: the share of optimizer states in host memory."""
+    value = training.get("optimizer_offload", 0.0) if isinstance(training, dict) else 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise PlanInputError(f"expected a share from 0 to 1, got {value!r:.60}",
+                             field="inputs.training.optimizer_offload", fix="e.g. optimizer_offload: 0.5")
+    return float(value)
+
+
+def moments(training: dict) -> str:
+    """optimizer_moments: fp32 or bf16."""
+    value = training.get("optimizer_moments", "fp32") if isinstance(training, dict) else "fp32"
+    if value not in ("fp32", "bf16"):
+        raise PlanInputError(f"expected fp32 or bf16, got {value!r:.60}", field="inputs.training.optimizer_moments",
+                             fix="e.g. optimizer_moments: bf16")
+    return str(value)
+
+
+def fp8_recipe(training: dict) -> str:
+    """fp8_recipe: tensorwise or blockwise."""
+    value = training.get("fp8_recipe", "tensorwise") if isinstance(training, dict) else "tensorwise"
+    if value not in FP8_RECIPES:
+        raise PlanInputError(f"expected {' or '.join(FP8_RECIPES)}, got {value!r:.60}",
+                             field="inputs.training.fp8_recipe", fix="e.g. fp8_recipe: blockwise")
+    return str(value)
+
+
+def token_drop(training: dict) -> tuple[float | None, bool]:
+    """(moe_capacity_factor, moe_pad_to_capacity): None for dropless."""
+    capacity = training.get("moe_capacity_factor") if isinstance(training, dict) else None
+    padded = training.get("moe_pad_to_capacity", False) if isinstance(training, dict) else False
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int | float) or capacity <= 0):
+        raise PlanInputError(f"expected a positive number or null, got {capacity!r:.60}",
+                             field="inputs.training.moe_capacity_factor", fix="e.g. moe_capacity_factor: 1.0")
+    if not isinstance(padded, bool) or (padded and capacity is None):
+        raise PlanInputError(f"expected true with a capacity factor, or false; got {padded!r:.60}",
+                             field="inputs.training.moe_pad_to_capacity", fix="e.g. moe_pad_to_capacity: false")
+    return (None if capacity is None else float(capacity)), padded
+
+
+def switch(training: dict, key: str) -> bool:
+    """An on/off recipe switch of the training (None, as in a document from before it existed: off)."""
+    value = training.get(key) if isinstance(training, dict) else None
+    if value is not None and not isinstance(value, bool):
+        raise PlanInputError(f"expected true, false or null, got {value!r:.60}", field=f"inputs.training.{key}",
+                             fix=f"e.g. {key}: true")
+    return bool(value)
