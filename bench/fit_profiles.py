@@ -1,7 +1,7 @@
 """Fit the cost model's fitted constants to the published runs and record the fit in planner/cost/fitted.yaml.
 
 Each framework profile's kernel_efficiency is fitted on that framework's dense cases, the MoE pair (expert imbalance,
-host overhead per MoE layer) jointly on the MoE cases; everything else in the cost model carries a cited source.
+host CPU time per eager op) jointly on the MoE cases; everything else in the cost model carries a cited source.
 Candidates are priced inside `fitted.using(...)`, so nothing outside this script changes while it runs. Usage:
 
     python bench/fit_profiles.py [--only kernel|moe] [--profiles a,b] [--write [--adopt]] [--file PATH]
@@ -33,32 +33,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.cost import fitted  # noqa: E402
 from planner.cost.profiles import PROFILE_NAMES  # noqa: E402
+from planner.evidence.recipes import default_recipes_path, load_recipes  # noqa: E402
 from planner.evidence.validate import load_cases, run_case, short_source  # noqa: E402
 
 KERNEL_GRID = tuple(round(0.40 + 0.025 * i, 3) for i in range(25))  # 0.400 .. 1.000
-HOST_GRID = (0.0, 2e-4, 4e-4, 8e-4, 1.2e-3, 1.5e-3)  # seconds per MoE layer and pass
-IMBALANCE_GRID = (1.0, 1.1, 1.2, 1.4, 1.6, 1.8)
+# CPU seconds per eager op on an x86 host, across its published range (fitted.yaml moe.host_op_s)
+HOST_GRID = (13.48e-6, 20e-6, 27e-6, 34e-6, 41e-6, 48e-6, 55e-6, 62e-6, 74e-6)
+IMBALANCE_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.25)  # the busiest rank's load over the mean, across its range
 ROUND = 4  # decimals kept of a score
 
 Case = dict[str, Any]
+Recipes = dict[str, dict[str, Any]]  # the knob file's entries by case id: what each run ran (validate prices it so)
 Errors = dict[str, list[float]]  # case id -> |ln(predicted / measured)| at each candidate, in candidate order
 
 
-def log_error(case: Case, candidate: fitted.Fitted) -> float | None:
-    """|ln(predicted / measured tokens/s per GPU)| of one case priced with `candidate`; None where validate does not
-    score it (no prediction, or a measurement that contradicts itself)."""
+def log_error(case: Case, candidate: fitted.Fitted, recipes: Recipes | None = None) -> float | None:
+    """|ln(predicted / measured tokens/s per GPU)| of one case priced with `candidate` and with what its run ran
+    (`recipes`, as validate prices it); None where validate does not score it (no prediction, or a measurement that
+    contradicts itself)."""
     with fitted.using(candidate):
-        r = run_case(case, "fit")
+        r = run_case(case, "fit", recipes)
     if not r["predicted"] or r.get("reason"):
         return None
     return abs(math.log(r["predicted"]["tokens_per_s_per_gpu"] / case["measured"]["tokens_per_s_per_gpu"]))
 
 
-def error_table(cases: list[Case], candidates: Sequence[fitted.Fitted], label: str) -> Errors:
+def error_table(cases: list[Case], candidates: Sequence[fitted.Fitted], label: str,
+                recipes: Recipes | None = None) -> Errors:
     """Each scored case's errors over every candidate (cases priced once per candidate)."""
     table: Errors = {}
     for i, case in enumerate(cases, 1):
-        errs = [log_error(case, c) for c in candidates]
+        errs = [log_error(case, c, recipes) for c in candidates]
         print(f"  {label}: case {i}/{len(cases)} {case['id']}", file=sys.stderr, end="\r")
         if all(e is not None for e in errs):
             table[case["id"]] = errs
@@ -85,10 +90,10 @@ def leave_one_source_out(table: Errors, source: dict[str, str]) -> tuple[float |
 
 
 def fit(cases: list[Case], candidates: list[fitted.Fitted], stored: int, label: str,
-        adopt: bool) -> tuple[dict[str, Any], int]:
+        adopt: bool, recipes: Recipes | None = None) -> tuple[dict[str, Any], int]:
     """The fit fields of one entry (fitted_on, score) and the index of the refit candidate. The score is that of the
     stored candidate, or of the refit one when it is being adopted."""
-    table = error_table(cases, candidates, label)
+    table = error_table(cases, candidates, label, recipes)
     ids = sorted(table)
     if not ids:
         raise SystemExit(f"{label}: no case to fit on")
@@ -111,14 +116,14 @@ def with_kernel(base: fitted.Fitted, profile: str, value: float) -> fitted.Fitte
 
 
 def fit_kernel(doc: dict[str, Any], cases: list[Case], names: list[str] | None, grid: Sequence[float],
-               adopt: bool) -> None:
+               adopt: bool, recipes: Recipes | None = None) -> None:
     base = fitted.from_document(doc)
     for name, entry in doc["kernel_efficiency"]["profiles"].items():
         if "borrowed_from" in entry or (names and name not in names):
             continue
         values = sorted({*grid, entry["value"]})
         candidates = [with_kernel(base, name, v) for v in values]
-        fields, pick = fit(dense_cases(cases, name), candidates, values.index(entry["value"]), name, adopt)
+        fields, pick = fit(dense_cases(cases, name), candidates, values.index(entry["value"]), name, adopt, recipes)
         update(entry, fields, {"value": values[pick]})
         if adopt:
             entry["value"] = values[pick]
@@ -126,24 +131,25 @@ def fit_kernel(doc: dict[str, Any], cases: list[Case], names: list[str] | None, 
               f"refit {values[pick]:.3f}  score {entry['score']}")
 
 
-def fit_moe(doc: dict[str, Any], cases: list[Case], adopt: bool) -> None:
-    """Joint grid over the two MoE constants (host overhead outer, imbalance inner: the order ties resolve in)."""
+def fit_moe(doc: dict[str, Any], cases: list[Case], adopt: bool, recipes: Recipes | None = None) -> None:
+    """Joint grid over the two constants the MoE cases fit (host time per op outer, imbalance inner: the order ties
+    resolve in)."""
     moe = doc["moe"]
     base = fitted.from_document(doc)
     pairs = [(h, i) for h in HOST_GRID for i in IMBALANCE_GRID]
-    stored = (moe["moe_host_overhead_s"]["value"], moe["expert_imbalance"]["value"])
+    stored = (moe["host_op_s"]["value"], moe["expert_imbalance"]["value"])
     if stored not in pairs:
         pairs.append(stored)
-    candidates = [replace(base, moe_host_overhead_s=h, expert_imbalance=i) for h, i in pairs]
+    candidates = [replace(base, host_op_s=h, expert_imbalance=i) for h, i in pairs]
     group = [c for c in cases if c.get("tier") == "moe" and c["measured"].get("tokens_per_s_per_gpu")]
-    fields, pick = fit(group, candidates, pairs.index(stored), "moe", adopt)
-    refit = {"expert_imbalance": pairs[pick][1], "moe_host_overhead_s": pairs[pick][0]}
+    fields, pick = fit(group, candidates, pairs.index(stored), "moe", adopt, recipes)
+    refit = {"expert_imbalance": pairs[pick][1], "host_op_s": pairs[pick][0]}
     update(moe, fields, refit)
     if adopt:
         for key, value in refit.items():
             moe[key]["value"] = value
-    print(f"moe cases {len(fields['fitted_on'])}  imbalance {moe['expert_imbalance']['value']}  host overhead "
-          f"{moe['moe_host_overhead_s']['value']} s  refit {refit}  score {moe['score']}")
+    print(f"moe cases {len(fields['fitted_on'])}  imbalance {moe['expert_imbalance']['value']}  host per op "
+          f"{moe['host_op_s']['value']} s  refit {refit}  score {moe['score']}")
 
 
 def update(entry: dict[str, Any], fields: dict[str, Any], refit: dict[str, float]) -> None:
@@ -190,6 +196,8 @@ def render(doc: dict[str, Any], head: str) -> str:
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=None, help="case file (default: validation/published_runs.yaml)")
+    ap.add_argument("--recipes", default=None, help="knob file (default: case_recipes.yaml beside the case file, "
+                    "else the shipped one; what each run ran, priced as validate prices it)")
     ap.add_argument("--file", type=Path, default=fitted.FITTED_FILE, help="the fitted-constants file")
     ap.add_argument("--only", choices=("kernel", "moe"), default=None)
     ap.add_argument("--profiles", default=None, help="comma-separated profiles to fit (kernel part)")
@@ -201,13 +209,14 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     text = args.file.read_text(encoding="utf-8")
     doc = yaml.safe_load(text)
     cases = load_cases(args.cases)
+    recipes = load_recipes(Path(args.recipes) if args.recipes else default_recipes_path(args.cases))
     if args.max_cases:
         cases = _first_per_group(cases, args.max_cases)
     grid = tuple(float(v) for v in args.grid.split(",")) if args.grid else KERNEL_GRID
     if args.only in (None, "kernel"):
-        fit_kernel(doc, cases, args.profiles.split(",") if args.profiles else None, grid, args.adopt)
+        fit_kernel(doc, cases, args.profiles.split(",") if args.profiles else None, grid, args.adopt, recipes)
     if args.only in (None, "moe"):
-        fit_moe(doc, cases, args.adopt)
+        fit_moe(doc, cases, args.adopt, recipes)
     new = render(doc, header(text))
     if args.write:
         args.file.write_text(new, encoding="utf-8")

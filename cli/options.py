@@ -111,6 +111,14 @@ def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:
                              fix="use --fp8-recipe tensorwise, or --framework megatron-core / nemo")
 
 
+def _check_cuda_graphs(cuda_graphs: str) -> None:
+    from planner.cost.host import GRAPH_SCOPES
+
+    if cuda_graphs not in GRAPH_SCOPES:
+        raise PlanInputError(f"unknown CUDA graph scope '{cuda_graphs}'", field="--cuda-graphs",
+                             fix=f"use {' | '.join(GRAPH_SCOPES)}")
+
+
 def _check_token_drop(m: ModelSpec, framework: str, capacity: float | None, padded: bool) -> None:
     from planner.inputs.frameworks import capabilities_for
 
@@ -193,11 +201,13 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
         raise PlanInputError(f"{framework} has no switch to keep ZeRO-3 parameters in host memory",
                              field="--param-offload", fix="drop it, or plan for --framework deepspeed")
     _check_token_drop(m, framework, o.moe_capacity_factor, o.moe_pad_to_capacity)
+    _check_cuda_graphs(o.cuda_graphs)
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
-                          moe_pad_to_capacity=o.moe_pad_to_capacity, param_offload=bool(o.param_offload),
+                          moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
+                          param_offload=bool(o.param_offload),
                           **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile))
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None

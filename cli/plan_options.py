@@ -152,6 +152,11 @@ class PlanOptions:
     moe_pad_to_capacity: bool = _opt(False, ("--moe-pad-to-capacity",), "with --moe-capacity-factor: pad every "
                                      "expert's input to its capacity (static shapes; priced as a full capacity of "
                                      "work)", "flag", _ALL)
+    cuda_graphs: str = _opt(
+        "none", ("--cuda-graphs",), "CUDA graph capture the recipe runs: none (eager, the frameworks' default) | "
+        "per-layer (attention, router and dispatch preprocessing of dropless MoE layers; whole dense layers) | "
+        "full-iteration; removes the host time of what it captures, per-layer graphs keep static buffers", "str",
+        _ALL)
 
     param_offload: bool = _opt(False, ("--param-offload",), "with ZeRO-3: keep the parameter partitions in host "
                                "memory and copy each layer's in before its gather (DeepSpeed offload_param); priced "

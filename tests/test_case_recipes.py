@@ -158,3 +158,34 @@ def test_zero_is_relevant_only_where_data_ranks_may_shard(cases):
     """No data or context parallelism: nothing to shard, so no zero knob (Zero Bubble rows run dp 1)."""
     out = run_case(cases["ZB-001"], "test", {})
     assert "zero" not in out["knobs"]
+
+
+def test_mb141_is_priced_with_the_alltoall_dispatcher_its_recipe_ran(recipes, cases):
+    """Megatron-Bridge's Qwen3-235B H100 preset keeps Megatron-Core's alltoall dispatcher (no flex backend), while the
+    nemo profile's default is DeepEP: the run's dispatcher is priced, and over 4 nodes of EP 32 the alltoall, sending
+    every routed copy, exposes more all-to-all time than the node-deduplicated flex dispatch would."""
+    out = run_case(cases["MB-141"], "test", recipes)
+    knob = out["knobs"]["moe_dispatcher"]
+    assert knob["value"] == "alltoall" and knob["status"] == "priced"
+    flex = copy.deepcopy(recipes)
+    flex["MB-141"]["ran"]["moe_dispatcher"] = {**flex["MB-141"]["ran"]["moe_dispatcher"], "value": "flex-deepep"}
+    deduplicated = run_case(cases["MB-141"], "test", flex)
+    assert deduplicated["knobs"]["moe_dispatcher"]["status"] == "priced"
+    assert out["predicted"]["tokens_per_s_per_gpu"] < 0.95 * deduplicated["predicted"]["tokens_per_s_per_gpu"]
+
+
+def test_grok_rows_are_priced_with_the_expert_tp_their_megatron_core_ran(recipes, cases):
+    """The DGX Cloud Grok-1 recipes (NeMo 24.09-24.12) leave expert_tensor_parallel_size unset, so Megatron-Core splits
+    the experts over the TP group (its default): priced so, the row is slower than with the experts unsplit (etp 1,
+    which the search would pick); and an expert TP that is neither 1 nor TP is recorded, not priced."""
+    out = run_case(cases["DGXC-105"], "test", recipes)
+    knob = out["knobs"]["expert_tp"]
+    assert knob["value"] == 4 and knob["status"] == "priced" and "@" in knob["source"]
+    assert out["layout"]["expert_tp"] == 4
+    unsplit = copy.deepcopy(recipes)
+    unsplit["DGXC-105"]["ran"]["expert_tp"] = {**unsplit["DGXC-105"]["ran"]["expert_tp"], "value": 1}
+    folded = run_case(cases["DGXC-105"], "test", unsplit)
+    assert folded["layout"]["expert_tp"] == 1
+    assert out["predicted"]["tokens_per_s_per_gpu"] < folded["predicted"]["tokens_per_s_per_gpu"]
+    odd = run_case(cases["DGXC-242"], "test", recipes)["knobs"]["expert_tp"]
+    assert odd["value"] == 8 and odd["status"] == "not priced"

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.cost import expert, fitted
+from planner.cost import expert, fitted, host
 from planner.cost.profiles import PROFILE_NAMES, profile_for
 from planner.evidence.validate import load_cases, run_case, short_source
-from planner.inputs.catalog import load_model
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,13 +54,12 @@ def test_profiles_take_their_kernel_efficiency_from_the_file(name: str) -> None:
 def test_moe_constants_come_from_the_file() -> None:
     dropless = TrainingSpec(seq_len=4096, global_batch=512)
     assert expert.busiest_rank_load(dropless) == MOE["expert_imbalance"]["value"]
-    m = load_model("mixtral-8x7b")
+    problem = Problem(load_model("mixtral-8x7b"), load_cluster("h100x8"), dropless)
     ep = np.array([8.0])
-    launches = expert.moe_launch_time(m, ep)[0]
-    with fitted.using(replace(fitted.shipped(), moe_host_overhead_s=0.0)):
-        without_host = expert.moe_launch_time(m, ep)[0]
-    frac_moe = m.moe_layers / m.num_hidden_layers
-    assert launches - without_host == pytest.approx(frac_moe * MOE["moe_host_overhead_s"]["value"])
+    shipped = host.layer_host_time(problem, ep, router_fused=False, deepep=False).fwd[0]
+    with fitted.using(replace(fitted.shipped(), host_op_s=2 * MOE["host_op_s"]["value"])):
+        doubled = host.layer_host_time(problem, ep, router_fused=False, deepep=False).fwd[0]
+    assert doubled == pytest.approx(2 * shipped)  # host time is counted ops x the file's time per op
 
 
 def test_using_swaps_the_values_and_restores_them_even_on_error() -> None:
@@ -128,7 +128,7 @@ def test_borrowed_entries_name_a_fitted_lender_and_why() -> None:
 
 
 def test_moe_entries_are_complete_in_range_and_name_their_cases() -> None:
-    for key in ("expert_imbalance", "moe_host_overhead_s"):
+    for key in ("expert_imbalance", "host_op_s"):
         _assert_described(MOE[key])
         low, high = MOE[key]["range"]
         assert low <= MOE[key]["value"] <= high

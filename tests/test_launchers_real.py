@@ -44,6 +44,9 @@ def _plan_json(*args: str) -> str:
     return proc.stdout
 
 
+MCORE = ("--framework", "megatron-core")
+
+
 def plan_doc(*args: str) -> dict:
     return json.loads(_plan_json(*args))
 

@@ -6,6 +6,7 @@ picks it, the frameworks that run it, and the launchers that print it and read i
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -117,16 +118,20 @@ def _deepseek(cluster: ClusterSpec | None = None) -> Problem:
 
 
 def test_search_picks_it_where_layer_offload_cannot_run() -> None:
-    """DeepSeek-V3 on 256 GB200 with pp 4 (layer-level offloading needs pp 1): keeping every activation does not
-    fit the fastest layouts, and the attention and expert fc1 inputs over NVLink-C2C free enough memory for a
-    layout faster than any that recomputes."""
-    result = search(_deepseek(), top=5, rank_by="time")  # by price: what the copies cost, not the preference
+    """DeepSeek-V3 on 256 GB200 with pp 4 (layer-level offloading needs pp 1) and tp 1: keeping every activation
+    does not fit the fastest layouts, and the attention and expert fc1 inputs over NVLink-C2C free enough memory for
+    a layout faster than any that recomputes. (With tp free, a TP 2 layout that keeps everything prices within
+    0.1 % of it since issue 25's MoE pricing and TP overlap as each stack runs it.)"""
+    problem = replace(_deepseek(), fixed={"pp": 4, "tp": 1})
+    result = search(problem, top=5, rank_by="time")  # by price: what the copies cost, not the preference
     best = result.plans[0]
     assert best.layout.recompute == OFFM, best.layout
     assert not any(pl.layout.recompute == Recompute.OFFLOAD for pl in result.plans)
-    assert best.metrics["offload_s"] < 0.02 * best.metrics["step_time_s"]  # C2C hides the copies
+    # C2C hides most of the copies: 2.7 % of the step exposed since issue 25's MoE pricing (host-bound layers and
+    # Blackwell's attention rates shorten the GPU time they hide behind; 2 % before)
+    assert best.metrics["offload_s"] < 0.03 * best.metrics["step_time_s"]
     # the same layout with every activation on the GPU does not fit
-    none = evaluate(_deepseek(), best.layout.replace(recompute=Recompute.NONE).columns())
+    none = evaluate(problem, best.layout.replace(recompute=Recompute.NONE).columns())
     assert none["memory_peak_gib"][0] > best.metrics["memory_peak_gib"] * 1.1
 
 

@@ -59,7 +59,7 @@ def test_token_drop_runs_on_the_plain_alltoall_dispatcher() -> None:
 
 def test_padded_capacity_prices_a_full_capacity_of_routed_gemms() -> None:
     """Padding to capacity c: the routed-expert GEMMs of a MoE layer cost c times the even share, so going from
-    c = 1 to c = 2 adds exactly one even share: tok·f_moe·routed / (grouped-GEMM rate·peak·eff)."""
+    c = 1 to c = 2 adds exactly one even share: tok·f_moe·routed / (grouped-GEMM rate·depth rate·peak·eff)."""
     m, cl = load_model("qwen3-30b-a3b"), load_cluster("h100x64")
     tok, one, ep = np.array([4096.0]), np.array([1.0]), np.array([8.0])
 
@@ -68,7 +68,9 @@ def test_padded_capacity_prices_a_full_capacity_of_routed_gemms() -> None:
         return float(compute.gemm_time(p, compute.rates(p), tok, one, ep)[0])
 
     r = compute.rates(Problem(m, cl, _training()))
-    share = 4096.0 * compute.moe_fraction(m) * flops.routed_flops(m) / expert.grouped_gemm_rate(m, tok, one, ep)[0]
+    half = expert.gemm_depth_half(cl.gpu, _training().precision)  # H100 BF16: 250 (half H800's FP8 rate per SM)
+    rate = expert.grouped_gemm_rate(m, tok, one, ep)[0] * expert.expert_depth_rate(m, tok, one, ep, half)[0]
+    share = 4096.0 * compute.moe_fraction(m) * flops.routed_flops(m) / rate
     assert gemm(2.0) - gemm(1.0) == pytest.approx(share / (r.peak * r.eff), rel=1e-6)
 
 
@@ -101,13 +103,15 @@ def replace_training(case: dict, **values: object) -> dict:
 
 def test_dropping_to_capacity_prices_the_alltoall_dispatcher_slower_across_nodes() -> None:
     """Qwen3-235B on 256 H100 (EP 32 over 4 nodes): with token drop the plain alltoall sends every routed copy
-    across the network, where DeepEP sends a token once per node; the expert GEMMs lose their imbalance."""
+    across the network, where DeepEP sends a token once per node. The expert GEMMs compute one even share either way
+    (capacity 1.0 padded; dropless at the fitted imbalance, 1.0 on the force-balanced rows it is fitted on), so the
+    compute differs only by the two dispatchers' kernels."""
     m, cl = load_model("qwen3-235b-a22b"), load_cluster("h100x256")
     lay = layout(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1, schedule=int(Schedule.INTERLEAVED))
     dropless = price_layout(Problem(m, cl, _training(precision="fp8")), lay)
     dropping = price_layout(Problem(m, cl, _training(1.0, True, precision="fp8")), lay)
     assert dropping["ep_comm_s"] > 1.5 * dropless["ep_comm_s"]
-    assert dropping["compute_s"] < dropless["compute_s"]
+    assert dropping["compute_s"] == pytest.approx(dropless["compute_s"], rel=0.05)
 
 
 def test_token_drop_knobs_change_nothing_on_dense_models() -> None:

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost import expert, flops
+from planner.cost import expert, flops, host
+from planner.cost.attention_rate import (  # noqa: F401  (re-exported: the attention rates' older home)
+    attention_length_factor,
+    head_dim_factor,
+    kernel_length_factor,
+    ring_length_factor,
+)
 from planner.cost.profiles import kernel_efficiency, profile_for
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
@@ -23,7 +29,7 @@ from planner.inputs.hardware import (
     KERNELS_PER_LAYER_FWD,
     NVFP4_CAST_BYTES,
 )
-from planner.inputs.layout import Recompute
+from planner.inputs.layout import Recompute, Schedule
 from planner.inputs.problem import Problem
 from planner.inputs.specs import GPUSpec, ModelSpec
 
@@ -93,7 +99,13 @@ def elementwise_bytes_per_token(m: ModelSpec) -> tuple[float, float, float]:
     function reads its inputs and writes its output; 2 bytes per element. Under TP without SP the norm/residual part
     is repeated on every TP rank (Korthikanti et al. 2022 §4.2.2), which is why SP speeds layers up, not only memory.
     A MoE layer also permutes each token's k copies into expert order and back (read + write k·h twice; Megatron-Core
-    moe_utils permute/unpermute) and runs a softmax/top-k over E router logits.
+    moe_utils permute/unpermute) and runs a softmax/top-k over E router logits. Biased experts (gpt-oss) add fc2's
+    bias per expert outside the GEMM (TEGroupedMLP._apply_bias at NVIDIA/Megatron-LM@3bec9aa97: t + b·p per expert's
+    chunk, then torch.cat): each routed copy's output read and written, then copied by the concatenation, 8·h bytes.
+    gpt-oss's other features cost nothing extra here: its clamped SwiGLU runs as Megatron-Core's fused bias-GeGLU
+    kernel (weighted_bias_quick_geglu_impl, bias_activation_fusion on in Megatron-Bridge's provider), the same bytes as
+    SwiGLU's, and its attention sinks are one logit per head inside the fused attention's softmax (cuDNN's
+    softmax_type learnable; Transformer Engine runs no other kernel for them).
     """
     h = m.hidden_size
     replicated = 2.0 * (2 * 2 * h + 2 * 3 * h)
@@ -103,6 +115,8 @@ def elementwise_bytes_per_token(m: ModelSpec) -> tuple[float, float, float]:
     if m.is_moe:
         width = m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
         moe_extra = 2.0 * (2 * 2 * m.num_experts_per_tok * h) + 4.0 * 3 * m.num_local_experts
+        if m.mlp_bias:
+            moe_extra += 8.0 * m.num_experts_per_tok * h
     act = 2.0 * (3 * width if m.gated_mlp else 2 * width)
     return replicated, rope + act, moe_extra
 
@@ -121,7 +135,7 @@ def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
 def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray) -> np.ndarray:
     """Forward GEMMs of an average layer: tok·((1-f_moe)·dense + f_moe·moe)/tp / (peak·eff); the MoE share carries
     the busiest expert's extra load, and its routed-expert part runs at the grouped-GEMM rate of its tokens per
-    expert (planner.cost.expert)."""
+    expert and its contraction depths (planner.cost.expert)."""
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
@@ -129,85 +143,11 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: n
     moe_layer = expert.moe_layer_flops(m, tf, load)
     if m.is_moe:
         routed = load * flops.routed_flops(m)
-        slow = 1.0 / expert.grouped_gemm_rate(m, tok, tp, ep) - 1.0
+        half = expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision)
+        slow = 1.0 / (expert.grouped_gemm_rate(m, tok, tp, ep) * expert.expert_depth_rate(m, tok, tp, ep, half)) - 1.0
         moe_layer = moe_layer + routed * slow
     gemm_flops = tok * ((1 - frac_moe) * tf.dense_gemm + frac_moe * moe_layer) / tp
     return gemm_flops / (r.peak * r.eff)
-
-
-# FlashAttention's rate falls on short sequences: FA3 (Shah et al. 2024, arXiv 2407.08608 §4.1 Fig. 5, H100, d=128)
-# runs at about 0.75x of its 16k-token rate at 512 tokens. A saturating curve L / (L + L0) through those two points
-# gives L0 ~ 180 tokens; the catalog's attention efficiencies are for ~8k-token kernels (FA3's ablation at 8448).
-ATTENTION_HALF_LENGTH = 180.0
-ATTENTION_REFERENCE_LENGTH = 8192.0
-
-
-def attention_length_factor(length: np.ndarray | float) -> np.ndarray:
-    """Attention rate at kernels of `length` query/key tokens relative to the catalog's ~8k-token rate:
-    (L / (L + L0)) / (L_ref / (L_ref + L0)). Ring context parallelism runs shorter kernels (ring_length_factor)."""
-    length = np.asarray(length, dtype=float)
-    ref = ATTENTION_REFERENCE_LENGTH / (ATTENTION_REFERENCE_LENGTH + ATTENTION_HALF_LENGTH)
-    return length / (length + ATTENTION_HALF_LENGTH) / ref
-
-
-def ring_length_factor(seq: float, ring: np.ndarray | float) -> np.ndarray:
-    """Attention rate of a ring of `ring` steps relative to the catalog's ~8k-token rate. With the load-balanced
-    causal split (each rank holds chunks i and 2·cp - 1 - i, Transformer Engine context_parallel.py) the diagonal
-    step is causal over the rank's s/r tokens and every other step pairs s/r queries with half a block of keys, or
-    half the queries with a whole block: kernels whose inner loop runs over s/(2r) tokens. The r steps do equal
-    work, so the ring's rate is their harmonic mean: r / (1/f(s/r) + (r - 1)/f(s/(2r))), f = attention_length_factor."""
-    ring = np.asarray(ring, dtype=float)
-    diagonal = attention_length_factor(seq / ring)
-    halves = attention_length_factor(seq / (2.0 * ring))
-    return ring / (1.0 / diagonal + (ring - 1.0) / halves)
-
-
-# Per attention score, fused attention runs 4·d tensor-core FLOPs (QK^T and PV) but one exponential on the special
-# function units, whatever the head dimension d: narrow heads leave the exponentials a larger share of the time
-# (FA3, Shah et al. 2024 §3.1: on H100 at d = 128 the matmuls have 512x the exponential throughput). With the
-# unhidden exponential time a constant per score, the rate per FLOP is 1 / (1 + D0/d). FA3's measured BF16 forward on
-# H100 (arXiv 2407.08608 Fig. 5, 16k tokens) runs d = 64 at 0.77 of d = 128 (causal 473 vs 616 TFLOP/s, non-causal
-# 497 vs 648), which gives D0 = 54.5; d = 256 runs at 0.99 of d = 128 (642 vs 648), so wider heads gain nothing:
-# the catalog's attention efficiencies are for d = 128 and the factor is capped at 1.
-HEAD_DIM_HALF = 54.5
-HEAD_DIM_REFERENCE = 128.0
-
-
-def head_dim_factor(m: ModelSpec) -> float:
-    """Attention rate at the model's query/key head size relative to the catalog's d = 128 rate:
-    min(1, (1 + D0/128) / (1 + D0/d)); d = the MLA query/key width (nope + rope) or head_dim. It is applied to the
-    whole mixer core of a hybrid model too (its softmax layers set d)."""
-    d = float(m.qk_nope_head_dim + m.qk_rope_head_dim) if m.is_mla else float(m.d_head)
-    return min(1.0, (1.0 + HEAD_DIM_HALF / HEAD_DIM_REFERENCE) / (1.0 + HEAD_DIM_HALF / max(d, 1.0)))
-
-
-# Mixers whose core is a FlashAttention-style kernel over a key range: full causal attention runs over the sequence
-# (or its ring steps), a sliding window or a chunk over at most that many keys. Linear attention, Mamba scans and
-# short convolutions are chunked GEMM/scan kernels of their own, and DeepSeek sparse attention gathers its top-k keys
-# (FlashMLA's sparse kernels): neither is on FlashAttention's length curve, so they keep the catalog rate.
-_WINDOWED = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
-_FLASH_KINDS = ("full_attention", *_WINDOWED)
-
-
-def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 1.0) -> np.ndarray:
-    """The mixer cores' rate relative to the catalog's ~8k-token rate: each layer kind's core FLOPs F_k at the rate of
-    the key range its kernel loops over (full attention: the sequence, ring_length_factor; a window or chunk w:
-    attention_length_factor(min(w, s))), combined as time-weighted: sum F_k / sum (F_k / f_k)."""
-    full = ring_length_factor(float(seq_len), ring)
-    by_kind = flops.core_flops_by_kind(m, seq_len)
-    total = sum(core for _, core in by_kind)
-    if total <= 0:
-        return full
-    time = 0.0 * full
-    for kind, core in by_kind:
-        if m.index_topk or kind not in _FLASH_KINDS:
-            time = time + core
-        elif kind in _WINDOWED:
-            keys = getattr(m, _WINDOWED[kind]) or seq_len
-            time = time + core / attention_length_factor(float(min(keys, seq_len)))
-        else:
-            time = time + core / full
-    return total / time
 
 
 def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
@@ -219,7 +159,7 @@ def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
     if prof.flash_attention:
-        length = kernel_length_factor(m, problem.training.seq_len, ring) * head_dim_factor(m)
+        length = kernel_length_factor(m, problem.training.seq_len, ring) * head_dim_factor(m, gpu)
         kernel = kernel_efficiency(problem.training)
         attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * kernel * length)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
@@ -251,12 +191,15 @@ def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
 
 
 def launch_time(problem: Problem, ep: np.ndarray) -> np.ndarray | float:
-    """Kernel launches of one layer's forward (KERNEL_OVERHEAD_S each), plus MoE grouped-GEMM launches and the
-    host-side overhead."""
+    """GPU-side gaps of one layer's forward kernel launches (KERNEL_OVERHEAD_S each), plus a MoE layer's grouped-GEMM
+    launches and its router's, dispatcher's and experts' other kernels."""
     m = problem.model
     launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
     if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
-        launch_f = launch_f + expert.moe_launch_time(m, ep)
+        prof = profile_for(problem.training.framework)
+        deepep = expert.dispatcher_profile(prof, problem.training).deepep
+        launch_f = launch_f + expert.moe_launch_time(m, ep, host.moe_extra_kernels(problem, prof.moe_router_fusion,
+                                                                                    deepep))
     return launch_f
 
 
@@ -271,6 +214,7 @@ class LayerTimes:
     attn_b: np.ndarray
     elem_f: np.ndarray  # memory-bound forward kernels
     launch_f: np.ndarray | float
+    moe_f: np.ndarray | float = 0.0  # the MoE block's share of the forward GPU time (expert.moe_block_time)
 
 
 def local_layer_weights(problem: Problem, tp: np.ndarray, ep: np.ndarray,
@@ -302,9 +246,12 @@ def weight_stream_times(problem: Problem, r: Rates, weights: np.ndarray) -> tupl
 
 def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
                 ep: np.ndarray, ring: np.ndarray | float = 1.0,
-                etp: np.ndarray | None = None) -> LayerTimes:
-    """t_f = max(gemm, weight read) + attn + elem + launch; t_b = max(gemm, weight read) (dgrad) + W + attn_b +
-    2·elem_bytes/HBM + 2·launch; W = max(gemm, gradient accumulate) (`weight_stream_times`)."""
+                etp: np.ndarray | None = None, sched: np.ndarray | None = None) -> LayerTimes:
+    """GPU: g_f = max(gemm, weight read) + attn + elem + launch; g_b = max(gemm, weight read) (dgrad) + W + attn_b +
+    2·elem_bytes/HBM + 2·launch; W = max(gemm, gradient accumulate) (`weight_stream_times`). Each pass runs at the
+    slower of the GPU and the host issuing its kernels (planner.cost.host; `sched` marks the rows whose layers are
+    issued as combined-1F1B schedule nodes): t_f = max(g_f, host_f) + the GPU's idle time after a host sync,
+    t_b = max(g_b, host_b)."""
     gemm_f = gemm_time(problem, r, tok, tp, ep)
     read_s, accumulate_s = weight_stream_times(problem, r, local_layer_weights(problem, tp, ep, etp))
     gemm_io = np.maximum(gemm_f, read_s)
@@ -313,9 +260,16 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     elem_bytes, elem_bytes_b = elementwise_bytes(problem, tok, tp, sp)
     elem_f = elem_bytes / r.hbm
     launch_f = launch_time(problem, ep)
-    layer_f = gemm_io + attn_f + elem_f + launch_f
-    layer_b = gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f
-    return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f)
+    prof = profile_for(problem.training.framework)
+    deepep = expert.dispatcher_profile(prof, problem.training).deepep
+    combined = False if sched is None else sched == Schedule.COMBINED_1F1B
+    issue = host.layer_host_time(problem, ep, prof.moe_router_fusion, deepep, combined)
+    layer_f = np.maximum(gemm_io + attn_f + elem_f + launch_f, issue.fwd) + issue.sync_bubble
+    layer_b = np.maximum(gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f, issue.bwd)
+    moe_f = expert.moe_block_time(problem.model, problem.training, tok, tp, ep, r.peak * r.eff, r.hbm,
+                                  elementwise_bytes_per_token(problem.model)[2],
+                                  expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision))
+    return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f, moe_f)
 
 
 def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.ndarray,

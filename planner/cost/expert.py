@@ -1,8 +1,9 @@
-"""Mixture-of-experts terms: the busiest expert's extra load, grouped-GEMM launches and host overhead, and the token
-all-to-all (dispatch and combine) with the share of it the schedule hides.
+"""Mixture-of-experts terms: the busiest expert's extra load, grouped-GEMM launches, and the token all-to-all
+(dispatch and combine) with the share of it the schedule hides. The host's time to issue a MoE layer is
+planner.cost.host's.
 
-Two constants here are fitted on the MoE cases (the busiest rank's load imbalance and the host-side time per MoE
-layer): their values, meaning, range and fit live in fitted.yaml, read through planner.cost.fitted.
+One constant here is fitted on the MoE cases (the busiest rank's load imbalance): its value, meaning, range and fit
+live in fitted.yaml, read through planner.cost.fitted.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from planner.cost.fabric import Fabric
 from planner.cost.profiles import FrameworkProfile
 from planner.inputs.hardware import KERNEL_OVERHEAD_S
 from planner.inputs.layout import Schedule
-from planner.inputs.specs import ModelSpec, TrainingSpec
+from planner.inputs.specs import GPUSpec, ModelSpec, TrainingSpec
 
 # While the all-to-all overlaps the other micro-batch's compute, its kernels occupy SMs the GEMMs then lack:
 # DeepSeek-V3 dedicates 20 of H800's 132 SMs to dispatch/combine (report §3.2.2); DeepEP's example reserves 24.
@@ -50,10 +51,16 @@ def routed_memory_load(training: TrainingSpec) -> float:
 def dispatcher_profile(prof: FrameworkProfile, training: TrainingSpec) -> FrameworkProfile:
     """The profile the token exchange runs with. Token dropping runs on Megatron-Core's plain alltoall dispatcher:
     Megatron-Bridge's apply_moe_token_drop asserts it (training/utils/moe_token_drop.py), and megatron-core refuses
-    padding with the DeepEP backend (transformer_config.py) - so no node-deduplicated, fp8-quantised dispatch."""
-    if training.moe_capacity_factor is None or not (prof.deepep or prof.fp8_dispatch):
+    padding with the DeepEP backend (transformer_config.py) - so no node-deduplicated, fp8-quantised dispatch. A run
+    that names its dispatcher (TrainingSpec.moe_dispatcher, validate's knob) runs that one: alltoall sends every
+    routed copy, flex (DeepEP / HybridEP) deduplicates per node."""
+    if training.moe_capacity_factor is not None or training.moe_dispatcher == "alltoall":
+        if prof.deepep or prof.fp8_dispatch:
+            return replace(prof, deepep=False, fp8_dispatch=False)
         return prof
-    return replace(prof, deepep=False, fp8_dispatch=False)
+    if training.moe_dispatcher == "flex" and not prof.deepep:
+        return replace(prof, deepep=True)
+    return prof
 
 
 def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops, load: float) -> float:
@@ -86,12 +93,77 @@ def grouped_gemm_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndar
     return np.minimum(tpe / (tpe + GROUPED_GEMM_HALF_TOKENS) / ref, 1.0)
 
 
-def moe_launch_time(m: ModelSpec, ep: np.ndarray) -> np.ndarray:
-    """Per average layer and pass: f_moe·(launch·matrices·E/ep + host) (Megatron-Core GroupedMLP, one launch/tail per
-    local expert's GEMM; host: the fitted host-side time per MoE layer and pass, fitted.yaml)."""
+# A GEMM tile also pays fixed work per output tile (pipeline fill, the epilogue's scaling and store) that a short
+# contraction K amortises poorly: DeepGEMM's FP8 GEMMs at M = 4096 on H800 (README @55ab91f, "Normal GEMMs") run
+# 751, 1125, 1168 and 1426 TFLOP/s at K = 512, 1536, 2048 and 16384 (N >= 7168), which K / (K + K0) fits with
+# K0 = 500 tokens (466-534 from each pair with K = 16384). Dense layers contract over the hidden or FFN width (4k-16k:
+# within a few % of the catalog's rate); a fine-grained expert contracts over its own narrow width in fc2's forward and
+# fc1's input gradient, and over its few tokens in the weight gradient. Normalised at K = 8192, like the M curve.
+GEMM_DEPTH_HALF = 500.0
+GEMM_DEPTH_REFERENCE = 8192.0
+# The fixed work per tile costs a fixed time, so the depth that amortises it grows with the tensor-core rate of one
+# SM: K0 = 500 x (the precision's peak per SM) / (H800's FP8 peak per SM, 1979 TFLOP/s over 132 SMs). OpenXLA's
+# measured default GEMM tables (xla/service/gpu/model/matmul_interpolator_data.h, sm_90 and sm_100, BF16, batch 2,
+# M = 2048, N = 4096) bear it out: K0 fitted from K = 256 and 1024 against K = 4096 is 210-285 on H100 (BF16, half of
+# H800's FP8 rate per SM: 250 predicted) and 520-550 on B200 (BF16 per SM 2.0x H100's: 505 predicted). A GPU the
+# catalog gives no SM count keeps the measured 500.
+H800_FP8_TFLOPS_PER_SM = 1979.0 / 132
+
+
+def gemm_depth_half(gpu: GPUSpec, precision: str) -> float:
+    """K0 of the depth curve on `gpu` at `precision` (see GEMM_DEPTH_HALF)."""
+    if not gpu.sm_count:
+        return GEMM_DEPTH_HALF
+    return GEMM_DEPTH_HALF * gpu.peak_tflops(precision) / gpu.sm_count / H800_FP8_TFLOPS_PER_SM
+
+
+def _depth_rate(k: np.ndarray | float, half: float = GEMM_DEPTH_HALF) -> np.ndarray:
+    ref = GEMM_DEPTH_REFERENCE / (GEMM_DEPTH_REFERENCE + half)
+    k = np.maximum(np.asarray(k, dtype=float), 1.0)
+    return np.minimum(k / (k + half) / ref, 1.0)
+
+
+def expert_depth_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
+                      half: float = GEMM_DEPTH_HALF) -> np.ndarray:
+    """Rate of the routed experts' GEMMs from their contraction depths, relative to the catalog rate, averaged over
+    the forward, input-gradient and weight-gradient passes (equal FLOPs each): forward fc1 over the expert input
+    width, fc2 over the expert width; input gradients fc1 over its output width (matrices - 1 expert widths),
+    fc2 over the expert input width; weight gradients over the tokens per expert. Each pass's time is the FLOP-
+    weighted sum of its GEMMs' times (fc1 carries matrices - 1 of the matrices), so the rate is their harmonic mean."""
+    h_in = float(m.moe_latent_size or m.hidden_size)
+    ffn = float(m.expert_ffn)
+    up = float(max(m.mlp_matrices - 1, 1))
+    total = float(m.mlp_matrices)
+
+    def pass_time(k_fc1: float | np.ndarray, k_fc2: float | np.ndarray) -> np.ndarray:
+        return (up / _depth_rate(k_fc1, half) + 1.0 / _depth_rate(k_fc2, half)) / total
+
+    tpe = tokens_per_expert(m, tok, tp, ep)
+    time = pass_time(h_in, ffn) + pass_time(up * ffn, h_in) + pass_time(tpe, tpe)
+    return 3.0 / time
+
+
+def moe_launch_time(m: ModelSpec, ep: np.ndarray, extra_kernels: float = 0.0) -> np.ndarray:
+    """GPU-side launch gaps per average layer and pass: f_moe·launch·(matrices·E/ep + extra) (Megatron-Core
+    GroupedMLP, one launch and tail per local expert's GEMM; `extra`: the router's, dispatcher's and experts' other
+    kernels, planner.cost.host.moe_extra_kernels). The host's time to issue them is planner.cost.host's."""
     frac_moe = m.moe_layers / m.num_hidden_layers
-    host = fitted.current().moe_host_overhead_s
-    return frac_moe * (KERNEL_OVERHEAD_S * m.mlp_matrices * m.num_local_experts / ep + host)
+    return frac_moe * KERNEL_OVERHEAD_S * (m.mlp_matrices * m.num_local_experts / ep + extra_kernels)
+
+
+def moe_block_time(m: ModelSpec, training: TrainingSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
+                   gemm_rate: float, hbm: float, moe_bytes: float, depth_half: float = GEMM_DEPTH_HALF) -> np.ndarray:
+    """Forward GPU time of an average layer's MoE block (router, routed and shared experts, the permutations and the
+    grouped GEMMs' launches): f_moe·tok·((router/shared GEMMs + load·routed/grouped rate)/gemm_rate + (permutation
+    bytes `moe_bytes` + activation bytes)/hbm)/tp + launches. Combined 1F1B schedules the attention and the MoE block
+    of two micro-batches against the all-to-alls (`combined_pair_time`)."""
+    if not m.is_moe:
+        return np.zeros_like(tok)
+    frac_moe = m.moe_layers / m.num_hidden_layers
+    rate = grouped_gemm_rate(m, tok, tp, ep) * expert_depth_rate(m, tok, tp, ep, depth_half)
+    gemm = flops.moe_mlp_shared_gemm(m) + busiest_rank_load(training) * flops.routed_flops(m) / rate
+    act = 2.0 * (3 if m.gated_mlp else 2) * m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
+    return frac_moe * tok * (gemm / gemm_rate + (moe_bytes + act) / hbm) / tp + moe_launch_time(m, ep)
 
 
 def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
@@ -110,6 +182,23 @@ def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
     return np.minimum(uniform, d)
 
 
+def a2a_parts(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
+              ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> tuple[np.ndarray, np.ndarray]:
+    """(dispatch, combine) of one pass of one MoE layer (`a2a_pass_time` is their sum)."""
+    tokens = tok / tp
+    dispatch_elt = FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
+    copies = load * tokens * m.num_experts_per_tok * m.hidden_size
+    if not prof.deepep:
+        return (fab.collective("all_to_all", copies * dispatch_elt, ep, etp, "ep"),
+                fab.collective("all_to_all", copies * 2.0, ep, etp, "ep"))
+    g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
+    domains = np.maximum(ep / g, 1.0)
+    remote = domains_reached(m, domains) * (domains - 1) / domains
+    per_remote = load * tokens * m.hidden_size * remote
+    return (fab.routed_all_to_all(copies * dispatch_elt, per_remote * dispatch_elt, ep, etp, "ep"),
+            fab.routed_all_to_all(copies * 2.0, per_remote * 2.0, ep, etp, "ep"))
+
+
 def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
                   ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> np.ndarray:
     """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of
@@ -119,18 +208,8 @@ def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.nda
     Dispatch carries fp8 where the stack quantises it, combine bf16. A plain all-to-all (Megatron's alltoall
     dispatcher) sends every copy; node-deduplicated kernels (DeepEP) send a token once per remote domain and forward
     its copies over NVLink (planner.cost.fabric.routed_all_to_all_time)."""
-    tokens = tok / tp
-    dispatch_elt = FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
-    copies = load * tokens * m.num_experts_per_tok * m.hidden_size
-    if not prof.deepep:
-        return (fab.collective("all_to_all", copies * dispatch_elt, ep, etp, "ep")
-                + fab.collective("all_to_all", copies * 2.0, ep, etp, "ep"))
-    g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
-    domains = np.maximum(ep / g, 1.0)
-    remote = domains_reached(m, domains) * (domains - 1) / domains
-    per_remote = load * tokens * m.hidden_size * remote
-    return (fab.routed_all_to_all(copies * dispatch_elt, per_remote * dispatch_elt, ep, etp, "ep")
-            + fab.routed_all_to_all(copies * 2.0, per_remote * 2.0, ep, etp, "ep"))
+    dispatch, combine = a2a_parts(m, fab, prof, tok, tp, ep, etp, fp8, load)
+    return dispatch + combine
 
 
 def overlapped_share(schedule: np.ndarray, micro: np.ndarray, pp: np.ndarray, vpp: np.ndarray) -> np.ndarray:
@@ -152,29 +231,65 @@ def overlapped_share(schedule: np.ndarray, micro: np.ndarray, pp: np.ndarray, vp
         schedule == Schedule.DUALPIPE, dual, np.where(schedule == Schedule.DUALPIPE_V, dual_v, 0.0)))
 
 
+def combined_pair_time(attn_f: np.ndarray, moe_f: np.ndarray, attn_b: np.ndarray, moe_b: np.ndarray,
+                       dispatch: np.ndarray, combine: np.ndarray) -> np.ndarray:
+    """One layer's forward of one micro-batch and backward of another as Megatron-Core's combined 1F1B runs them
+    (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run): the communication stream runs
+    combine_bwd | dispatch_fwd -> dispatch_bwd | combine_fwd while the computation stream runs attn_fwd |
+    mlp_bwd -> mlp_bwd_dw -> mlp_fwd | attn_bwd, each op waiting for the one whose output it reads (dispatch_fwd
+    for attn_fwd, mlp_bwd for combine_bwd, dispatch_bwd for mlp_bwd, mlp_fwd for dispatch_fwd, combine_fwd for
+    mlp_fwd, attn_bwd for dispatch_bwd). `moe_b` is split evenly into the input gradient and the delayed weight
+    gradient (delay_wgrad_compute). The pair ends when both streams have."""
+    attn_done = attn_f
+    combine_b_done = combine
+    start = np.maximum(attn_done, combine_b_done)
+    mlp_b_done = np.maximum(attn_done, combine_b_done) + 0.5 * moe_b
+    dispatch_f_done = start + dispatch
+    mlp_dw_done = mlp_b_done + 0.5 * moe_b
+    dispatch_b_done = np.maximum(dispatch_f_done, mlp_b_done) + dispatch
+    mlp_f_done = np.maximum(mlp_dw_done, dispatch_f_done) + moe_f
+    combine_f_done = np.maximum(dispatch_b_done, mlp_f_done) + combine
+    attn_b_done = np.maximum(mlp_f_done, dispatch_b_done) + attn_b
+    return np.maximum(combine_f_done, attn_b_done)
+
+
 def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
                      ep: np.ndarray, etp: np.ndarray, fp8: bool, share: np.ndarray | float = 0.0,
                      pair_compute: np.ndarray | float = 0.0,
-                     load: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     load: float | None = None,
+                     combined: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed all-to-all per average layer and micro-batch.
 
     A = a2a forward + backward (2 x `a2a_pass_time`). Unpaired passes expose all of it. A paired pass runs the
     communication kernels beside the other micro-batch's layer compute C (forward + backward kernels): they take a
     share σ of the SMs, enough to keep pace, σ = COMM_SM_SHARE·min(A/C, 1) (the share that saturates the links when
-    A = C, DeepSeek-V3's 1:1 case), so the compute stretches to C/(1 - σ) and the pair takes max(A, C/(1 - σ)):
-    exposed = (1 - s)·A + s·(max(A, C/(1 - σ)) - C), s = `overlapped_share`. `load`: `busiest_rank_load`, the
-    dropless fitted imbalance when not given.
+    A = C, DeepSeek-V3's 1:1 case), so the compute stretches to C/(1 - σ). DualPipe's hand-tuned chunks hide all
+    they can, the pair takes max(A, C/(1 - σ)); Megatron-Core's combined 1F1B (`combined`: (is-combined mask, layer
+    forward, layer backward, MoE block forward) per average layer) runs its fixed order of the layer's four parts
+    (`combined_pair_time`). exposed = (1 - s)·A + s·(pair - C), s = `overlapped_share`. `load`:
+    `busiest_rank_load`, the dropless fitted imbalance when not given.
     """
     if not m.is_moe:
         return np.zeros_like(tp), np.zeros_like(tp)
     frac_moe = m.moe_layers / m.num_hidden_layers
     if load is None:
         load = fitted.current().expert_imbalance
-    a2a = 2.0 * a2a_pass_time(m, fab, prof, tok, tp, ep, etp, fp8, load)
+    dispatch, combine = a2a_parts(m, fab, prof, tok, tp, ep, etp, fp8, load)
+    a2a = 2.0 * (dispatch + combine)
     compute = np.maximum(pair_compute, 1e-12)
-    sm_share = COMM_SM_SHARE * np.minimum(a2a / compute, 1.0)
-    hidden = np.maximum(a2a, pair_compute / (1.0 - sm_share)) - pair_compute
-    exposed = frac_moe * ((1.0 - share) * a2a + share * hidden)
+    sm_share = COMM_SM_SHARE * np.minimum(frac_moe * a2a / compute, 1.0)
+    stretch = 1.0 / (1.0 - sm_share)
+    pair = np.maximum(frac_moe * a2a, pair_compute * stretch)
+    if combined is not None:
+        mask, fwd, bwd, moe_f = combined
+        moe_f = np.minimum(moe_f, fwd)
+        moe_b = np.minimum(2.0 * moe_f, bwd)
+        ordered = combined_pair_time((fwd - moe_f) * stretch, moe_f * stretch, (bwd - moe_b) * stretch,
+                                     moe_b * stretch, frac_moe * dispatch, frac_moe * combine)
+        pair = np.where(mask, ordered, pair)
+    hidden = np.maximum(pair - pair_compute, 0.0)
+    exposed = (1.0 - share) * frac_moe * a2a + share * hidden
     return exposed, 0.5 * exposed
 
 

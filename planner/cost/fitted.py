@@ -28,7 +28,7 @@ class Fitted:
 
     kernel_efficiency: Mapping[str, float]  # framework profile -> achieved / MAMF rate; borrowed values resolved
     expert_imbalance: float  # busiest expert-parallel rank's routed load / the mean (dropless)
-    moe_host_overhead_s: float  # host-side seconds per MoE layer and pass the GPU waits for
+    host_op_s: float  # CPU seconds per eager op as Megatron-Core issues it, on an x86 host (planner.cost.host)
 
 
 def _kernel_value(profiles: Mapping[str, Any], name: str) -> float:
@@ -45,7 +45,7 @@ def from_document(doc: Mapping[str, Any]) -> Fitted:
     moe = doc["moe"]
     return Fitted(kernel_efficiency=MappingProxyType({name: _kernel_value(profiles, name) for name in profiles}),
                   expert_imbalance=float(moe["expert_imbalance"]["value"]),
-                  moe_host_overhead_s=float(moe["moe_host_overhead_s"]["value"]))
+                  host_op_s=float(moe["host_op_s"]["value"]))
 
 
 def read(path: Path = FITTED_FILE) -> Fitted:

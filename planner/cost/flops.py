@@ -87,6 +87,14 @@ def layer_sums(m: ModelSpec) -> LayerSums:
 
 
 @lru_cache(maxsize=256)
+def moe_mlp_shared_gemm(m: ModelSpec) -> float:
+    """Forward GEMM FLOPs per token of a mean MoE layer's MLP outside the routed experts: router, shared experts,
+    LatentMoE projections (the MoE block's part of moe_gemm; the mixer's projections are the rest)."""
+    parts = [2.0 * _mlp_part(m, i) for i, kind in enumerate(m.mlp_kinds) if kind == "moe"]
+    return sum(parts) / len(parts) if parts else 0.0
+
+
+@lru_cache(maxsize=256)
 def core_flops_by_kind(m: ModelSpec, seq_len: int) -> tuple[tuple[str, float], ...]:
     """Forward mixer-core FLOPs per token of each layer kind, summed over its layers, in first-seen order."""
     sums: dict[str, float] = {}

@@ -69,6 +69,11 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   torch/distributed/_composable/fsdp/_fsdp_state.py#L118-L121); torchtitan's root is the whole model, so the
   embedding, final norm and output projection stay gathered in bf16 through the loss (pytorch/torchtitan@9dec370ad
   torchtitan/parallelisms/parallelize_llama.py#L339).
+- moe_router_fusion: the MoE router runs as Transformer Engine's fused kernels (Megatron-Core --moe-router-fusion):
+  fewer host-side ops per MoE layer (planner.cost.host). Off in Megatron-Core's TransformerConfig and in
+  Megatron-Bridge's MoE recipes (recipes/qwen/qwen3_moe.py, gpt_oss/gpt_oss.py, deepseek/deepseek_v3.py set
+  moe_router_fusion = False); on in the generic profile, as Megatron-Core's MoE README lists it among the flags
+  that "help to achieve higher performance on almost all workloads".
 - compile_speedup / compiles_by_default: stacks that run PyTorch's own kernels run faster compiled (torch.compile
   fuses the elementwise ops between GEMMs and cuts launches). compile_speedup is the step rate compiled over eager of
   the same layout, and the fitted kernel_efficiency of such a stack is its compiled one (eager = / compile_speedup).
@@ -123,6 +128,7 @@ class FrameworkProfile:
     # (DeepSeek-V3 report §3.3.3 caches it in FP8 and recomputes the output; Megatron-Core exposes the same as
     # activation_func_fp8_input_store, off by default and not set by the Megatron-Bridge recipes).
     fp8_activation_store: bool = False
+    moe_router_fusion: bool = False  # fused router kernels: fewer host ops per MoE layer (planner.cost.host)
     # ZeRO-3 parameter partitions live in host memory (DeepSpeed offload_param; set from the training's
     # param_offload by stack_profile): no persistent weights on the GPU, each layer's partition copied in per gather
     params_in_host: bool = False
@@ -134,7 +140,7 @@ COMPILE_SPEEDUP = (6667 / 5762 + 6514 / 5605) / 2  # torchtitan's eager -> compi
 
 # kernel_efficiency is left at its default below: `profile_for` fills it in from fitted.yaml.
 _GENERIC = FrameworkProfile("generic", deepep=True, fp8_dispatch=True, moe_weighted_activation=True,
-                            fp8_activation_store=True, tp_comm_overlap=True)
+                            fp8_activation_store=True, moe_router_fusion=True, tp_comm_overlap=True)
 # Stacks whose TP collectives all block, with no switch to overlap them.
 _TP_BLOCKING = {"tp_comm_base": "none", "tp_comm_method": None}
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
@@ -163,7 +169,7 @@ _STACKS: dict[str, FrameworkProfile] = {
     "gpt-neox": FrameworkProfile("gpt-neox", dp_overlap=0.5, **_TP_BLOCKING),
     "metaseq": FrameworkProfile("metaseq", **_FSDP, **_TP_BLOCKING),
     # An unnamed stack: generic kernels, but no assumption of DeepEP or fp8 dispatch.
-    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False),
+    "other": replace(_GENERIC, deepep=False, fp8_dispatch=False, fp8_activation_store=False, moe_router_fusion=False),
 }
 
 # The metric each `memory_reported` figure is predicted by (planner.cost.memory_terms).

@@ -40,6 +40,7 @@ from planner.cost.sharding import (
     stage_expert_params,
     stage_params,
 )
+from planner.inputs.layout import Schedule
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms", "step_time_floor"]
@@ -84,7 +85,7 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     fab = Fabric(problem.cluster, problem.compress, rates.hbm)
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, etp=k["etp"])
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, etp=k["etp"], sched=k["sched"])
     recompute_b = compute.recompute_time(problem, rc, lt, tok, tp)
     head_f = compute.head_time(problem, rates, tok, tp)
     params = stage_params(problem, c)
@@ -121,7 +122,8 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     tr = problem.training
     ep_all, ep_f = expert.dispatch_exposed(m, fab, expert.dispatcher_profile(prof, tr), tok, tp, ep, etp,
                                            compute.is_fp8(problem), share, lt.fwd + lt.bwd,
-                                           expert.busiest_rank_load(tr))
+                                           expert.busiest_rank_load(tr),
+                                           (k["sched"] == Schedule.COMBINED_1F1B, lt.fwd, lt.bwd, lt.moe_f))
     return act_bytes, (tp_all, tp_f, cp_all, cp_f, ep_all, ep_f)
 
 
@@ -215,7 +217,9 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     micro = pipeline.microbatches(tr.global_batch, k["mbs"], k["dp"])
     tok = compute.tokens_per_gpu(k["mbs"], float(tr.seq_len), cp)
     u, r = groups.hybrid_cp_sizes(problem.cluster.nvlink_domain, c, cp)
-    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r)
+    # the layout's expert tp in both variants: a pass bound by its host keeps its time whatever its weights, and a
+    # zero-bubble schedule's W (wgrad) must then be the one `evaluate` prices, or the floor's bubble could exceed it
+    lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, etp=groups.expert_tp(c), sched=k["sched"])
     layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
     none = np.zeros_like(tp)
     lc: pipeline.LayerComm | None = None

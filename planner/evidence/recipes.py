@@ -63,6 +63,9 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                "padded to capacity)", lambda v: v == "dropless" or (
                                    isinstance(v, int | float) and not isinstance(v, bool) and v > 0),
                                "dropless | a positive capacity factor"),
+    "expert_tp": KnobSpec("tensor-parallel size of the expert layers (Megatron-Core expert_tensor_parallel_size; "
+                          "left unset it is the tensor-parallel size, model_parallel_config.py __post_init__)", _count,
+                          "a positive integer"),
     "moe_force_balance": KnobSpec("router forced to balance tokens evenly over experts (Megatron-Core "
                                   "moe_router_force_load_balancing, a benchmarking switch)", _flag, "true | false"),
     "tp_comm_overlap": KnobSpec("tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers, "
@@ -193,6 +196,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
     sharded = lay.get("zero") not in (0, "0") or prof.optimizer_always_sharded
     on = {"ep_overlap": problem.model.is_moe and may_exceed_one("ep"),
           "moe_dispatcher": problem.model.is_moe and may_exceed_one("ep"), "moe_token_drop": problem.model.is_moe,
+          "expert_tp": problem.model.is_moe and may_exceed_one("tp"),
           "moe_force_balance": problem.model.is_moe and may_exceed_one("ep"),
           "tp_comm_overlap": may_exceed_one("tp"), "sequence_parallel": may_exceed_one("tp"),
           "overlap_grad_reduce": may_exceed_one("dp"), "overlap_param_gather": may_exceed_one("dp") and sharded,
@@ -206,19 +210,32 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
 def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
     return {"tp_comm_overlap": prof.tp_comm_overlap, "overlap_grad_reduce": prof.dp_overlap > 0,
-            "overlap_param_gather": prof.dp_overlap > 0, "cuda_graphs": "none", "torch_compile": False,
-            "moe_dispatcher": "flex" if prof.deepep else "alltoall",
+            "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False,
             "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
 
 
-def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[str, str | None]:
+def _expert_tp_status(value: int, tp: object) -> tuple[str, str | None]:
+    """The planner splits experts like the attention (etp = tp) or not at all (etp = 1)."""
+    if value == 1 or value == tp:
+        return "priced", None
+    return "not priced", f"expert TP {value} is neither 1 nor the row's TP ({tp}), the two the planner has"
+
+
+def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object = None) -> tuple[str, str | None]:
     """How the model takes a resolved knob: priced with it, its fixed assumption agrees (assumed), priced as the
     nearest value it has (approximate), or not at all (not priced)."""
     value = block["value"]
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
-    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero"):
+    if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
+                "cuda_graphs"):
         return "priced", None
+    if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
+        return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
+    if knob == "moe_dispatcher":
+        return "priced", None
+    if knob == "expert_tp":
+        return _expert_tp_status(value, tp)
     if knob == "tp_comm_overlap" and (prof.tp_comm_method or value is False):
         return "priced", None  # planner.cost.tensor prices the stack's overlap with the switch on or off
     if knob == "torch_compile" and (prof.compile_speedup > 1.0 or value is False):
@@ -236,8 +253,6 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile) -> tuple[s
             return "approximate", f"the planner offloads the fewest layers that fit; the run, {block['layers']}"
         return "priced", None
     assumed = _model_assumes(knob, prof)
-    if knob == "moe_dispatcher":
-        value = "flex" if str(value).startswith("flex") else "alltoall"
     if value == assumed:
         return "assumed", None
     return "not priced", f"the model prices {knob} = {assumed} for the {prof.name} profile"
@@ -261,7 +276,7 @@ def case_knobs(case: dict[str, Any], entry: dict[str, Any] | None, problem: Prob
             reason = block.get("unresolved") if isinstance(block, dict) else None
             out[knob] = {"status": "unresolved", "reason": str(reason or "no entry for this knob")}
         else:
-            status, why = _status(knob, block, prof)
+            status, why = _status(knob, block, prof, (case.get("layout") or {}).get("tp"))
             out[knob] = {**block, "status": status, **({"reason": why} if why else {})}
     return out
 
@@ -285,6 +300,13 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             dropless = value == "dropless"
             training = training.model_copy(update={"moe_capacity_factor": None if dropless else float(value),
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
+        elif knob == "cuda_graphs":
+            training = training.model_copy(update={"cuda_graphs": value})
+        elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)
+            fixed["etp"] = encode("etp", "1" if value == 1 else "tp", "ran.expert_tp")[1]
+        elif knob == "moe_dispatcher":
+            training = training.model_copy(update={"moe_dispatcher": "flex" if value.startswith("flex") else
+                                                   "alltoall"})
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None

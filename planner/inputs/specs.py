@@ -1,6 +1,9 @@
 """Typed input specs: the model (Hugging Face config.json keys), the GPU, the cluster, the training run.
 
 Validation lives here so that every caller (CLI, validate, tests) gets the same one-line errors.
+
+size: over 400 lines because every input spec and each field's documented meaning and bounds live in this one module
+(the plan options, the schema docs and the one-line errors read them from here); splitting it would scatter them.
 """
 
 from __future__ import annotations
@@ -288,6 +291,8 @@ class GPUSpec(_Spec):
         "fp8 GEMMs with 1x128 / 128x128 block scales (DeepSeek-V3 recipe) / fp8 peak, on GPUs whose tensor cores "
         "lack block scaling and promote partial sums on CUDA cores (Hopper); None = block scaling is native"))
     attention_efficiency: Efficiency = Field(default=0.5, description="fused attention kernel / peak")
+    host_cpu: Literal["x86", "grace"] = Field(default="x86", description=(
+        "host CPU issuing the kernels: x86 (HGX, DGX, MI300X nodes) or grace (GH200, GB200, GB300); planner.cost.host"))
     sm_count: int | None = Field(default=None, gt=0, le=10_000,
                                  description="streaming multiprocessors (AMD: compute units) for GEMM wave "
                                              "quantisation; None = no wave model")
@@ -387,6 +392,11 @@ class TrainingSpec(_Spec):
         "token dropping: each expert takes at most this many times its even share of a micro-batch's routed tokens "
         "and drops the rest (Megatron-Core --moe-expert-capacity-factor; Switch Transformer's capacity factor); "
         "None = dropless, every routed token is computed"))
+    cuda_graphs: Literal["none", "per-layer", "full-iteration"] = Field(default="none", description=(
+        "CUDA graph capture: none (eager, Megatron-Core's default); per-layer (each layer, or a dropless MoE layer's "
+        "attention + router + dispatch preprocessing); full-iteration (every micro-batch's forward and backward)"))
+    moe_dispatcher: Literal["stack", "alltoall", "flex"] = Field(default="stack", exclude=True, description=(
+        "MoE dispatcher a run ran (validate only): stack's, alltoall, or flex (DeepEP/HybridEP, node-deduplicated)"))
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))

@@ -175,7 +175,8 @@ def point_dict(point: SweepPoint, layers: int, framework: str | None = None) -> 
     }
 
 
-RECIPE_KEYS = ("fp8_recipe", "optimizer_offload", "optimizer_moments", "moe_capacity_factor", "moe_pad_to_capacity")
+RECIPE_KEYS = ("fp8_recipe", "optimizer_offload", "optimizer_moments", "moe_capacity_factor", "moe_pad_to_capacity",
+               "cuda_graphs")
 
 
 def recipe_inputs(spec: SweepSpec) -> dict[str, Any]:

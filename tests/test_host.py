@@ -1,0 +1,126 @@
+"""Host-bound layers (planner.cost.host): each pass of a layer takes max(GPU time, host time); host time is the layer's
+eager ops counted from Megatron-Core times the host's CPU time per op; CUDA graphs remove what they capture."""
+
+import json
+from functools import cache
+
+import numpy as np
+import pytest
+
+from planner.cost import compute, host
+from planner.cost.fitted import current
+from planner.evidence.validate import validate
+from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.layout import Layout
+from planner.inputs.problem import Problem
+from planner.inputs.specs import TrainingSpec
+from planner.search.search import price_layout
+
+EP8 = np.array([8.0])
+
+
+def _problem(model: str, cluster: str, **training: object) -> Problem:
+    return Problem(load_model(model), load_cluster(cluster), TrainingSpec(seq_len=4096, global_batch=512,
+                                                                          **training))
+
+
+def _host(problem: Problem, ep: np.ndarray = EP8, combined: bool = False) -> host.LayerHost:
+    return host.layer_host_time(problem, ep, router_fused=False, deepep=False, combined=combined)
+
+
+def test_host_time_is_counted_ops_times_the_time_per_op() -> None:
+    """A dense layer: attention (3 ops, 3 TE modules) and MLP (2 ops, 2 TE modules), backward twice the forward."""
+    p = _problem("llama3-8b", "h100x8", framework="nemo")
+    ops = (3 + 2) + (3 + 2) * host.TE_MODULE_OPS
+    t = _host(p)
+    assert t.fwd[0] == pytest.approx(ops * current().host_op_s)
+    assert t.bwd[0] == pytest.approx(host.BACKWARD_OVER_FORWARD * t.fwd[0])
+    assert t.sync_bubble[0] == 0.0  # no MoE dispatcher, no host sync
+
+
+def test_a_grace_host_takes_the_fitted_ratio_longer() -> None:
+    """Same layer, same ops: a GB200's Grace host takes GRACE_HOST_SLOWDOWN times a B200 node's x86 host."""
+    x86 = _host(_problem("qwen3-30b-a3b", "b200x8", framework="nemo"))
+    grace = _host(_problem("qwen3-30b-a3b", "gb200x8", framework="nemo"))
+    assert load_cluster("gb200x8").gpu.host_cpu == "grace" and load_cluster("b200x8").gpu.host_cpu == "x86"
+    assert grace.fwd[0] / x86.fwd[0] == pytest.approx(host.GRACE_HOST_SLOWDOWN)
+
+
+def test_moe_layers_cost_more_host_time_with_more_local_experts() -> None:
+    """TE GroupedLinear splits and allocates per local expert: fewer experts per GPU (larger EP), less host time."""
+    p = _problem("qwen3-30b-a3b", "h100x64", framework="nemo")
+    t = _host(p, np.array([8.0, 64.0]))
+    assert t.fwd[0] > t.fwd[1]
+    per_expert = host.EXPERTS.per_expert * (128 / 8 - 128 / 64) * current().host_op_s
+    assert t.fwd[0] - t.fwd[1] == pytest.approx(per_expert * p.model.moe_layers / p.model.num_hidden_layers)
+    assert t.sync_bubble[0] > 0  # dropless: the dispatcher copies the token counts to the host every forward
+
+
+def test_cuda_graphs_remove_the_captured_modules_host_time() -> None:
+    eager = _host(_problem("qwen3-30b-a3b", "h100x8", framework="nemo"))
+    per_layer = _host(_problem("qwen3-30b-a3b", "h100x8", framework="nemo", cuda_graphs="per-layer"))
+    full = _host(_problem("qwen3-30b-a3b", "h100x8", framework="nemo", cuda_graphs="full-iteration"))
+    assert 0 < per_layer.fwd[0] < eager.fwd[0]  # dropless: the dispatch after preprocessing and the experts remain
+    assert full.fwd[0] == full.bwd[0] == full.sync_bubble[0] == 0.0
+    padded = _host(_problem("qwen3-30b-a3b", "h100x8", framework="nemo", cuda_graphs="per-layer",
+                            moe_capacity_factor=1.0, moe_pad_to_capacity=True))
+    assert padded.fwd[0] == padded.sync_bubble[0] == 0.0  # drop-and-pad: the whole layer is captured
+    dense = _host(_problem("llama3-8b", "h100x8", framework="nemo", cuda_graphs="per-layer"))
+    assert dense.fwd[0] == 0.0
+
+
+def test_ep_overlap_issues_each_layer_as_schedule_nodes() -> None:
+    p = _problem("qwen3-30b-a3b", "h100x8", framework="nemo")
+    plain, combined = _host(p), _host(p, combined=True)
+    node = host.COMBINED_NODE_OPS * current().host_op_s
+    assert combined.fwd[0] - plain.fwd[0] == pytest.approx(host.COMBINED_NODES_FWD * node)
+    assert combined.bwd[0] - plain.bwd[0] == pytest.approx(host.COMBINED_NODES_BWD * node)
+
+
+def test_a_pass_runs_at_the_slower_of_gpu_and_host() -> None:
+    """Few tokens per GPU make the GPU faster than its host; many make it slower."""
+    p = _problem("qwen3-30b-a3b", "gb200x8", framework="nemo")
+    r = compute.rates(p)
+    one = np.array([1.0])
+    for tok, host_bound in ((np.array([512.0]), True), (np.array([65536.0]), False)):
+        lt = compute.layer_times(p, r, tok, one, one, EP8)
+        issue = host.layer_host_time(p, EP8, router_fused=False, deepep=True)  # nemo: unfused router, flex dispatch
+        assert bool(lt.fwd[0] == pytest.approx(issue.fwd[0] + issue.sync_bubble[0])) is host_bound
+        assert bool(lt.bwd[0] == pytest.approx(issue.bwd[0])) is host_bound
+
+
+def test_the_plan_option_prices_graphs_and_their_memory() -> None:
+    """--cuda-graphs per-layer: less host time, static buffers per captured layer and micro-batch in flight."""
+    layout = Layout.from_dict({"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 4, "etp": 1, "vpp": 1, "mbs": 1, "zero": 1,
+                               "recompute": 0, "sp": 0, "schedule": 0, "cp_comm": 0})
+    eager = price_layout(_problem("qwen3-30b-a3b", "gb200x8", framework="nemo"), layout)
+    graphs = price_layout(_problem("qwen3-30b-a3b", "gb200x8", framework="nemo", cuda_graphs="per-layer"), layout)
+    assert graphs["step_time_s"] < eager["step_time_s"]
+    assert graphs["memory_peak_gib"] > eager["memory_peak_gib"]
+
+
+@cache
+def _validated() -> dict[str, dict]:
+    return {c["id"]: c for c in json.loads(json.dumps(validate()["cases"]))}
+
+
+def test_validate_prices_the_cuda_graphs_the_runs_ran() -> None:
+    """The knob file's cuda_graphs is priced, not only recorded (MB-044: full-iteration graphs; MB-046: per-layer)."""
+    cases = _validated()
+    for cid in ("MB-044", "MB-046", "MB-141"):
+        assert cases[cid]["knobs"]["cuda_graphs"]["status"] == "priced"
+
+
+def test_gpt_oss_biased_experts_run_as_their_kernels() -> None:
+    """gpt-oss's per-expert fc2 bias: eager ops per local expert on the host (TEGroupedMLP._apply_bias) and each
+    routed copy's output read, written and concatenated on the GPU (8·h bytes); its sinks and clamped SwiGLU run
+    inside fused kernels and add neither."""
+    m = load_model("gpt-oss-120b")
+    plain = m.model_copy(update={"mlp_bias": False})
+    assert m.mlp_bias and m.attention_sinks and m.swiglu_limit
+    extra = compute.elementwise_bytes_per_token(m)[2] - compute.elementwise_bytes_per_token(plain)[2]
+    assert extra == 8.0 * m.num_experts_per_tok * m.hidden_size
+    biased = Problem(m, load_cluster("b300x64"), TrainingSpec(seq_len=4096, global_batch=512))
+    unbiased = Problem(plain, load_cluster("b300x64"), TrainingSpec(seq_len=4096, global_batch=512))
+    ops = (_host(biased).fwd[0] - _host(unbiased).fwd[0]) / current().host_op_s
+    assert ops == pytest.approx(host.EXPERT_BIAS.cost(128 / 8))
