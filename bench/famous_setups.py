@@ -11,22 +11,19 @@ knobs a source does not state take the planner's defaults (docs/commands.md, `pl
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
 import tempfile
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's planner, not an installed one
 
 import numpy as np  # noqa: E402
 
-from cli.main import run  # noqa: E402
+from cli.in_process import run_in_process  # noqa: E402
 from planner.errors import NoFeasiblePlan  # noqa: E402
 from planner.inputs.layout import Recompute  # noqa: E402
 from planner.inputs.problem import Problem  # noqa: E402
@@ -152,14 +149,7 @@ SETUPS: tuple[Setup, ...] = (
 
 def plan(*args: str) -> tuple[int, str, str]:
     """`plan ARGS` in this process: exit code, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["plan", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            run()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    return code, out.getvalue(), err.getvalue()
+    return run_in_process(*args)
 
 
 def _json(*args: str) -> dict[str, Any]:

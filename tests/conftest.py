@@ -1,12 +1,9 @@
-import io
 import subprocess
-import sys
-from contextlib import redirect_stderr, redirect_stdout
-from unittest import mock
 
 import numpy as np
 import pytest
 
+from cli.in_process import run_in_process
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.layout import KNOBS, Layout
 from planner.inputs.problem import Problem
@@ -40,13 +37,5 @@ def llama70b_h100x512() -> Problem:
 
 def run_plan_in_process(*args: str) -> subprocess.CompletedProcess:
     """cli.main.run in this process (about 10x faster than a subprocess), with its exit code, stdout and stderr."""
-    from cli.main import run
-
-    out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", ["plan", *args]), redirect_stdout(out), redirect_stderr(err):
-        try:
-            run()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    code, out, err = run_in_process(*args)
+    return subprocess.CompletedProcess(list(args), code, out, err)
