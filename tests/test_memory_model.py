@@ -77,11 +77,15 @@ def _llama70b(headroom: float) -> Problem:
 def test_tight_plans_rank_after_plans_with_room():
     loose = search(_llama70b(0.0), top=20, rank_by="time")
     cap = loose.problem.cluster.gpu.memory_gib
-    tight_share = 1 - max(p.metrics["memory_peak_gib"] for p in loose.plans[:3]) / cap + 0.01
+    # a headroom that leaves the loose first plan 1 % short of room: it must give way to a plan with room
+    tight_share = 1 - loose.plans[0].metrics["memory_peak_gib"] / cap + 0.01
     res = search(_llama70b(tight_share), top=20, rank_by="time")
     flags = [bool(is_tight(res.problem, p.metrics["memory_peak_gib"])) for p in res.plans]
     assert not flags[0] and flags == sorted(flags)  # every plan with room first
-    assert res.plans[0].layout != loose.plans[0].layout
+    # the loose first plan gives way, or (activation offload sizes its copies to the memory budget) stays first
+    # only by offloading more, in less memory than it took without the headroom
+    first, was = res.plans[0], loose.plans[0]
+    assert first.layout != was.layout or first.metrics["memory_peak_gib"] < was.metrics["memory_peak_gib"]
 
 
 def test_table_marks_tight_plans_and_the_option_is_checked():
