@@ -150,15 +150,26 @@ def dropless(problem: Problem) -> bool:
     return not (tr.moe_capacity_factor is not None and tr.moe_pad_to_capacity)
 
 
+def _dispatch(problem: Problem, deepep: bool) -> tuple[Ops, Ops]:
+    """(before, after the expert computation) ops of the token dispatcher the run uses."""
+    return (DISPATCH_FLEX if deepep else DISPATCH_ALLTOALL) if dropless(problem) else DISPATCH_PADDED
+
+
+def _routed_expert_ops(problem: Problem) -> Ops:
+    """The routed experts' eager ops, with the low-precision casts and the per-expert bias where the run has them."""
+    experts = EXPERTS
+    if problem.training.precision in ("fp8", "fp4"):
+        experts = _add(experts, EXPERTS_LOW_PRECISION_EXTRA)
+    if problem.model.mlp_bias:
+        experts = _add(experts, EXPERT_BIAS)
+    return experts
+
+
 def moe_layer_ops(problem: Problem, router_fused: bool, deepep: bool) -> Ops:
     """Host work of a MoE layer's forward left after the recipe's CUDA graphs (module docstring)."""
     m, tr = problem.model, problem.training
-    pre, rest = (DISPATCH_FLEX if deepep else DISPATCH_ALLTOALL) if dropless(problem) else DISPATCH_PADDED
-    experts = EXPERTS
-    if tr.precision in ("fp8", "fp4"):
-        experts = _add(experts, EXPERTS_LOW_PRECISION_EXTRA)
-    if m.mlp_bias:
-        experts = _add(experts, EXPERT_BIAS)
+    pre, rest = _dispatch(problem, deepep)
+    experts = _routed_expert_ops(problem)
     if m.n_shared_experts or m.shared_expert_intermediate_size:
         experts = _add(experts, SHARED_EXPERT)
     if tr.cuda_graphs == "per-layer":
@@ -171,14 +182,8 @@ def moe_extra_kernels(problem: Problem, router_fused: bool, deepep: bool) -> flo
     """Kernels a MoE layer's forward launches beyond a dense layer's (KERNELS_PER_LAYER_FWD, planner.inputs.hardware)
     and its per-expert GEMMs: the router, the dispatcher and the experts' eager ops, one kernel each. CUDA graphs
     replay them without the host but the GPU still runs them, so they are counted whatever the capture."""
-    m, tr = problem.model, problem.training
-    pre, rest = (DISPATCH_FLEX if deepep else DISPATCH_ALLTOALL) if dropless(problem) else DISPATCH_PADDED
-    experts = EXPERTS
-    if tr.precision in ("fp8", "fp4"):
-        experts = _add(experts, EXPERTS_LOW_PRECISION_EXTRA)
-    if m.mlp_bias:
-        experts = _add(experts, EXPERT_BIAS)
-    parts = _add(MOE_FRAME, ROUTER_FUSED if router_fused else ROUTER, pre, rest, experts)
+    pre, rest = _dispatch(problem, deepep)
+    parts = _add(MOE_FRAME, ROUTER_FUSED if router_fused else ROUTER, pre, rest, _routed_expert_ops(problem))
     return parts.ops
 
 
