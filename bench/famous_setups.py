@@ -115,9 +115,11 @@ SETUPS: tuple[Setup, ...] = (
     Setup("Qwen3-235B-A22B, 256 H100, fp8", ("--model", "qwen3-235b-a22b",
                                              *_h("h100x256", 4096, 8192, "--precision", "fp8", "--framework",
                                                  "nemo")), (
-        Practice("Megatron-Bridge TP2 PP8 VP4 EP32", ("--model", "qwen3-235b-a22b",
-                                                      *_h("h100x256", 4096, 8192, "--precision", "fp8",
-                                                          "--framework", "nemo")),
+        # the preset names no flex backend: the run used Megatron-Core's alltoall dispatcher (validation case MB-141)
+        Practice("Megatron-Bridge TP2 PP8 VP4 EP32, alltoall", ("--model", "qwen3-235b-a22b",
+                                                                *_h("h100x256", 4096, 8192, "--precision", "fp8",
+                                                                    "--framework", "nemo", "--moe-dispatcher",
+                                                                    "alltoall")),
                  "tp=2,pp=8,vpp=4,ep=32,mbs=1,zero=1,schedule=combined-1f1b", ("tokens_per_s_per_gpu", 1686.0),
                  "Megatron-Bridge performance summary, NeMo 26.04 (validation case MB-141)"),)),
     Setup("Llama 4 Maverick, 128 GB200", ("--model", "llama4-maverick",

@@ -111,6 +111,19 @@ def _check_fp8_recipe(fp8_recipe: str, precision: str, framework: str) -> None:
                              fix="use --fp8-recipe tensorwise, or --framework megatron-core / nemo")
 
 
+def _check_moe_dispatcher(dispatcher: str | None, capacity_factor: float | None) -> str:
+    """--moe-dispatcher as the training takes it (None: the stack's)."""
+    dispatcher = dispatcher or "stack"
+    if dispatcher not in ("stack", "alltoall", "flex"):
+        raise PlanInputError(f"unknown MoE dispatcher '{dispatcher[:40]}'", field="--moe-dispatcher",
+                             fix="use stack, alltoall or flex")
+    if dispatcher == "flex" and capacity_factor is not None:  # transformer_config.py refuses padding with DeepEP
+        raise PlanInputError("token dropping runs on the alltoall dispatcher, not flex (DeepEP)",
+                             field="--moe-dispatcher",
+                             fix="use --moe-dispatcher alltoall, or drop --moe-capacity-factor")
+    return dispatcher
+
+
 def _check_cuda_graphs(cuda_graphs: str) -> None:
     from planner.cost.host import GRAPH_SCOPES
 
@@ -202,12 +215,13 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
                              field="--param-offload", fix="drop it, or plan for --framework deepspeed")
     _check_token_drop(m, framework, o.moe_capacity_factor, o.moe_pad_to_capacity)
     _check_cuda_graphs(o.cuda_graphs)
+    dispatcher = _check_moe_dispatcher(o.moe_dispatcher, o.moe_capacity_factor)
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
                           moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
-                          param_offload=bool(o.param_offload),
+                          moe_dispatcher=dispatcher, param_offload=bool(o.param_offload),
                           **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile))
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None

@@ -152,6 +152,11 @@ class PlanOptions:
     moe_pad_to_capacity: bool = _opt(False, ("--moe-pad-to-capacity",), "with --moe-capacity-factor: pad every "
                                      "expert's input to its capacity (static shapes; priced as a full capacity of "
                                      "work)", "flag", _ALL)
+    moe_dispatcher: str = _opt(
+        "stack", ("--moe-dispatcher",), "MoE token dispatcher the run uses: stack (the framework's; DeepEP where it "
+        "ships it) | alltoall (Megatron-Core's: every routed copy over the wire) | flex (DeepEP/HybridEP: a token "
+        "crosses to each remote node once)", "str",
+        {**_ALL, "explain": Variant(None, "MoE token dispatcher: stack | alltoall | flex " + _FILE.format("stack"))})
     cuda_graphs: str = _opt(
         "none", ("--cuda-graphs",), "CUDA graph capture the recipe runs: none (eager, the frameworks' default) | "
         "per-layer (attention, router and dispatch preprocessing of dropless MoE layers; whole dense layers) | "

@@ -395,8 +395,9 @@ class TrainingSpec(_Spec):
     cuda_graphs: Literal["none", "per-layer", "full-iteration"] = Field(default="none", description=(
         "CUDA graph capture: none (eager, Megatron-Core's default); per-layer (each layer, or a dropless MoE layer's "
         "attention + router + dispatch preprocessing); full-iteration (every micro-batch's forward and backward)"))
-    moe_dispatcher: Literal["stack", "alltoall", "flex"] = Field(default="stack", exclude=True, description=(
-        "MoE dispatcher a run ran (validate only): stack's, alltoall, or flex (DeepEP/HybridEP, node-deduplicated)"))
+    moe_dispatcher: Literal["stack", "alltoall", "flex"] = Field(default="stack", description=(
+        "MoE token dispatcher: stack (the framework's: DeepEP where it ships it), alltoall, or flex (DeepEP/HybridEP, "
+        "node-deduplicated)"))
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))

@@ -38,6 +38,7 @@ class LaunchConfig:
     param_offload: bool = False  # ZeRO-3 parameter partitions in host memory (DeepSpeed offload_param)
     tp_comm_overlap: bool | None = None  # TP collectives overlapped with GEMMs, as the file runs it (None: not said)
     torch_compile: bool | None = None  # torch.compile of the model, as the file runs it (None: not said)
+    moe_dispatcher: str | None = None  # "alltoall" | "flex" where the file names its MoE token dispatcher
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
     ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning

@@ -252,6 +252,9 @@ def _memory(cfg: LaunchConfig, flags: Flags) -> None:
     _optimizer(cfg, flags)
     cfg.layout["sp"] = int("--sequence-parallel" in flags and cfg.layout.get("tp", 1) > 1)
     cfg.tp_comm_overlap = "--tp-comm-overlap" in flags  # store_true, off by default (arguments.py)
+    if "--moe-token-dispatcher-type" in flags:  # allgather (the default) is priced as alltoall: every copy sent
+        kind = flags.text("--moe-token-dispatcher-type")
+        cfg.moe_dispatcher = "flex" if kind == "flex" else "alltoall"
 
 
 def _recompute(cfg: LaunchConfig, flags: Flags) -> None:

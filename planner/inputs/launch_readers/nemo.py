@@ -216,6 +216,9 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.layout["sp"] = int(flag("model.sequence_parallel") and cfg.layout.get("tp", 1) > 1)
     if flag("dist.use_tp_pp_dp_mapping"):  # Bridge DistributedInitConfig: rank order tp-cp-ep-pp-dp
         cfg.set_knob("order", "tp-cp-ep-pp-dp", "dist.use_tp_pp_dp_mapping")
+    dispatcher = found.get("model.moe_token_dispatcher_type")
+    if dispatcher is not None and not is_null(dispatcher):  # allgather priced as alltoall (every copy sent)
+        cfg.moe_dispatcher = "flex" if str(dispatcher) == "flex" else "alltoall"
     if "comm_overlap.tp_comm_overlap" in found:  # else the recipe's own CommOverlapConfig decides
         cfg.tp_comm_overlap = flag("comm_overlap.tp_comm_overlap")
     kind = found.get("model.cp_comm_type")

@@ -64,8 +64,9 @@ def deepep_dispatch(view: PlanView) -> bool:
     Megatron-Core's flex dispatcher with the deepep backend (transformer_config.py moe_flex_dispatcher_backend).
     Not with token dropping, which runs on the alltoall dispatcher (planner.cost.expert.dispatcher_profile)."""
     lay = view.layout
-    return (view.model.is_moe and view.moe_capacity_factor is None
-            and lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node)
+    if not view.model.is_moe or view.moe_capacity_factor is not None or view.moe_dispatcher == "alltoall":
+        return False
+    return view.moe_dispatcher == "flex" or lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
 
 
 def token_drop(view: PlanView) -> list[tuple[str, str | float | bool]]:

@@ -147,6 +147,7 @@ class PlanView:
     param_offload: bool = False  # ZeRO-3 parameters in host memory (inputs.training.param_offload)
     tp_comm_overlap: bool = False  # TP collectives overlapped with GEMMs (inputs.training.tp_comm_overlap)
     torch_compile: bool = False  # the model compiled with torch.compile (inputs.training.torch_compile)
+    moe_dispatcher: str = "stack"  # MoE token dispatcher (inputs.training.moe_dispatcher): stack | alltoall | flex
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -397,6 +398,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         param_offload=_training.switch(training, "param_offload"),
         tp_comm_overlap=_training.switch(training, "tp_comm_overlap"),
         torch_compile=_training.switch(training, "torch_compile"),
+        moe_dispatcher=_training.dispatcher(training),
     )
     _check(view)
     return view

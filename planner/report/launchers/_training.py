@@ -54,3 +54,12 @@ def switch(training: dict, key: str) -> bool:
         raise PlanInputError(f"expected true, false or null, got {value!r:.60}", field=f"inputs.training.{key}",
                              fix=f"e.g. {key}: true")
     return bool(value)
+
+
+def dispatcher(training: dict) -> str:
+    """moe_dispatcher: stack (the framework's), alltoall or flex; documents before the field say stack."""
+    value = training.get("moe_dispatcher", "stack") if isinstance(training, dict) else "stack"
+    if value not in ("stack", "alltoall", "flex"):
+        raise PlanInputError(f"expected stack, alltoall or flex, got {value!r:.60}",
+                             field="inputs.training.moe_dispatcher", fix="e.g. moe_dispatcher: alltoall")
+    return str(value)

@@ -74,9 +74,11 @@ def _model(view: PlanView) -> list[Item]:
         groups = _mcore.router_groups(view.model)
         if groups:
             items += [("model.moe_router_num_groups", groups[0]), ("model.moe_router_group_topk", groups[1])]
+        drop = _mcore.token_drop(view)
         if _mcore.deepep_dispatch(view):
             items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
-        drop = _mcore.token_drop(view)
+        elif view.moe_dispatcher == "alltoall" and not drop:  # stated, not left to the recipe's preset
+            items.append(("model.moe_token_dispatcher_type", "alltoall"))
         if drop:  # as Megatron-Bridge's apply_moe_token_drop sets them, on the alltoall dispatcher it asserts
             items += [("model.moe_token_dispatcher_type", "alltoall"), *((f"model.{k}", v) for k, v in drop)]
         if _mcore.ep_overlap(view):  # Megatron-Bridge CommOverlapConfig (training/comm_overlap.py)
