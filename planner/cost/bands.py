@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from planner.inputs.catalog import read_packaged_yaml
 from planner.inputs.layout import CpComm, Recompute, Schedule
 
 BANDS_FILE = Path(__file__).with_name("bands.yaml")
@@ -135,7 +135,7 @@ def from_document(doc: Mapping[str, Any]) -> BandTable:
 @cache
 def table() -> BandTable:
     """The shipped bands.yaml, read on first use."""
-    return from_document(yaml.safe_load(BANDS_FILE.read_text(encoding="utf-8")))
+    return from_document(read_packaged_yaml(BANDS_FILE))
 
 
 def tie_width() -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
+from planner.inputs.catalog import read_packaged_yaml
 
 FITTED_FILE = Path(__file__).with_name("fitted.yaml")
 
@@ -49,7 +49,7 @@ def from_document(doc: Mapping[str, Any]) -> Fitted:
 
 
 def read(path: Path = FITTED_FILE) -> Fitted:
-    return from_document(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return from_document(read_packaged_yaml(path))
 
 
 @cache

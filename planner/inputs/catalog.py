@@ -81,10 +81,15 @@ _STRUCTURAL_KEY = re.compile(r"expert|moe|layer|head|hidden|intermediate|ffn|att
 MODEL_KEY_CUTOFF = 0.85
 
 
-# The catalog's own files parse with libyaml's safe loader where PyYAML has it: the same plain data, ~10x faster
-# than the pure-Python loader (most of a small plan's start-up). User files keep the pure-Python loader, whose
-# error messages planner.inputs.files words.
-_CATALOG_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The package's own files (the catalogs, planner/cost's fitted.yaml and bands.yaml) parse with libyaml's safe loader
+# where PyYAML has it: the same plain data, ~10x faster than the pure-Python loader (most of a small plan's
+# start-up). User files keep the pure-Python loader, whose error messages planner.inputs.files words.
+_PACKAGED_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def read_packaged_yaml(path: Path) -> Any:
+    """A YAML file the package ships, parsed with the fast safe loader (trusted: no user-facing error wording)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_PACKAGED_LOADER)
 
 
 def data_dir(kind: str) -> Path:
@@ -99,7 +104,7 @@ def data_dir(kind: str) -> Path:
 def model_catalog() -> dict[str, dict]:
     out: dict[str, dict] = {}
     for path in sorted(data_dir("models").glob("*.yaml")):
-        doc = yaml.load(path.read_text(), Loader=_CATALOG_LOADER)
+        doc = read_packaged_yaml(path)
         out[doc["name"]] = doc
     return out
 
@@ -165,7 +170,7 @@ def load_model(ref: str) -> ModelSpec:
 # --- GPUs and clusters -----------------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def gpu_catalog() -> dict[str, dict]:
-    return yaml.load((data_dir("clusters") / "gpus.yaml").read_text(), Loader=_CATALOG_LOADER)
+    return read_packaged_yaml(data_dir("clusters") / "gpus.yaml")
 
 
 def load_gpu(ref: Any, source: str, pending: list[UnknownKeys] | None = None) -> GPUSpec:
