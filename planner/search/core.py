@@ -27,7 +27,7 @@ MAX_CROSSED = 250_000  # rows x value combinations of the other knobs a projecte
 
 
 def knob_domains(problem: Problem) -> dict[str, list[int]]:
-    """The search's domains, with dp's: the GPU count's divisors unless pinned (as planner.search.cpsat)."""
+    """The search's domains, with dp's: the GPU count's divisors unless pinned (planner.search.cpsat's too)."""
     dom = domains(problem)
     dom["dp"] = [problem.fixed["dp"]] if "dp" in problem.fixed else divisors(problem.num_gpus)
     return dom

@@ -15,8 +15,8 @@ from ortools.sat.python import cp_model
 
 from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
+from planner.search.core import knob_domains
 from planner.search.rules import DOMINANCE, RULES, Rule
-from planner.search.space import divisors, domains
 
 MAX_TABLE_ROWS = 2_000_000
 
@@ -29,14 +29,8 @@ class CoreResult:
     decided: bool = True  # False: the time limit ran out before CP-SAT found a layout or a conflict
 
 
-def _domains(problem: Problem) -> dict[str, list[int]]:
-    dom = domains(problem)
-    dom["dp"] = [problem.fixed["dp"]] if "dp" in problem.fixed else divisors(problem.num_gpus)
-    return dom
-
-
 def build_model(problem: Problem, rules: tuple[Rule, ...] = RULES):
-    dom = _domains(problem)
+    dom = knob_domains(problem)
     model = cp_model.CpModel()
     var = {k: model.new_int_var_from_domain(cp_model.Domain.from_values(v), k) for k, v in dom.items()}
     guards: dict[str, cp_model.IntVar] = {}
