@@ -15,7 +15,7 @@ from ortools.sat.python import cp_model
 
 from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
-from planner.search.core import knob_domains
+from planner.search.core import knob_domains, product_columns
 from planner.search.rules import DOMINANCE, RULES, Rule
 
 MAX_TABLE_ROWS = 2_000_000
@@ -39,8 +39,7 @@ def build_model(problem: Problem, rules: tuple[Rule, ...] = RULES):
         size = int(np.prod([len(dom[k]) for k in knobs]))
         if size > MAX_TABLE_ROWS:
             continue
-        grids = np.meshgrid(*(np.asarray(dom[k], dtype=np.int64) for k in knobs), indexing="ij")  # product order
-        cols = {k: g.ravel() for k, g in zip(knobs, grids, strict=True)}
+        cols = product_columns(dom, knobs)
         ok = rule.check(cols, problem)
         guard = model.new_bool_var(f"rule:{rule.name}")
         guards[rule.name] = guard
