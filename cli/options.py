@@ -17,8 +17,6 @@ if TYPE_CHECKING:  # imported on use: `plan --help` and `plan models` need no py
     from planner.inputs.problem import Problem
     from planner.inputs.specs import ClusterSpec, ModelSpec
 
-FORMATS_PLAN = ("table", "json", "yaml", "megatron", "torchtitan", "deepspeed", "nemo", "env")
-
 
 def stdout() -> Console:
     from rich.console import Console

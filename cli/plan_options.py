@@ -24,6 +24,7 @@ COMMANDS = ("plan", "report", "sweep", "explain")
 # for it; tests/test_plan_options.py keeps the two equal).
 DEFAULT_FRAMEWORK = "megatron-core"  # the commands that plan, in the order the docs list them
 KINDS = ("str", "int", "float", "flag", "list")
+FORMATS_PLAN = ("table", "json", "yaml", "megatron", "torchtitan", "deepspeed", "nemo", "env")  # plan's --format
 
 
 class _Marker:
@@ -111,9 +112,9 @@ class PlanOptions:
                                 {"plan": None, "report": None})
     top: int = _opt(5, ("--top",), "how many plans to report", "int",
                     {"plan": None, "report": Variant(10, "how many plans to rank")}, lower=1, upper=1000)
-    fmt: str = _opt("table", ("--format", "-f"), "table | json | yaml | megatron | torchtitan | deepspeed | nemo | env",
-                    "str", {"plan": None, "sweep": Variant(help="table | json | yaml"),
-                            "explain": Variant(help="table | json | yaml")})
+    fmt: str = _opt("table", ("--format", "-f"), " | ".join(FORMATS_PLAN), "str",
+                    {"plan": None, "sweep": Variant(help="table | json | yaml"),
+                     "explain": Variant(help="table | json | yaml")})
     rank: int = _opt(1, ("--rank",), "which plan a launcher format prints", "int", {"plan": None}, lower=1)
     rank_by: str = _opt(
         "preference", ("--rank-by",), "preference: layouts priced within the model's own error of the fastest tie, and "

@@ -7,7 +7,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cli.options import FORMATS_PLAN, build_problem, check_format, check_rank_by, framework_for, table_console
+from cli.options import build_problem, check_format, check_rank_by, framework_for, table_console
+from cli.plan_options import FORMATS_PLAN
 from planner.errors import NoFeasiblePlan, PlanInputError
 
 if TYPE_CHECKING:

@@ -150,17 +150,15 @@ def _explain_from(path: str, dialect: str | None, options: PlanOptions, stated: 
         raise typer.Exit(ExitCode.NOTHING_FEASIBLE_OR_CHANGED)
 
 
-def _warn_read(cfg: object) -> None:
+def _warn_read(cfg: LaunchConfig) -> None:
     """What the reader could not price as written, what the file leaves open, and the framework defaults it took:
     one stderr line each."""
     from planner.inputs.files import warn
 
-    source = getattr(cfg, "source", "")
-    for label, items in (("not understood, ignored", getattr(cfg, "ignored", [])),
-                         ("left open by the file", getattr(cfg, "doubts", [])),
-                         ("taken from defaults", getattr(cfg, "defaults", []))):
+    for label, items in (("not understood, ignored", cfg.ignored), ("left open by the file", cfg.doubts),
+                         ("taken from defaults", cfg.defaults)):
         if items:
-            warn(f"{source}: {label}: {'; '.join(dict.fromkeys(items))}")
+            warn(f"{cfg.source}: {label}: {'; '.join(dict.fromkeys(items))}")
 
 
 def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) -> PlanOptions:

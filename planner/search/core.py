@@ -27,7 +27,7 @@ MAX_CROSSED = 250_000  # rows x value combinations of the other knobs a projecte
 
 
 def knob_domains(problem: Problem) -> dict[str, list[int]]:
-    """The search's domains, with dp's: the GPU count's divisors unless pinned (as planner.search.cpsat)."""
+    """The search's domains, with dp's: the GPU count's divisors unless pinned (planner.search.cpsat's too)."""
     dom = domains(problem)
     dom["dp"] = [problem.fixed["dp"]] if "dp" in problem.fixed else divisors(problem.num_gpus)
     return dom
@@ -45,6 +45,12 @@ def shape_knobs(dom: dict[str, list[int]], limit: int = MAX_ROWS) -> tuple[str, 
     return tuple(knobs)
 
 
+def product_columns(dom: dict[str, list[int]], knobs: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
+    """Every combination of the `knobs`' values in `dom`, one row each (itertools.product order), as columns."""
+    grids = np.meshgrid(*(np.asarray(dom[k], dtype=np.int64) for k in knobs), indexing="ij")
+    return {k: g.ravel() for k, g in zip(knobs, grids, strict=True)}
+
+
 def rule_matrix(problem: Problem, knobs: tuple[str, ...], dom: dict[str, list[int]] | None = None,
                 without: tuple[str, ...] = ()) -> tuple[list[Rule], np.ndarray]:
     """The rules that read any of `knobs` (and none of `without`), and which rows of those knobs' cross product each
@@ -52,8 +58,7 @@ def rule_matrix(problem: Problem, knobs: tuple[str, ...], dom: dict[str, list[in
     (its projection: a layout that passes the rule passes the projection, so a conflict among projections is a
     conflict among the rules); one whose projection would cross more than MAX_CROSSED rows is left out."""
     dom = dom or knob_domains(problem)
-    grids = np.meshgrid(*(np.asarray(dom[k], dtype=np.int64) for k in knobs), indexing="ij")
-    cols = {k: g.ravel() for k, g in zip(knobs, grids, strict=True)}
+    cols = product_columns(dom, knobs)
     rows = len(cols[knobs[0]])
     rules, allowed = [], []
     for rule in RULES:
@@ -64,9 +69,8 @@ def rule_matrix(problem: Problem, knobs: tuple[str, ...], dom: dict[str, list[in
         if not other:
             allowed.append(rule.check({k: cols[k] for k in rule.knobs}, problem))
         else:
-            extra = np.meshgrid(*(np.asarray(dom[k], dtype=np.int64) for k in other), indexing="ij")
             crossed = {k: np.repeat(cols[k], combos) for k in rule.knobs if k in cols}
-            crossed |= {k: np.tile(g.ravel(), rows) for k, g in zip(other, extra, strict=True)}
+            crossed |= {k: np.tile(v, rows) for k, v in product_columns(dom, other).items()}
             allowed.append(rule.check(crossed, problem).reshape(rows, combos).any(axis=1))
         rules.append(rule)
     return rules, np.array(allowed, dtype=bool).reshape(len(rules), rows)

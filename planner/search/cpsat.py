@@ -15,8 +15,8 @@ from ortools.sat.python import cp_model
 
 from planner.inputs.layout import Layout
 from planner.inputs.problem import Problem
+from planner.search.core import knob_domains, product_columns
 from planner.search.rules import DOMINANCE, RULES, Rule
-from planner.search.space import divisors, domains
 
 MAX_TABLE_ROWS = 2_000_000
 
@@ -29,14 +29,8 @@ class CoreResult:
     decided: bool = True  # False: the time limit ran out before CP-SAT found a layout or a conflict
 
 
-def _domains(problem: Problem) -> dict[str, list[int]]:
-    dom = domains(problem)
-    dom["dp"] = [problem.fixed["dp"]] if "dp" in problem.fixed else divisors(problem.num_gpus)
-    return dom
-
-
 def build_model(problem: Problem, rules: tuple[Rule, ...] = RULES):
-    dom = _domains(problem)
+    dom = knob_domains(problem)
     model = cp_model.CpModel()
     var = {k: model.new_int_var_from_domain(cp_model.Domain.from_values(v), k) for k, v in dom.items()}
     guards: dict[str, cp_model.IntVar] = {}
@@ -45,8 +39,7 @@ def build_model(problem: Problem, rules: tuple[Rule, ...] = RULES):
         size = int(np.prod([len(dom[k]) for k in knobs]))
         if size > MAX_TABLE_ROWS:
             continue
-        grids = np.meshgrid(*(np.asarray(dom[k], dtype=np.int64) for k in knobs), indexing="ij")  # product order
-        cols = {k: g.ravel() for k, g in zip(knobs, grids, strict=True)}
+        cols = product_columns(dom, knobs)
         ok = rule.check(cols, problem)
         guard = model.new_bool_var(f"rule:{rule.name}")
         guards[rule.name] = guard

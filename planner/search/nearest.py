@@ -42,8 +42,8 @@ def with_gpus(problem: Problem, count: int) -> Problem:
 def data_sizes(problem: Problem) -> list[int]:
     """The dp values some tp x pp x cp completes to the GPU count under the rules on those four knobs (those that
     read the micro-batch, and with it the batch, left out)."""
-    _, allowed = rule_matrix(problem, ("tp", "pp", "cp", "dp"), without=("mbs",))
     dom = knob_domains(problem)
+    _, allowed = rule_matrix(problem, ("tp", "pp", "cp", "dp"), dom, without=("mbs",))
     sizes = (len(dom["tp"]), len(dom["pp"]), len(dom["cp"]), len(dom["dp"]))
     ok = allowed.all(axis=0).reshape(sizes).any(axis=(0, 1, 2))
     return [d for d, keep in zip(dom["dp"], ok, strict=True) if keep]

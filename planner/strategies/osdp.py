@@ -49,9 +49,7 @@ from planner.inputs.layout import Layout, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 from planner.strategies.osdp_table import MIB, US, OsdpTable, osdp_table
-
-# CP-SAT's deterministic time tracks seconds on an unloaded core; allow this many times it in wall-clock time.
-WALL_CLOCK_BACKSTOP = 6.0
+from planner.strategies.solver import deterministic_solver
 
 
 @dataclass(frozen=True)
@@ -121,12 +119,7 @@ def solve_table(table: OsdpTable, time_limit_s: float = 10.0) -> Solved:
     for i in range(len(items) - 1):
         if items[i].options == items[i + 1].options:
             model.add(sum(o * v for o, v in enumerate(x[i])) >= sum(o * v for o, v in enumerate(x[i + 1])))
-    solver = cp_model.CpSolver()
-    # One worker and a deterministic-time budget: the same answer however loaded the machine is (a wall-clock limit
-    # alone stops earlier on a busy machine); the wall clock is only a backstop.
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = time_limit_s
-    solver.parameters.max_time_in_seconds = WALL_CLOCK_BACKSTOP * time_limit_s
+    solver = deterministic_solver(time_limit_s)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise NoFeasiblePlan("OSDP: no mix of sharded and replicated layers fits the memory budget "

@@ -45,12 +45,10 @@ from planner.inputs.layout import Layout, Schedule, Zero
 from planner.inputs.problem import Problem
 from planner.search.search import price_layout
 from planner.strategies.osdp_table import layer_costs
+from planner.strategies.solver import deterministic_solver
 
 TIME_TICKS = 100_000  # integer units per (largest) per-layer time
 MEMORY_TICKS = 1_000_000  # integer units per capacity
-
-# CP-SAT's deterministic time tracks seconds on an unloaded core; allow this many times it in wall-clock time.
-WALL_CLOCK_BACKSTOP = 6.0
 
 
 @dataclass(frozen=True)
@@ -211,12 +209,7 @@ def solve_partition(inp: PartitionInputs, min_layers: int = 1, time_limit_s: flo
         for expr in memory_terms:
             model.add(expr <= peak)
         objectives.append(peak)
-    solver = cp_model.CpSolver()
-    # One worker and a deterministic-time budget: the same answer however loaded the machine is (a wall-clock limit
-    # alone stops earlier on a busy machine); the wall clock is only a backstop.
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = time_limit_s
-    solver.parameters.max_time_in_seconds = WALL_CLOCK_BACKSTOP * time_limit_s
+    solver = deterministic_solver(time_limit_s)
     optimal = True
     for objective in objectives:
         model.minimize(objective)
