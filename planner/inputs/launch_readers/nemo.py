@@ -147,9 +147,8 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     mtp = found.get("model.mtp_num_layers")
     if mtp is not None:
         cfg.mtp_layers = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers", source, minimum=0)
-    if cfg.model_keys and mtp is not None:
-        cfg.model_keys["num_nextn_predict_layers"] = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers",
-                                                                                   source, minimum=0)
+        if cfg.model_keys:
+            cfg.model_keys["num_nextn_predict_layers"] = cfg.mtp_layers
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)
