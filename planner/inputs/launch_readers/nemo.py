@@ -23,6 +23,7 @@ from planner.inputs.launch_readers._common import (
     read_header,
     token_drop,
 )
+from planner.inputs.launch_readers.shell import read_script
 
 _KNOBS = {"model.tensor_model_parallel_size": "tp", "model.pipeline_model_parallel_size": "pp",
           "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
@@ -78,8 +79,6 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
     if Path(source).suffix.lower() in (".yaml", ".yml"):
         return _yaml(text, source, given)
     if "main.py" in text and "training" in text:  # a NeMo-Framework-Launcher run script
-        from planner.inputs.launch_readers.shell import read_script
-
         cfg = LaunchConfig("nemo", source)
         doc, _ = nemo_yaml.from_launcher_script(read_script(text, source, given), source, given)
         nemo_yaml.read(nemo_yaml.resolve(doc, source), cfg)
