@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlanInputError
+from planner.inputs.launch_readers import megatron_flags as mf
 from planner.inputs.launch_readers import nemo_yaml
 from planner.inputs.launch_readers._common import (
     LaunchConfig,
@@ -36,8 +37,6 @@ _SHAPE = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidden_
 _PRECISION = {"bf16_mixed": "bf16", "bf16_with_fp8_delayed_scaling_mixed": "fp8", "bf16_with_fp8_current_scaling_mixed":
               "fp8", "bf16_with_mxfp8_mixed": "fp8", "bf16_with_fp8_subchannel_scaling_mixed": "fp8",
               "bf16_with_nvfp4_mixed": "fp4"}
-_CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
-_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length", "train.global_batch_size",
             "model.sequence_parallel", "dist.use_torch_fsdp2", "ddp.use_torch_fsdp2",
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
@@ -180,10 +179,10 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.layout["zero"] = 3  # PyTorch FSDP2 reshards after forward: ZeRO-3
     elif flag("ddp.use_megatron_fsdp") or flag("dist.use_megatron_fsdp"):
         strategy = found.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
-        if strategy not in _FSDP_ZERO:
+        if strategy not in mf.FSDP_ZERO:
             raise PlanInputError(f"unknown strategy '{strategy[:40]}'", field="ddp.data_parallel_sharding_strategy",
-                                 source=src, fix=f"use one of {', '.join(_FSDP_ZERO)}")
-        cfg.layout["zero"] = _FSDP_ZERO[strategy]
+                                 source=src, fix=f"use one of {', '.join(mf.FSDP_ZERO)}")
+        cfg.layout["zero"] = mf.FSDP_ZERO[strategy]
     elif "ddp.use_distributed_optimizer" in found or "optimizer.use_distributed_optimizer" in found:
         # Bridge turns the distributed optimizer on when either section asks for it.
         cfg.layout["zero"] = int(flag("ddp.use_distributed_optimizer") or flag("optimizer.use_distributed_optimizer"))
@@ -192,7 +191,7 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     if not is_null(granularity) and str(granularity) == "selective":  # TransformerConfig default: core_attn
         raw = str(found.get("model.recompute_modules", "null"))
         modules = [x.strip(" '\"") for x in raw.strip("[] ").split(",") if x.strip(" '\"")]
-        cfg.recompute_modules = tuple(modules) if not is_null(raw) and modules else ("core_attn",)
+        cfg.recompute_modules = tuple(modules) if not is_null(raw) and modules else mf.DEFAULT_RECOMPUTE_MODULES
     if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
     if flag("model.fine_grained_activation_offloading"):  # a Hydra list: [core_attn,attn_proj]
@@ -221,7 +220,7 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.tp_comm_overlap = flag("comm_overlap.tp_comm_overlap")
     kind = found.get("model.cp_comm_type")
     if kind is not None and not is_null(kind):
-        if kind not in _CP_COMM:
+        if kind not in mf.CP_COMM:
             raise PlanInputError(f"'{kind[:40]}' is not a context-parallel exchange the planner prices",
                                  field="model.cp_comm_type", source=src, fix="use p2p, a2a or a2a+p2p")
-        cfg.set_knob("cp_comm", _CP_COMM[kind], "model.cp_comm_type")
+        cfg.set_knob("cp_comm", mf.CP_COMM[kind], "model.cp_comm_type")
