@@ -169,6 +169,11 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     return cfg
 
 
+def _hydra_list(raw: str) -> list[str]:
+    """A Hydra list override's items: `[core_attn,attn_proj]` (quotes around items dropped)."""
+    return [x.strip(" '\"") for x in raw.strip("[] ").split(",") if x.strip(" '\"")]
+
+
 def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     src = cfg.source
 
@@ -190,13 +195,12 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
     if not is_null(granularity) and str(granularity) == "selective":  # TransformerConfig default: core_attn
         raw = str(found.get("model.recompute_modules", "null"))
-        modules = [x.strip(" '\"") for x in raw.strip("[] ").split(",") if x.strip(" '\"")]
+        modules = _hydra_list(raw)
         cfg.recompute_modules = tuple(modules) if not is_null(raw) and modules else mf.DEFAULT_RECOMPUTE_MODULES
     if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
-    if flag("model.fine_grained_activation_offloading"):  # a Hydra list: [core_attn,attn_proj]
-        raw = str(found.get("model.offload_modules", "")).strip("[] ")
-        read_fine_grained_offload(cfg, [x.strip(" '\"") for x in raw.split(",") if x.strip(" '\"")],
+    if flag("model.fine_grained_activation_offloading"):
+        read_fine_grained_offload(cfg, _hydra_list(str(found.get("model.offload_modules", ""))),
                                   "model.offload_modules")
     # Megatron-Core OptimizerConfig: optimizer_cpu_offload with optimizer_offload_fraction (default 0.0, nothing
     # moves), exp_avg_dtype / exp_avg_sq_dtype (default fp32)
