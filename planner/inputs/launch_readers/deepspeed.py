@@ -216,12 +216,11 @@ def _launch(text: str, source: str, given: dict[str, str] | None) -> LaunchConfi
             cfg.runs_anyway["framework_recompute"] = "--gradient_checkpointing (the Trainer's model code)"
         if "model_max_length" in trainer:
             cfg.seq_len = as_int(trainer["model_max_length"], "--model_max_length", source)
-        elif _PLANNED_LENGTH.search(text):  # the length a `--format deepspeed` script says it was planned for
-            cfg.seq_len = int(_PLANNED_LENGTH.search(text)["tokens"])
+        elif planned := _PLANNED_LENGTH.search(text):  # the length a `--format deepspeed` script was planned for
+            cfg.seq_len = int(planned["tokens"])
         # TrainingArguments.torch_compile, off by default
         cfg.torch_compile = trainer.get("torch_compile", "false").lower() == "true"
-        script_at = next((i for i, w in enumerate(words) if w.endswith(".py")), 0)
-        named = _trainer_args(words[script_at + 1:])
+        named = _trainer_args(words[_script_at(words, 0) + 1:])
         cfg.ignored += [f"--{k}" for k in named if k not in _TRAINER_READ and k not in _TRAINER_QUIET]
         _world(cfg, words)
         _accelerate(cfg, words, script.files)
@@ -250,7 +249,7 @@ def _accelerate(cfg: LaunchConfig, words: list[str], files: dict[str, str]) -> N
     names = [PurePosixPath(w).name for w in words]
     if names[:2] != ["accelerate", "launch"]:
         return
-    args = _trainer_args(words[: next((i for i, w in enumerate(words) if w.endswith(".py")), len(words))])
+    args = _trainer_args(words[:_script_at(words, len(words))])
     keys: dict[str, str] = {}
     for line in files.get(args.get("config_file", ""), "").splitlines():
         key, colon, value = line.strip().partition(":")
@@ -261,6 +260,11 @@ def _accelerate(cfg: LaunchConfig, words: list[str], files: dict[str, str]) -> N
         cfg.num_gpus = int(processes)
     if keys.get("parallelism_config_sp_backend") == "deepspeed" and "parallelism_config_sp_size" in keys:
         sp_size(cfg, keys["parallelism_config_sp_size"], "parallelism_config_sp_size")
+
+
+def _script_at(words: list[str], missing: int) -> int:
+    """Where the training script (the first `.py` word) sits in a launch command; `missing` without one."""
+    return next((i for i, w in enumerate(words) if w.endswith(".py")), missing)
 
 
 def _trainer_args(words: list[str]) -> dict[str, str]:
@@ -278,7 +282,7 @@ def _world(cfg: LaunchConfig, words: list[str]) -> None:
     names = [PurePosixPath(w).name for w in words]
     if "deepspeed" not in names[:1]:
         return
-    args = _trainer_args(words[: next((i for i, w in enumerate(words) if w.endswith(".py")), len(words))])
+    args = _trainer_args(words[:_script_at(words, len(words))])
     gpus, nodes = args.get("num_gpus"), args.get("num_nodes", "1")
     if gpus and gpus.isdigit() and nodes.isdigit():
         cfg.num_gpus = int(gpus) * int(nodes)

@@ -17,8 +17,8 @@ from pathlib import Path, PurePosixPath
 
 from planner.errors import PlanInputError
 from planner.inputs.files import read_text
+from planner.inputs.launch_readers import deepspeed, megatron_model
 from planner.inputs.launch_readers import megatron_flags as mf
-from planner.inputs.launch_readers import megatron_model
 from planner.inputs.launch_readers._common import (
     LaunchConfig,
     as_int,
@@ -334,8 +334,6 @@ def _deepspeed(cfg: LaunchConfig, flags: Flags, script: Script) -> None:
     here-document, or one beside it). DeepSpeed runs bf16 without ZeRO through BF16_Optimizer when pipelining, which
     shards the fp32 master weights and optimizer states over data-parallel ranks like ZeRO-1 (deepspeed
     runtime/engine.py _do_optimizer_sanity_check, runtime/bf16_optimizer.py)."""
-    from planner.inputs.launch_readers import deepspeed
-
     flag = next((f for f in ("--deepspeed_config", "--deepspeed-config") if f in flags), None)
     if flag is None:
         cfg.ignored.append("--deepspeed without --deepspeed_config (ZeRO stage unknown; priced as the flags say)")

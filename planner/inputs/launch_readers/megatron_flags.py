@@ -40,6 +40,7 @@ DSA_SHAPE = {"--dsa-indexer-n-heads": "index_n_heads", "--dsa-indexer-head-dim":
 # hidden x expand 2 / head dim in ssm/mamba_mixer.py:186-239).
 MAMBA_SHAPE = {"--mamba-state-dim": ("ssm_state_size", 128), "--mamba-head-dim": ("mamba_head_dim", 64),
                "--mamba-num-groups": ("n_groups", 8), "--mamba-num-heads": ("mamba_num_heads", None)}
+# Megatron-Core values of data_parallel_sharding_strategy and cp_comm_type; Bridge (the nemo reader) takes the same.
 FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
 # Megatron's default modules for selective recompute (TransformerConfig.recompute_modules, transformer_config.py

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlanInputError
+from planner.inputs.launch_readers import megatron_flags as mf
 from planner.inputs.launch_readers import nemo_yaml
 from planner.inputs.launch_readers._common import (
     LaunchConfig,
@@ -23,6 +24,7 @@ from planner.inputs.launch_readers._common import (
     read_header,
     token_drop,
 )
+from planner.inputs.launch_readers.shell import read_script
 
 _KNOBS = {"model.tensor_model_parallel_size": "tp", "model.pipeline_model_parallel_size": "pp",
           "model.context_parallel_size": "cp", "model.expert_model_parallel_size": "ep",
@@ -35,8 +37,6 @@ _SHAPE = {"model.num_layers": "num_hidden_layers", "model.hidden_size": "hidden_
 _PRECISION = {"bf16_mixed": "bf16", "bf16_with_fp8_delayed_scaling_mixed": "fp8", "bf16_with_fp8_current_scaling_mixed":
               "fp8", "bf16_with_mxfp8_mixed": "fp8", "bf16_with_fp8_subchannel_scaling_mixed": "fp8",
               "bf16_with_nvfp4_mixed": "fp4"}
-_CP_COMM = {"p2p": "ring", "a2a": "a2a", "a2a+p2p": "a2a+p2p"}
-_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length", "train.global_batch_size",
             "model.sequence_parallel", "dist.use_torch_fsdp2", "ddp.use_torch_fsdp2",
             "model.recompute_granularity", "model.recompute_method", "model.recompute_num_layers",
@@ -78,8 +78,6 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
     if Path(source).suffix.lower() in (".yaml", ".yml"):
         return _yaml(text, source, given)
     if "main.py" in text and "training" in text:  # a NeMo-Framework-Launcher run script
-        from planner.inputs.launch_readers.shell import read_script
-
         cfg = LaunchConfig("nemo", source)
         doc, _ = nemo_yaml.from_launcher_script(read_script(text, source, given), source, given)
         nemo_yaml.read(nemo_yaml.resolve(doc, source), cfg)
@@ -147,9 +145,8 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     mtp = found.get("model.mtp_num_layers")
     if mtp is not None:
         cfg.mtp_layers = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers", source, minimum=0)
-    if cfg.model_keys and mtp is not None:
-        cfg.model_keys["num_nextn_predict_layers"] = 0 if is_null(mtp) else as_int(mtp, "model.mtp_num_layers",
-                                                                                   source, minimum=0)
+        if cfg.model_keys:
+            cfg.model_keys["num_nextn_predict_layers"] = cfg.mtp_layers
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)
@@ -172,6 +169,11 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     return cfg
 
 
+def _hydra_list(raw: str) -> list[str]:
+    """A Hydra list override's items: `[core_attn,attn_proj]` (quotes around items dropped)."""
+    return [x.strip(" '\"") for x in raw.strip("[] ").split(",") if x.strip(" '\"")]
+
+
 def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     src = cfg.source
 
@@ -182,10 +184,10 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.layout["zero"] = 3  # PyTorch FSDP2 reshards after forward: ZeRO-3
     elif flag("ddp.use_megatron_fsdp") or flag("dist.use_megatron_fsdp"):
         strategy = found.get("ddp.data_parallel_sharding_strategy", "optim_grads_params")
-        if strategy not in _FSDP_ZERO:
+        if strategy not in mf.FSDP_ZERO:
             raise PlanInputError(f"unknown strategy '{strategy[:40]}'", field="ddp.data_parallel_sharding_strategy",
-                                 source=src, fix=f"use one of {', '.join(_FSDP_ZERO)}")
-        cfg.layout["zero"] = _FSDP_ZERO[strategy]
+                                 source=src, fix=f"use one of {', '.join(mf.FSDP_ZERO)}")
+        cfg.layout["zero"] = mf.FSDP_ZERO[strategy]
     elif "ddp.use_distributed_optimizer" in found or "optimizer.use_distributed_optimizer" in found:
         # Bridge turns the distributed optimizer on when either section asks for it.
         cfg.layout["zero"] = int(flag("ddp.use_distributed_optimizer") or flag("optimizer.use_distributed_optimizer"))
@@ -193,13 +195,12 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     cfg.set_knob("recompute", "none" if is_null(granularity) else granularity, "model.recompute_granularity")
     if not is_null(granularity) and str(granularity) == "selective":  # TransformerConfig default: core_attn
         raw = str(found.get("model.recompute_modules", "null"))
-        modules = [x.strip(" '\"") for x in raw.strip("[] ").split(",") if x.strip(" '\"")]
-        cfg.recompute_modules = tuple(modules) if not is_null(raw) and modules else ("core_attn",)
+        modules = _hydra_list(raw)
+        cfg.recompute_modules = tuple(modules) if not is_null(raw) and modules else mf.DEFAULT_RECOMPUTE_MODULES
     if flag("model.cpu_offloading"):  # Megatron-Core's layer-level activation offloading (TransformerConfig)
         cfg.set_knob("recompute", "offload", "model.cpu_offloading")
-    if flag("model.fine_grained_activation_offloading"):  # a Hydra list: [core_attn,attn_proj]
-        raw = str(found.get("model.offload_modules", "")).strip("[] ")
-        read_fine_grained_offload(cfg, [x.strip(" '\"") for x in raw.split(",") if x.strip(" '\"")],
+    if flag("model.fine_grained_activation_offloading"):
+        read_fine_grained_offload(cfg, _hydra_list(str(found.get("model.offload_modules", ""))),
                                   "model.offload_modules")
     # Megatron-Core OptimizerConfig: optimizer_cpu_offload with optimizer_offload_fraction (default 0.0, nothing
     # moves), exp_avg_dtype / exp_avg_sq_dtype (default fp32)
@@ -223,7 +224,7 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.tp_comm_overlap = flag("comm_overlap.tp_comm_overlap")
     kind = found.get("model.cp_comm_type")
     if kind is not None and not is_null(kind):
-        if kind not in _CP_COMM:
+        if kind not in mf.CP_COMM:
             raise PlanInputError(f"'{kind[:40]}' is not a context-parallel exchange the planner prices",
                                  field="model.cp_comm_type", source=src, fix="use p2p, a2a or a2a+p2p")
-        cfg.set_knob("cp_comm", _CP_COMM[kind], "model.cp_comm_type")
+        cfg.set_knob("cp_comm", mf.CP_COMM[kind], "model.cp_comm_type")

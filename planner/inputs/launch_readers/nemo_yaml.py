@@ -22,6 +22,7 @@ import yaml
 
 from planner.errors import PlanInputError
 from planner.inputs.files import read_text
+from planner.inputs.launch_readers import megatron_flags as mf
 from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, is_null, token_drop
 from planner.inputs.launch_readers.shell import Script
 
@@ -268,8 +269,8 @@ def _shape(cfg: LaunchConfig, model: dict[str, Any]) -> None:
     if str(tokenizer.get("type", "")) == "GPT2BPETokenizer":
         multiple = as_int(model.get("make_vocab_size_divisible_by", 128), "model.make_vocab_size_divisible_by",
                           cfg.source) * cfg.layout.get("tp", 1)
-        cfg.vocab_unpadded = 50257  # the GPT-2 BPE vocabulary (megatron_flags.TOKENIZER_VOCAB)
-        keys["vocab_size"] = -(-50257 // multiple) * multiple
+        cfg.vocab_unpadded = size = mf.TOKENIZER_VOCAB["GPT2BPETokenizer"]
+        keys["vocab_size"] = -(-size // multiple) * multiple
         cfg.vocab_source = "the GPT-2 BPE vocabulary"
     else:
         cfg.vocab_source = (f"tokenizer {tokenizer.get('library', '?')} {tokenizer.get('type') or ''}".strip()

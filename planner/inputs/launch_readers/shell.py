@@ -118,9 +118,9 @@ def _slurm_seed(directives: dict[str, str]) -> dict[str, str]:
 def read_script(text: str, source: str, given: Mapping[str, str] | None = None) -> Script:
     """The script's commands and variables; one PlanInputError for syntax the reader cannot follow."""
     shell = _Shell(source, dict(given or {}))
-    for name, value in _slurm_seed(sbatch_directives(text)).items():
-        shell.vars.setdefault(name, Field(value))
     shell.script.sbatch = sbatch_directives(text)
+    for name, value in _slurm_seed(shell.script.sbatch).items():
+        shell.vars.setdefault(name, Field(value))
     try:
         shell.run_text(text, 1)
     except _Exit:
@@ -361,9 +361,10 @@ class _Shell:
             if names[0] in ("tee",) and len(argv) > 1:
                 self.script.files[argv[-1].text] = body.text
             if names[0] in _SHELLS or names[0] == "sbatch":
-                for key, value in _slurm_seed(sbatch_directives(body.text)).items():
+                directives = sbatch_directives(body.text)
+                for key, value in _slurm_seed(directives).items():
                     self.vars.setdefault(key, Field(value))
-                self.script.sbatch.update(sbatch_directives(body.text))
+                self.script.sbatch.update(directives)
                 self.run_text(body.text, node.line)
 
     def heredoc(self, redirect: sx.Redirect) -> Field:

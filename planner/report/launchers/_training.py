@@ -16,22 +16,24 @@ def offload(training: dict) -> float:
     return float(value)
 
 
+def _choice(training: dict, key: str, choices: tuple[str, ...], example: str) -> str:
+    """One of `choices` for `key`; the first (the default) where the document leaves the key out."""
+    value = training.get(key, choices[0]) if isinstance(training, dict) else choices[0]
+    if value not in choices:
+        named = f"{', '.join(choices[:-1])} or {choices[-1]}"
+        raise PlanInputError(f"expected {named}, got {value!r:.60}", field=f"inputs.training.{key}",
+                             fix=f"e.g. {key}: {example}")
+    return str(value)
+
+
 def moments(training: dict) -> str:
     """optimizer_moments: fp32 or bf16."""
-    value = training.get("optimizer_moments", "fp32") if isinstance(training, dict) else "fp32"
-    if value not in ("fp32", "bf16"):
-        raise PlanInputError(f"expected fp32 or bf16, got {value!r:.60}", field="inputs.training.optimizer_moments",
-                             fix="e.g. optimizer_moments: bf16")
-    return str(value)
+    return _choice(training, "optimizer_moments", ("fp32", "bf16"), "bf16")
 
 
 def fp8_recipe(training: dict) -> str:
     """fp8_recipe: tensorwise or blockwise."""
-    value = training.get("fp8_recipe", "tensorwise") if isinstance(training, dict) else "tensorwise"
-    if value not in FP8_RECIPES:
-        raise PlanInputError(f"expected {' or '.join(FP8_RECIPES)}, got {value!r:.60}",
-                             field="inputs.training.fp8_recipe", fix="e.g. fp8_recipe: blockwise")
-    return str(value)
+    return _choice(training, "fp8_recipe", FP8_RECIPES, "blockwise")
 
 
 def token_drop(training: dict) -> tuple[float | None, bool]:
@@ -58,8 +60,4 @@ def switch(training: dict, key: str) -> bool:
 
 def dispatcher(training: dict) -> str:
     """moe_dispatcher: stack (the framework's), alltoall or flex; documents before the field say stack."""
-    value = training.get("moe_dispatcher", "stack") if isinstance(training, dict) else "stack"
-    if value not in ("stack", "alltoall", "flex"):
-        raise PlanInputError(f"expected stack, alltoall or flex, got {value!r:.60}",
-                             field="inputs.training.moe_dispatcher", fix="e.g. moe_dispatcher: alltoall")
-    return str(value)
+    return _choice(training, "moe_dispatcher", ("stack", "alltoall", "flex"), "alltoall")
