@@ -468,3 +468,15 @@ def test_batches_complete_as_each_framework_completes_them(tmp_path, name, conte
     lay = layout_for(cfg, model, gpus)
     assert (cfg.global_batch, lay["mbs"], cfg.grad_accum) == want
     assert cfg.defaults  # the completed value is said
+
+
+def test_a_megatron_deepspeed_script_whose_ds_config_is_not_an_object_is_one_error(tmp_path):
+    """The ds_config a Megatron-DeepSpeed script writes goes through the DeepSpeed reader's own loader: a JSON list is
+    a one-line error naming the flag, not an internal error."""
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\ncat > ds.json <<EOT\n[1, 2]\nEOT\n"
+                      "deepspeed pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                      "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 "
+                      "--deepspeed --deepspeed_config ds.json\n")
+    with pytest.raises(PlanInputError, match="expected a JSON object"):
+        read_launch_file(str(script))

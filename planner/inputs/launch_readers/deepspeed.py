@@ -64,7 +64,7 @@ _TRAINER_DEFAULTS = {"per_device_train_batch_size": "8", "gradient_accumulation_
                      "fp16": "false"}
 
 
-def _load(text: str, source: str, where: str = "") -> dict[str, Any]:
+def load_ds_config(text: str, source: str, where: str = "") -> dict[str, Any]:
     try:
         doc: Any = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -128,7 +128,7 @@ def read_offload(cfg: LaunchConfig, doc: dict[str, Any]) -> None:
 
 def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchConfig:
     if text.lstrip().startswith("{"):
-        return _config(_load(text, source), source, dict(given or {}), "--set")
+        return _config(load_ds_config(text, source), source, dict(given or {}), "--set")
     return _launch(text, source, given)
 
 
@@ -209,7 +209,7 @@ def _launch(text: str, source: str, given: dict[str, str] | None) -> LaunchConfi
             continue
         path = words[words.index("--deepspeed") + 1]
         trainer = _trainer_args(words)
-        cfg = _config(_load(*_config_text(script.files, path, source)), source, {**trainer, **(given or {})},
+        cfg = _config(load_ds_config(*_config_text(script.files, path, source)), source, {**trainer, **(given or {})},
                       "--set")
         if "--gradient_checkpointing" in words and trainer.get("gradient_checkpointing", "true").lower() == "true":
             cfg.set_knob("recompute", "full", "--gradient_checkpointing")  # HF checkpoints every decoder layer

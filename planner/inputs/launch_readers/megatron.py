@@ -12,7 +12,6 @@ Megatron's defaults for the ones left out (planner.inputs.launch_readers.megatro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path, PurePosixPath
 
 from planner.errors import PlanInputError
@@ -346,11 +345,7 @@ def _deepspeed(cfg: LaunchConfig, flags: Flags, script: Script) -> None:
             cfg.ignored.append(f"{flag} {path} (not found beside the script; ZeRO stage not read)")
             return
         text = read_text(beside, "pass the ds_config the script names")
-    try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
-        raise PlanInputError("the ds_config the script writes is not valid JSON", field=flag, source=cfg.source,
-                             fix="fix the here-document's JSON") from None
+    doc = deepspeed.load_ds_config(text, cfg.source, flag)  # one reader of ds_config JSON: a list is refused too
     zero = deepspeed.zero_stage(doc, cfg.source)
     bf16 = deepspeed.enabled(doc, "bf16", cfg.source)
     if zero == 0 and bf16 and cfg.layout.get("pp", 1) > 1:
