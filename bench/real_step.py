@@ -9,7 +9,14 @@ and AdamW moments (16 B/param) plus the bf16 weight copies autocast makes for th
 activations, fused (flash) causal attention, fp32 cross-entropy over the bf16 logits. Usage:
 
     python bench/real_step.py [--steps 10] [--mbs 1 2] [--recompute none full] [--gpu h100]
-                              [--profile profile.yaml] [--out real_step.json]
+                              [--framework generic] [--compile] [--profile profile.yaml] [--out real_step.json]
+
+The code is eager PyTorch (unfused RoPE and SwiGLU, the loss in fp32 through autocast), which is what the planner's
+PyTorch-native stacks describe (torchtitan's profile: 12 bytes per logit at an eager loss); `--framework` picks the
+stack the prediction is priced for, and the JSON report carries the prediction of every stack in PRICED_STACKS.
+`--compile` compiles each block and the loss with torch.compile, as torchtitan's [compile] does.
+Besides the step's peaks it records what the allocator holds just before the forward pass (weights and optimizer
+states) and just after it (plus everything the forward pass saved for backward).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ SEQ_LEN = 4096
 RMS_EPS = 1e-5
 ROPE_THETA = 500_000.0
 RECOMPUTE_CODES = {"none": 0, "full": 2}  # planner.inputs.problem.RECOMPUTE indices
+# Stacks whose prediction the JSON report carries (the printed table shows --framework's).
+PRICED_STACKS = ("generic", "megatron-core", "torchtitan")
 GIB = 2.0**30
 
 
@@ -46,9 +55,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="activation recompute settings to run (full = torch.utils.checkpoint per layer)")
     ap.add_argument("--gpu", default=None, help="catalog GPU key for the prediction (default: detected; h100 if "
                     "the device is not in the catalog)")
+    ap.add_argument("--framework", default=None, help="stack the printed prediction is priced for (default: generic, "
+                    "or the stored report's with --reprice)")
+    ap.add_argument("--reprice", default=None, metavar="REPORT.json",
+                    help="price a stored report's measurements again with the planner as it is now (no GPU)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each block and the loss (torchtitan's "
+                    "[compile] components model and loss)")
     ap.add_argument("--profile", default=None, help="also predict with this efficiency profile (plan calibrate)")
-    ap.add_argument("--out", default="real_step.json", help="JSON report path")
+    ap.add_argument("--out", default=None, help="JSON report path (default real_step.json; with --reprice, only "
+                    "where given)")
     args = ap.parse_args(argv)
+    args.framework_given, args.out_given = args.framework is not None, args.out is not None
+    args.framework = args.framework or "generic"
+    args.out = args.out or "real_step.json"
     if args.steps < 1 or args.warmup < 0 or any(m < 1 for m in args.mbs):
         ap.error("--steps and --mbs must be positive, --warmup at least 0")
     return args
@@ -60,7 +79,7 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
 
 
 # --- the model (plain PyTorch; classes are built once torch is imported, so --help needs no torch) -----------------
-def make_model(torch: Any, recompute: bool) -> Any:
+def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
     nn, F = torch.nn, torch.nn.functional
     from torch.utils.checkpoint import checkpoint
 
@@ -137,17 +156,25 @@ def make_model(torch: Any, recompute: bool) -> Any:
                 else:
                     x = layer(x, self.cos, self.sin)
             logits = F.linear(self.norm(x), self.embed.weight)  # tied LM head (Llama-3.2-1B ties embeddings)
-            return F.cross_entropy(logits.view(-1, vocab), labels.reshape(-1))  # autocast runs the loss in fp32
+            return loss_fn(logits, labels)
 
+    def cross_entropy(logits: Any, labels: Any) -> Any:  # in fp32, as autocast runs it and torchtitan casts it
+        return F.cross_entropy(logits.view(-1, vocab).float(), labels.reshape(-1))
+
+    loss_fn = torch.compile(cross_entropy) if compiled else cross_entropy
     with torch.device("cuda"):  # initialise on the GPU: 1.2B parameters on the host would take seconds
-        return Llama()
+        model = Llama()
+    if compiled:  # per block, as torchtitan compiles (identical blocks share one compiled graph)
+        for i, layer in enumerate(model.layers):
+            model.layers[i] = torch.compile(layer)
+    return model
 
 
-def measure(torch: Any, mbs: int, recompute: str, steps: int, warmup: int) -> dict[str, Any]:
+def measure(torch: Any, mbs: int, recompute: str, steps: int, warmup: int, compiled: bool = False) -> dict[str, Any]:
     """Median step time and allocator peaks for one configuration; {'oom': True} when it does not fit."""
     model = opt = None
     try:
-        model = make_model(torch, recompute == "full")
+        model = make_model(torch, recompute == "full", compiled)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # fused: no foreach temporaries
         return _time_steps(torch, model, opt, mbs, steps, warmup)
     except torch.cuda.OutOfMemoryError:
@@ -169,10 +196,14 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
     # Fused attention only: a silent fall-back to the math backend would keep s x s scores and distort the memory.
     fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
 
+    held: dict[str, float] = {}
+
     def step() -> None:
+        held["before_forward_gib"] = torch.cuda.memory_allocated() / GIB
         with sdpa_kernel(fused):  # covers backward too, where checkpointed layers run their forward again
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(inputs, labels)
+            held["after_forward_gib"] = torch.cuda.memory_allocated() / GIB
             loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -188,7 +219,7 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
     return {"oom": False, "step_time_s": statistics.median(times), "step_times_s": times, **memory_readings(torch),
-            "params": sum(p.numel() for p in model.parameters())}
+            **held, "params": sum(p.numel() for p in model.parameters())}
 
 
 def memory_readings(torch: Any) -> dict[str, float]:
@@ -202,7 +233,8 @@ def memory_readings(torch: Any) -> dict[str, float]:
 
 
 # --- the planner's side ------------------------------------------------------------------------------------------
-def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict[str, float]:
+def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None, framework: str = "generic",
+            compiled: bool = False) -> dict[str, float]:
     from planner.inputs.catalog import load_cluster, model_from_mapping
     from planner.inputs.layout import KNOBS, Layout
     from planner.inputs.problem import Problem
@@ -214,11 +246,18 @@ def predict(gpu_key: str, mbs: int, recompute: str, profile: Any = None) -> dict
     cluster = load_cluster(f"{gpu_key}x1")
     if profile is not None:
         cluster = cluster.model_copy(update={"gpu": apply_profile(cluster.gpu, profile)})
-    training = TrainingSpec(seq_len=SEQ_LEN, global_batch=mbs, framework="generic")
+    from planner.cost.profiles import plan_compiles_loss, profile_for
+
+    # torch_compile is a PyTorch-native stack's knob; stacks without a compile switch are priced as they run
+    has_switch = profile_for(framework).compile_speedup != 1.0
+    training = TrainingSpec(seq_len=SEQ_LEN, global_batch=mbs, framework=framework,
+                            torch_compile=compiled if has_switch else None)
     layout = dict.fromkeys(KNOBS, 0)  # knobs not named here (categoricals) take their first value
     layout.update(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mbs=mbs, zero=0, recompute=RECOMPUTE_CODES[recompute], sp=0,
                   schedule=0)
-    out = price_layout(Problem(model, cluster, training), Layout.from_dict(layout))
+    # a compiled run compiles its loss too (torchtitan's [compile] components), as `plan` prices it
+    problem = Problem(model, cluster, training, compiled_loss=plan_compiles_loss(training))
+    out = price_layout(problem, Layout.from_dict(layout))
     # Like for like (planner.cost.memory_terms): each figure torch reports against the prediction of that figure.
     out["peak_allocated_gib"] = out["memory_allocated_gib"]
     out["peak_reserved_gib"] = out["memory_reserved_gib"]
@@ -254,6 +293,45 @@ def report(rows: list[dict[str, Any]], with_profile: bool) -> str:
     return "\n".join(lines)
 
 
+def price_row(row: dict[str, Any], gpu_key: str, framework: str, compiled: bool, profile: Any) -> dict[str, Any]:
+    """One measured configuration with the planner's predictions (the chosen stack's, every PRICED_STACKS stack's,
+    and with the efficiency profile where one is given) and the % errors against the measurement."""
+    mbs, recompute = row["mbs"], row["recompute"]
+    out = {"mbs": mbs, "recompute": recompute, "measured": row["measured"],
+           "predicted": predict(gpu_key, mbs, recompute, None, framework, compiled),
+           "predicted_by_stack": {fw: predict(gpu_key, mbs, recompute, None, fw, compiled) for fw in PRICED_STACKS}}
+    if profile is not None:
+        out["predicted_profile"] = predict(gpu_key, mbs, recompute, profile, framework, compiled)
+    if not out["measured"]["oom"]:
+        for suffix in ("", "_profile"):
+            if "predicted" + suffix in out:
+                out["error_pct" + suffix] = {k: error_pct(out["predicted" + suffix][k], out["measured"][k])
+                                             for k, _ in COMPARED}
+    return out
+
+
+def print_report(doc: dict[str, Any]) -> None:
+    print(f"{doc['device']}; predicted as {doc['gpu_key']}x1, framework {doc['framework']}, seq {doc['seq_len']}"
+          f"{', compiled' if doc['compile'] else ''}")
+    print(report(doc["runs"], any("predicted_profile" in r for r in doc["runs"])))
+
+
+def reprice(path: str, profile: Any, profile_path: str | None, framework: str | None) -> dict[str, Any]:
+    """A stored report's measurements priced again by the planner as it is now (no GPU needed): what the
+    results under bench/results/ are quoted from after the cost model changes."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _fail(f"--reprice: cannot read {path} ({exc})")
+    if doc.get("model") != MODEL or doc.get("seq_len") != SEQ_LEN:
+        _fail(f"--reprice: {path} measured another model or sequence length than this script trains")
+    doc["framework"] = framework or doc.get("framework", "generic")
+    doc["profile"] = profile_path
+    doc["runs"] = [price_row(r, doc["gpu_key"], doc["framework"], bool(doc.get("compile")), profile)
+                   for r in doc["runs"]]
+    return doc
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if str(ROOT) not in sys.path:  # run as `python bench/real_step.py` from a checkout without installing
@@ -267,6 +345,16 @@ def main(argv: list[str] | None = None) -> None:
         profile = load_profile(args.profile) if args.profile else None
     except PlanInputError as exc:
         _fail(exc.one_line())
+    if args.reprice:
+        doc = reprice(args.reprice, profile, args.profile, args.framework if args.framework_given else None)
+        print_report(doc)
+        if args.out_given:
+            _write(doc, args.out)
+        return
+    from planner.cost.profiles import PROFILE_NAMES
+
+    if args.framework not in PROFILE_NAMES:
+        _fail(f"--framework: unknown stack '{args.framework}' (fix: use one of {', '.join(PROFILE_NAMES)})")
     if args.gpu and args.gpu not in gpu_catalog():
         _fail(f"--gpu: unknown GPU '{args.gpu}' (fix: use one of {', '.join(gpu_catalog())})")
     try:
@@ -288,28 +376,24 @@ def main(argv: list[str] | None = None) -> None:
     for recompute in args.recompute:
         for mbs in args.mbs:
             print(f"running mbs={mbs} recompute={recompute} ...", file=sys.stderr, flush=True)
-            row: dict[str, Any] = {"mbs": mbs, "recompute": recompute,
-                                   "measured": measure(torch, mbs, recompute, args.steps, args.warmup),
-                                   "predicted": predict(gpu_key, mbs, recompute)}
-            if profile is not None:
-                row["predicted_profile"] = predict(gpu_key, mbs, recompute, profile)
-            if not row["measured"]["oom"]:
-                for suffix in ("", "_profile"):
-                    if "predicted" + suffix in row:
-                        row["error_pct" + suffix] = {k: error_pct(row["predicted" + suffix][k], row["measured"][k])
-                                                     for k, _ in COMPARED}
-            rows.append(row)
+            measured = measure(torch, mbs, recompute, args.steps, args.warmup, args.compile)
+            rows.append(price_row({"mbs": mbs, "recompute": recompute, "measured": measured}, gpu_key,
+                                  args.framework, args.compile, profile))
 
-    print(f"{device}; predicted as {gpu_key}x1, framework generic, seq {SEQ_LEN}")
-    print(report(rows, profile is not None))
     doc = {"schema_version": 1, "device": device, "torch": torch.__version__, "gpu_key": gpu_key,
-           "profile": args.profile, "model": MODEL, "seq_len": SEQ_LEN, "steps": args.steps, "warmup": args.warmup,
+           "profile": args.profile, "framework": args.framework, "compile": args.compile, "model": MODEL,
+           "seq_len": SEQ_LEN, "steps": args.steps, "warmup": args.warmup,
            "runs": rows}
+    print_report(doc)
+    _write(doc, args.out)
+
+
+def _write(doc: dict[str, Any], out: str) -> None:
     try:
-        Path(args.out).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        Path(out).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     except OSError as exc:
-        _fail(f"--out: cannot write {args.out} ({exc.strerror})")
-    print(f"wrote {args.out}")
+        _fail(f"--out: cannot write {out} ({exc.strerror})")
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

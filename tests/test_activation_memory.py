@@ -46,11 +46,13 @@ def _seed():
     torch.set_num_threads(threads)
 
 
-def predicted(m: ModelSpec, t: int, sp: bool, recompute: str, framework: str = "generic") -> float:
+def predicted(m: ModelSpec, t: int, sp: bool, recompute: str, framework: str = "generic",
+              torch_compile: bool | None = None) -> float:
     """The planner's bytes kept by one layer for one micro-batch of BATCH x SEQ tokens (full recompute: the layer
     input only; its working set is priced apart). The reference layer's selective mode re-makes the norms and the
     MLP activation, as the generic stack prices it; Megatron-Core's dense layers cannot (test below)."""
-    problem = Problem(m, load_cluster("h100x8"), TrainingSpec(seq_len=SEQ, global_batch=8, framework=framework))
+    problem = Problem(m, load_cluster("h100x8"), TrainingSpec(seq_len=SEQ, global_batch=8, framework=framework,
+                                                              torch_compile=torch_compile))
     one = lambda v: np.array([v])  # noqa: E731
     kept, _ = memory.layer_activation_bytes(problem, one(float(SEQ * BATCH)), one(t), one(int(sp)),
                                             one(int(RC[recompute])))
@@ -58,8 +60,9 @@ def predicted(m: ModelSpec, t: int, sp: bool, recompute: str, framework: str = "
 
 
 def measured(m: ModelSpec, t: int, sp: bool, recompute: str, moe: bool = False, flash: bool = True,
-             dropout: bool = False, weighted: bool = True) -> int:
-    layer = ref.Layer(m, t=t, sp=sp, recompute=recompute, moe=moe, flash=flash, dropout=dropout, weighted=weighted)
+             dropout: bool = False, weighted: bool = True, eager_glu: bool = False) -> int:
+    layer = ref.Layer(m, t=t, sp=sp, recompute=recompute, moe=moe, flash=flash, dropout=dropout, weighted=weighted,
+                      eager_glu=eager_glu)
     x = torch.randn(SEQ // t if sp else SEQ, BATCH, m.hidden_size, dtype=ref.DTYPE, requires_grad=True)
     return ref.saved_bytes(layer, x)
 
@@ -98,10 +101,32 @@ def test_moe_layer(recompute):
 def test_moe_layer_that_multiplies_the_expert_output(recompute):
     """Stacks outside Megatron-Core weight the expert output by the probability and keep it (Hugging Face / DeepSpeed
     MoE blocks): one more h-wide tensor per routed copy than Megatron-Core's weighted activation."""
-    check(predicted(MOE, 1, False, recompute, framework="deepspeed"),
+    check(predicted(MOE, 1, False, recompute, framework="deepspeed", torch_compile=True),
           measured(MOE, 1, False, recompute, moe=True, weighted=False))
     if recompute == "none":
-        assert predicted(MOE, 1, False, recompute, framework="deepspeed") > predicted(MOE, 1, False, recompute)
+        assert (predicted(MOE, 1, False, recompute, framework="deepspeed", torch_compile=True)
+                > predicted(MOE, 1, False, recompute))
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("framework", ["torchtitan", "deepspeed"])
+def test_eager_gated_activation_keeps_its_output(framework, recompute):
+    """A PyTorch-native stack without torch.compile runs silu(gate) * up as eager ops, which keep silu(gate) beside
+    fc1's output (memory.EAGER_GLU_BYTES); compiled, it keeps what the fused kernel keeps."""
+    check(predicted(LLAMA, 1, False, recompute, framework, torch_compile=False),
+          measured(LLAMA, 1, False, recompute, eager_glu=True))
+    check(predicted(LLAMA, 1, False, recompute, framework, torch_compile=True), measured(LLAMA, 1, False, recompute))
+    if recompute == "none":
+        extra = predicted(LLAMA, 1, False, "none", framework, False) - predicted(LLAMA, 1, False, "none", framework,
+                                                                                 True)
+        assert extra == pytest.approx(2.0 * LLAMA.intermediate_size * SEQ * BATCH)
+
+
+def test_eager_gated_experts_keep_their_activation_output():
+    """Routed and shared experts written as eager ops (Hugging Face / DeepSpeed MoE blocks, torchtitan's
+    GroupedExperts without compile) keep silu(gate) per routed copy too."""
+    check(predicted(MOE, 1, False, "none", framework="deepspeed", torch_compile=False),
+          measured(MOE, 1, False, "none", moe=True, weighted=False, eager_glu=True))
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])

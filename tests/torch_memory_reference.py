@@ -12,7 +12,9 @@ The kernels follow Megatron-Core with Transformer Engine, the stack the planner'
   log-sum-exp per head, never the s x s scores; the unfused path (Megatron-LM paper era) keeps Q, K, the softmax
   output, the dropout mask and the dropout output (Korthikanti et al. 2022 §4.1), in Megatron's [s, b, h] layout so
   that the batched GEMMs read strided views instead of copies;
-* fused bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py) keeps only its input and recomputes silu;
+* fused bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py) keeps only its input and recomputes silu; with
+  `eager_glu` the activation is eager PyTorch instead, silu(gate) * up on chunks of fc1's output (torchtitan's
+  FeedForward, Hugging Face's LlamaMLP), which keeps silu(gate) too;
 * Linear keeps its input; dropout keeps a 1-byte mask;
 * tensor parallelism is emulated on one process: a rank holds heads/t and ffn/t, the column-parallel GEMM input is
   gathered from the sequence shards with sequence parallelism (Megatron saves the local shard and re-gathers in
@@ -261,12 +263,19 @@ class MLAttention(nn.Module):
         return self.up(*self.down(x))
 
 
-class MLP(nn.Module):
-    """Gated (fused SwiGLU) or plain MLP of one TP rank (width/t)."""
+def _eager_swiglu(y: torch.Tensor) -> torch.Tensor:
+    gate, up = y.chunk(2, -1)
+    return F.silu(gate) * up
 
-    def __init__(self, m: ModelSpec, par: Par, width: int, selective: bool, column: bool = True):
+
+class MLP(nn.Module):
+    """Gated (fused SwiGLU, or eager with `eager_glu`) or plain MLP of one TP rank (width/t)."""
+
+    def __init__(self, m: ModelSpec, par: Par, width: int, selective: bool, column: bool = True,
+                 eager_glu: bool = False):
         super().__init__()
         self.gated, self.act, self.selective, self.par = m.gated_mlp, _act(m.hidden_act), selective, par
+        self.glu = _eager_swiglu if eager_glu else _FusedSwiGLU.apply
         w = width // par.t
         n_out = 2 * w if self.gated else w
         self.fc1 = (ColumnLinear(par, m.hidden_size, n_out) if column else
@@ -274,7 +283,7 @@ class MLP(nn.Module):
         self.fc2 = nn.Linear(w, m.hidden_size, bias=False, dtype=DTYPE)
 
     def _tail(self, y: torch.Tensor) -> torch.Tensor:
-        return self.par.reduce(self.fc2(_FusedSwiGLU.apply(y) if self.gated else self.act(y)))
+        return self.par.reduce(self.fc2(self.glu(y) if self.gated else self.act(y)))
 
     def _weighted_tail(self, y: torch.Tensor, prob: torch.Tensor) -> torch.Tensor:
         return self.fc2(_WeightedSwiGLU.apply(y, prob) if self.gated else self.act(y) * prob)
@@ -291,13 +300,14 @@ class MoE(nn.Module):
     """Megatron token-dispatch MoE of one rank (no TP/EP split of the experts here): router, top-k, permute,
     experts (the router probability applied in their activation), unpermute, plus shared experts."""
 
-    def __init__(self, m: ModelSpec, par: Par, selective: bool, weighted: bool = True):
+    def __init__(self, m: ModelSpec, par: Par, selective: bool, weighted: bool = True, eager_glu: bool = False):
         super().__init__()
         self.k, self.e, self.par, self.weighted = m.num_experts_per_tok, m.num_local_experts, par, weighted
         self.router = nn.Linear(m.hidden_size, self.e, bias=False, dtype=DTYPE)
-        self.experts = nn.ModuleList(MLP(m, Par(1, False), m.expert_ffn, selective, column=False)
-                                     for _ in range(self.e))
-        self.shared = (MLP(m, par, m.expert_ffn * m.n_shared_experts, selective) if m.n_shared_experts else None)
+        self.experts = nn.ModuleList(MLP(m, Par(1, False), m.expert_ffn, selective, column=False,
+                                         eager_glu=eager_glu) for _ in range(self.e))
+        self.shared = (MLP(m, par, m.expert_ffn * m.n_shared_experts, selective, eager_glu=eager_glu)
+                       if m.n_shared_experts else None)
 
     def forward(self, x: torch.Tensor, norm: nn.Module, selective: bool) -> torch.Tensor:
         """MoE of norm(x); selective discards the norm output (recomputed for the router and shared GEMMs)."""
@@ -335,14 +345,15 @@ class Layer(nn.Module):
     """Pre-norm decoder layer of one TP rank: x + attn(norm(x)); x + mlp(norm(x)), dropout after each (GPT)."""
 
     def __init__(self, m: ModelSpec, t: int = 1, sp: bool = False, recompute: str = "none", moe: bool = False,
-                 flash: bool = True, dropout: bool = False, weighted: bool = True):
+                 flash: bool = True, dropout: bool = False, weighted: bool = True, eager_glu: bool = False):
         super().__init__()
         self.par = Par(t, sp)
         rms, sel = m.gated_mlp, recompute == "selective"
         self.recompute, self.dropout, self.flash = recompute, dropout, flash
         self.norm1, self.norm2 = Norm(m.hidden_size, rms), Norm(m.hidden_size, rms)
         self.attn = MLAttention(m, self.par) if m.is_mla else Attention(m, self.par, flash, dropout)
-        self.mlp = MoE(m, self.par, sel, weighted) if moe else MLP(m, self.par, m.intermediate_size, False)
+        self.mlp = (MoE(m, self.par, sel, weighted, eager_glu) if moe else
+                    MLP(m, self.par, m.intermediate_size, False, eager_glu=eager_glu))
 
     def _drop(self, y: torch.Tensor) -> torch.Tensor:
         return _dropout(y) if self.dropout else y

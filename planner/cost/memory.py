@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import expert, module_offload
-from planner.cost.profiles import FrameworkProfile, profile_for
+from planner.cost.profiles import FrameworkProfile, compiled, profile_for
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
 from planner.inputs.problem import Problem
@@ -41,6 +41,13 @@ FP8_PARAM_BYTES = 2.0
 # Table 3, pytorch/torchtitan@b5bcd76c6#L46) and 47.0 GiB in 2025 with it compiled (TT-032), 8 x 16,384 x 128,256
 # bytes = 15.7 GiB apart.
 COMPILED_LOSS_BYTES = 4.0
+# A gated activation written as eager PyTorch ops, silu(gate) * up, keeps silu(gate) (bf16, 2 bytes per value) for
+# the product's gradient beside the gate|up output the fused kernels keep (Megatron's bias_swiglu recomputes silu in
+# backward; so does torch.compile's min-cut partitioner, which re-makes cheap pointwise ops instead of saving them).
+# Counted tensor by tensor in tests/test_activation_memory.py and measured on one H100 (bench/real_step.py,
+# bench/results/h100-2026-11-27): a Llama 3.2 1B layer kept 8.0·h bytes per token more eager than compiled
+# (47.6·h against 39.6·h), and 2 x intermediate_size = 8·h.
+EAGER_GLU_BYTES = 2.0
 
 
 def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: FrameworkProfile,
@@ -68,7 +75,7 @@ def state_bytes(params: np.ndarray, zero: np.ndarray, shard: np.ndarray, prof: F
 
 def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool, dropout: bool,
                            fp8: bool = False, weighted: bool = True, act_store_fp8: bool = False,
-                           routed_load: float = 1.0) -> dict[str, np.ndarray]:
+                           routed_load: float = 1.0, eager_glu: bool = False) -> dict[str, np.ndarray]:
     """Bytes per token one layer saves for backward, by term, with fused kernels (Megatron-Core + Transformer Engine).
 
     Korthikanti et al. 2022 §4.1 count 34·h bytes/token for a GPT layer plus 5·a·s for the s^2 softmax terms; fused
@@ -91,6 +98,9 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
     In fp8 training Transformer Engine saves the fp8 cast of each GEMM input for the weight gradient, so those cost
     1 byte instead of 2 (transformer_engine/pytorch/module/linear.py saves `inputmat`). `act_store_fp8`: the gated
     MLP's SwiGLU input is kept in fp8 too (FrameworkProfile.fp8_activation_store), 1 byte per gate|up value.
+    `eager_glu`: the gated activation runs as eager PyTorch ops, silu(gate) * up (torchtitan's FeedForward and
+    GroupedExperts, Hugging Face's LlamaMLP, without torch.compile): the product keeps silu(gate) beside the
+    gate|up output, EAGER_GLU_BYTES per value more (see that constant).
     """
     h, a = m.hidden_size, m.num_attention_heads
     gemm_in = 1 if fp8 else 2  # bytes per saved GEMM input element
@@ -105,16 +115,17 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
     else:
         q, kv = a * m.d_head, m.kv_heads * m.d_head
         attn = 2 * (q + 2 * kv) + 2 * q + 4 * a  # Q, K, V, attention output, fp32 LSE
+    act_in = (glu_in + (EAGER_GLU_BYTES if eager_glu else 0)) if m.gated_mlp else 2  # per activation output value
     if moe:
         k, width = m.num_experts_per_tok, m.expert_ffn
-        per_copy = (gemm_in * h + (glu_in if m.gated_mlp else 2) * width + gemm_in * width + 2 + 16
+        per_copy = (gemm_in * h + act_in * width + gemm_in * width + 2 + 16
                     + (0 if weighted else 2 * h))
         mlp = routed_load * k * per_copy + 8 * k + 2 * k  # routed_load: padded capacity (expert.routed_memory_load)
         if m.n_shared_experts:
-            mlp += ((glu_in if m.gated_mlp else 2) + gemm_in) * width * m.n_shared_experts
+            mlp += (act_in + gemm_in) * width * m.n_shared_experts
     else:
         f = m.intermediate_size
-        mlp = (glu_in if m.gated_mlp else 2) * f + gemm_in * f
+        mlp = act_in * f + gemm_in * f
     tp = np.maximum(tp, 1)
     return {"replicated": np.where(sp == 1, replicated / tp, float(replicated)), "latent": latent + 0 * tp,
             "attention": attn / tp, "mlp": mlp / tp}
@@ -122,9 +133,17 @@ def layer_activation_terms(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bo
 
 def layer_activation_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray, moe: bool,
                                      dropout: bool, fp8: bool = False, weighted: bool = True,
-                                     act_store_fp8: bool = False, routed_load: float = 1.0) -> np.ndarray:
+                                     act_store_fp8: bool = False, routed_load: float = 1.0,
+                                     eager_glu: bool = False) -> np.ndarray:
     """Sum of layer_activation_terms: bytes per token one layer saves for backward without recompute."""
-    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8, routed_load).values())
+    return sum(layer_activation_terms(m, tp, sp, moe, dropout, fp8, weighted, act_store_fp8, routed_load,
+                                      eager_glu).values())
+
+
+def runs_eager_glu(prof: FrameworkProfile, training: object) -> bool:
+    """Whether the run's gated activations are eager PyTorch ops: a PyTorch-native stack (one with a torch.compile
+    switch) running without torch.compile. The other stacks run fused activation kernels."""
+    return prof.compile_speedup > 1.0 and not compiled(prof, training)
 
 
 def loss_bytes_per_logit(problem: Problem, prof: FrameworkProfile) -> float:
@@ -165,10 +184,12 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
     frac_moe = m.moe_layers / m.num_hidden_layers
     dropout = m.hidden_act.lower().startswith("gelu") and not m.gated_mlp  # GPT-style models train with dropout
     store = prof.fp8_activation_store
-    dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8, act_store_fp8=store)
+    eager_glu = runs_eager_glu(prof, problem.training)
+    dense_act = layer_activation_bytes_per_token(m, tp, sp, False, dropout, fp8, act_store_fp8=store,
+                                                 eager_glu=eager_glu)
     routed_load = expert.routed_memory_load(problem.training)
     moe_act = (layer_activation_bytes_per_token(m, tp, sp, True, dropout, fp8, prof.moe_weighted_activation, store,
-                                                routed_load) if m.is_moe else dense_act)
+                                                routed_load, eager_glu) if m.is_moe else dense_act)
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
     if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
@@ -177,19 +198,21 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
         # with MLA the up-projection outputs (Megatron-Core --recompute-modules layernorm moe_act mla_up_proj);
         # dense layers only where the stack re-makes them (Capabilities.selective_dense: not Megatron-Core's)
         gemm_in = 1.0 if fp8 else 2.0
+        # recomputing the activation also re-makes the eager silu(gate) the product kept
+        act_out = gemm_in + (EAGER_GLU_BYTES if eager_glu and m.gated_mlp else 0.0)
         norms = np.where(sp == 1, 2 * gemm_in * m.hidden_size / tp, 2 * gemm_in * m.hidden_size)
         dense_share = (1 - frac_moe) * float(capabilities_for(problem.training.framework).selective_dense)
-        saved = dense_share * (norms + gemm_in * m.intermediate_size / tp)
+        saved = dense_share * (norms + act_out * m.intermediate_size / tp)
         if m.is_moe:
             copies = routed_load * m.num_experts_per_tok + m.n_shared_experts
-            saved = saved + frac_moe * (norms + gemm_in * m.expert_ffn * copies / tp)
+            saved = saved + frac_moe * (norms + act_out * m.expert_ffn * copies / tp)
         if m.is_mla:  # mla_up_proj: the latent norms, up projections and per-head q, k, v are re-made
             a, qk = m.num_attention_heads, m.qk_nope_head_dim + m.qk_rope_head_dim
             saved = saved + (2 * a * qk + 2 * a * qk + 2 * a * (m.qk_nope_head_dim + m.v_head_dim)) / tp \
                 + 2 * (m.q_lora_rank + m.kv_lora_rank)
         act_per_token = act_per_token - np.where(rc == Recompute.SELECTIVE, saved, 0.0)
         if prof.selective_saves == "alternate-mm" and not m.is_mla:  # dense layers keep what op-level SAC saves
-            dense_selective = dense_act - (norms + gemm_in * m.intermediate_size / tp)
+            dense_selective = dense_act - (norms + act_out * m.intermediate_size / tp)
             act_per_token = act_per_token + np.where(
                 rc == Recompute.SELECTIVE, (1 - frac_moe) * (alternate_mm_bytes_per_token(m, tp, sp) - dense_selective),
                 0.0)

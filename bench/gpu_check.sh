@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The real-hardware checks in one go, for a machine with one CUDA GPU and this checkout's dependencies importable:
+# the machine's facts, `plan calibrate` (full profile), bench/real_step.py (measured vs predicted step time and
+# memory, catalog figures and the fresh profile side by side) eager, eager with PyTorch's expandable-segments
+# allocator (what torchtitan's run_train.sh sets) and compiled, then bench/host_overhead.py. Results land in OUTDIR.
+#   bench/gpu_check.sh OUTDIR [PYTHON]
+set -uo pipefail
+out=${1:?usage: bench/gpu_check.sh OUTDIR [PYTHON]}
+py=${2:-python3}
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mkdir -p "$out"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; grep -m1 "model name" /proc/cpuinfo
+  nproc; "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } >"$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+start=$SECONDS
+"$py" -m cli.main calibrate --out "$out/profile.yaml" 2>"$out/calibrate.log"; echo "calibrate rc=$? in $((SECONDS-start)) s"
+tail -2 "$out/calibrate.log"
+prof=(); [ -f "$out/profile.yaml" ] && prof=(--profile "$out/profile.yaml")
+real_step() {  # NAME ARGS...: one real_step run, its table in NAME.txt, its report in NAME.json
+  local name=$1; shift; start=$SECONDS
+  "$py" bench/real_step.py "$@" "${prof[@]}" --out "$out/$name.json" 2>"$out/$name.log" | tee "$out/$name.txt"
+  echo "$name rc=$? in $((SECONDS-start)) s"
+}
+real_step real_step --mbs 1 2 4 --recompute none full
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True real_step expandable --mbs 1 2 4 --recompute none full
+real_step compiled --mbs 1 2 4 --recompute none full --compile --framework torchtitan
+"$py" bench/host_overhead.py --out "$out/host_overhead.json" 2>&1 | tee "$out/host_overhead.txt"
