@@ -2,7 +2,8 @@
 # The real-hardware checks in one go, for a machine with one CUDA GPU and this checkout's dependencies importable:
 # the machine's facts, `plan calibrate` (full profile), bench/real_step.py (measured vs predicted step time and
 # memory, catalog figures and the fresh profile side by side) eager, eager with PyTorch's expandable-segments
-# allocator (what torchtitan's run_train.sh sets) and compiled, then bench/host_overhead.py. Results land in OUTDIR.
+# allocator (what torchtitan's run_train.sh sets), compiled, and with torchtitan's blocks and selective
+# checkpointing, then bench/host_overhead.py. Results land in OUTDIR.
 #   bench/gpu_check.sh OUTDIR [PYTHON]
 set -uo pipefail
 out=${1:?usage: bench/gpu_check.sh OUTDIR [PYTHON]}
@@ -25,4 +26,7 @@ real_step() {  # NAME ARGS...: one real_step run, its table in NAME.txt, its rep
 real_step real_step --mbs 1 2 4 --recompute none full
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True real_step expandable --mbs 1 2 4 --recompute none full
 real_step compiled --mbs 1 2 4 --recompute none full --compile --framework torchtitan
+# torchtitan's block layout and its op-level selective checkpointing beside no and full recompute
+real_step tt_eager --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none selective full
+real_step tt_compiled --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none selective full --compile
 "$py" bench/host_overhead.py --out "$out/host_overhead.json" 2>&1 | tee "$out/host_overhead.txt"

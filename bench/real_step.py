@@ -39,7 +39,11 @@ MODEL: dict[str, Any] = {
 SEQ_LEN = 4096
 RMS_EPS = 1e-5
 ROPE_THETA = 500_000.0
-RECOMPUTE_CODES = {"none": 0, "full": 2}  # planner.inputs.problem.RECOMPUTE indices
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}  # planner.inputs.problem.RECOMPUTE indices
+# Block layouts: "fused" projects Q, K and V in one GEMM and gate and up in another (Megatron-Core's layout);
+# "torchtitan" has torchtitan's Llama modules, wq, wk, wv, wo and w1, w3, w2, whose call order its op-level selective
+# checkpointing counts matmuls in (recompute "selective" needs it).
+BLOCKS = ("fused", "torchtitan")
 # Stacks whose prediction the JSON report carries (the printed table shows --framework's).
 PRICED_STACKS = ("generic", "megatron-core", "torchtitan")
 GIB = 2.0**30
@@ -52,7 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=3, help="unmeasured steps first (allocator, cuBLAS heuristics)")
     ap.add_argument("--mbs", type=int, nargs="+", default=[1, 2], help="micro-batch sizes to run")
     ap.add_argument("--recompute", nargs="+", choices=sorted(RECOMPUTE_CODES), default=["none", "full"],
-                    help="activation recompute settings to run (full = torch.utils.checkpoint per layer)")
+                    help="activation recompute settings to run (full = torch.utils.checkpoint per layer; selective "
+                    "= torchtitan's op-level policy, with --blocks torchtitan)")
+    ap.add_argument("--blocks", choices=BLOCKS, default="fused", help="the block's projections (see BLOCKS)")
     ap.add_argument("--gpu", default=None, help="catalog GPU key for the prediction (default: detected; h100 if "
                     "the device is not in the catalog)")
     ap.add_argument("--framework", default=None, help="stack the printed prediction is priced for (default: generic, "
@@ -70,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.out = args.out or "real_step.json"
     if args.steps < 1 or args.warmup < 0 or any(m < 1 for m in args.mbs):
         ap.error("--steps and --mbs must be positive, --warmup at least 0")
+    if "selective" in args.recompute and args.blocks != "torchtitan" and not args.reprice:
+        ap.error("--recompute selective is torchtitan's op-level policy: add --blocks torchtitan")
     return args
 
 
@@ -79,7 +87,41 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
 
 
 # --- the model (plain PyTorch; classes are built once torch is imported, so --help needs no torch) -----------------
-def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
+def op_sac_context(torch: Any) -> Any:
+    """torchtitan's op-level selective checkpointing policy (torchtitan/parallelisms/parallelize_llama.py): keep the
+    outputs of the attention kernels and of every other matmul (the 1st, 3rd, ... in the block's call order),
+    recompute everything else in backward. A fresh count per checkpointed call, as torchtitan builds it."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {aten.mm.default}
+    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention"):
+        if hasattr(aten, name):
+            save.add(getattr(aten, name).default)
+    meta: dict[str, int] = defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def op_sac_context_fn() -> Any:
+    """op_sac_context as checkpoint's context_fn: a module-level function, which torch.compile can trace through
+    (it refuses a closure)."""
+    import torch
+
+    return op_sac_context(torch)
+
+
+def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str = "fused") -> Any:
     nn, F = torch.nn, torch.nn.functional
     from torch.utils.checkpoint import checkpoint
 
@@ -104,12 +146,20 @@ def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
     class Attention(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.qkv = nn.Linear(h, (heads + 2 * kv_heads) * d, bias=False)  # fused QKV, as Megatron-Core
+            if blocks == "fused":
+                self.qkv = nn.Linear(h, (heads + 2 * kv_heads) * d, bias=False)  # fused QKV, as Megatron-Core
+            else:  # torchtitan's wq, wk, wv
+                self.wq = nn.Linear(h, heads * d, bias=False)
+                self.wk = nn.Linear(h, kv_heads * d, bias=False)
+                self.wv = nn.Linear(h, kv_heads * d, bias=False)
             self.out = nn.Linear(heads * d, h, bias=False)
 
         def forward(self, x: Any, cos: Any, sin: Any) -> Any:
             b, s, _ = x.shape
-            q, k, v = self.qkv(x).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+            if blocks == "fused":
+                q, k, v = self.qkv(x).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+            else:
+                q, k, v = self.wq(x), self.wk(x), self.wv(x)
             q = rope(q.view(b, s, heads, d).transpose(1, 2), cos, sin)
             k = rope(k.view(b, s, kv_heads, d).transpose(1, 2), cos, sin)
             v = v.view(b, s, kv_heads, d).transpose(1, 2)
@@ -119,11 +169,18 @@ def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
     class MLP(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.fc1 = nn.Linear(h, 2 * ffn, bias=False)  # gate and up in one GEMM
+            if blocks == "fused":
+                self.fc1 = nn.Linear(h, 2 * ffn, bias=False)  # gate and up in one GEMM
+            else:  # torchtitan's FeedForward: w2(silu(w1(x)) * w3(x))
+                self.w1 = nn.Linear(h, ffn, bias=False)
+                self.w3 = nn.Linear(h, ffn, bias=False)
             self.fc2 = nn.Linear(ffn, h, bias=False)
 
         def forward(self, x: Any) -> Any:
-            gate, up = self.fc1(x).chunk(2, dim=-1)
+            if blocks == "fused":
+                gate, up = self.fc1(x).chunk(2, dim=-1)
+            else:
+                gate, up = self.w1(x), self.w3(x)
             return self.fc2(F.silu(gate) * up)
 
     class Block(nn.Module):
@@ -135,12 +192,26 @@ def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
             x = x + self.attn(self.norm1(x), cos, sin)
             return x + self.mlp(self.norm2(x))
 
+    class Checkpointed(nn.Module):
+        """A block under activation checkpointing: the whole block re-run (full) or torchtitan's op policy
+        (selective); compiled around the checkpoint, as torchtitan wraps then compiles."""
+
+        def __init__(self, block: Any) -> None:
+            super().__init__()
+            self.block = block
+
+        def forward(self, x: Any, cos: Any, sin: Any) -> Any:
+            if recompute == "selective":
+                return checkpoint(self.block, x, cos, sin, use_reentrant=False, context_fn=op_sac_context_fn)
+            return checkpoint(self.block, x, cos, sin, use_reentrant=False)
+
     class Llama(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.embed = nn.Embedding(vocab, h)
             nn.init.normal_(self.embed.weight, std=0.02)  # N(0, 1) through the tied head gives loss ~1e2
-            self.layers = nn.ModuleList(Block() for _ in range(layers))
+            self.layers = nn.ModuleList(Block() if recompute == "none" else Checkpointed(Block())
+                                        for _ in range(layers))
             self.norm = RMSNorm()
             inv = 1.0 / ROPE_THETA ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
             angles = torch.outer(torch.arange(SEQ_LEN, dtype=torch.float32), inv)
@@ -151,10 +222,7 @@ def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
         def forward(self, ids: Any, labels: Any) -> Any:
             x = self.embed(ids).to(torch.bfloat16)  # bf16 residual stream (autocast leaves embeddings in fp32)
             for layer in self.layers:
-                if recompute:  # keep only each layer's input; recompute the layer in backward
-                    x = checkpoint(layer, x, self.cos, self.sin, use_reentrant=False)
-                else:
-                    x = layer(x, self.cos, self.sin)
+                x = layer(x, self.cos, self.sin)
             logits = F.linear(self.norm(x), self.embed.weight)  # tied LM head (Llama-3.2-1B ties embeddings)
             return loss_fn(logits, labels)
 
@@ -170,11 +238,12 @@ def make_model(torch: Any, recompute: bool, compiled: bool = False) -> Any:
     return model
 
 
-def measure(torch: Any, mbs: int, recompute: str, steps: int, warmup: int, compiled: bool = False) -> dict[str, Any]:
+def measure(torch: Any, mbs: int, recompute: str, steps: int, warmup: int, compiled: bool = False,
+            blocks: str = "fused") -> dict[str, Any]:
     """Median step time and allocator peaks for one configuration; {'oom': True} when it does not fit."""
     model = opt = None
     try:
-        model = make_model(torch, recompute == "full", compiled)
+        model = make_model(torch, recompute, compiled, blocks)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # fused: no foreach temporaries
         return _time_steps(torch, model, opt, mbs, steps, warmup)
     except torch.cuda.OutOfMemoryError:
@@ -376,12 +445,13 @@ def main(argv: list[str] | None = None) -> None:
     for recompute in args.recompute:
         for mbs in args.mbs:
             print(f"running mbs={mbs} recompute={recompute} ...", file=sys.stderr, flush=True)
-            measured = measure(torch, mbs, recompute, args.steps, args.warmup, args.compile)
+            measured = measure(torch, mbs, recompute, args.steps, args.warmup, args.compile, args.blocks)
             rows.append(price_row({"mbs": mbs, "recompute": recompute, "measured": measured}, gpu_key,
                                   args.framework, args.compile, profile))
 
     doc = {"schema_version": 1, "device": device, "torch": torch.__version__, "gpu_key": gpu_key,
-           "profile": args.profile, "framework": args.framework, "compile": args.compile, "model": MODEL,
+           "profile": args.profile, "framework": args.framework, "compile": args.compile, "blocks": args.blocks,
+           "model": MODEL,
            "seq_len": SEQ_LEN, "steps": args.steps, "warmup": args.warmup,
            "runs": rows}
     print_report(doc)

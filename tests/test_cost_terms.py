@@ -10,7 +10,7 @@ from planner.cost import pipeline as schedule
 from planner.cost.profiles import profile_for
 from planner.cost.step import evaluate
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.layout import Schedule
+from planner.inputs.layout import Recompute, Schedule
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 
@@ -276,3 +276,38 @@ def test_catalog_sm_counts_set_the_collectives_share_of_the_gpu() -> None:
         cluster = load_cluster(f"{key}x8")
         assert cluster.gpu.sm_count == sms
         assert comm.collective_sm_share(cluster) == pytest.approx(comm.COLLECTIVE_SMS / sms)
+
+
+# --- torchtitan's op-level selective checkpointing re-runs half its matmuls ------------------------------------------
+def test_unsaved_matmuls_are_every_other_one_in_call_order():
+    """Llama 3 8B's block calls wq, wk, wv, wo, w1, w3, w2; op-level SAC keeps the 1st, 3rd, 5th and 7th outputs, so
+    backward runs wk (h x kv), wo (q x h) and w3 (h x ffn) again: 2 x (4096·1024 + 4096·4096 + 4096·14336)."""
+    m = load_model("llama3-8b")
+    assert compute.unsaved_mm_flops(m) == 2.0 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336)
+    # about 37 % of the block's forward GEMM FLOPs: not a rounding error in a step
+    assert 0.3 < compute.unsaved_mm_flops(m) / flops.token_flops(m, 8192).dense_gemm < 0.4
+
+
+def _selective_extra(framework: str) -> tuple[float, float, float]:
+    from planner.inputs.problem import Problem
+    from planner.inputs.specs import TrainingSpec
+
+    problem = Problem(load_model("llama3-8b"), load_cluster("h100x8"),
+                      TrainingSpec(seq_len=8192, global_batch=8, framework=framework, torch_compile=True))
+    one = np.array([1.0])
+    tok = np.array([8192.0])
+    r = compute.rates(problem)
+    lt = compute.layer_times(problem, r, tok, one, 0 * one, one)
+    sel = compute.recompute_time(problem, np.array([int(Recompute.SELECTIVE)]), lt, tok, one)[0]
+    mm = tok[0] * compute.unsaved_mm_flops(problem.model) / (r.peak * r.eff)
+    return sel, float(lt.elem_f[0]), mm
+
+
+def test_op_level_selective_recompute_prices_the_rerun_matmuls():
+    """torchtitan's selective recompute costs its elementwise ops and the unsaved matmuls; Megatron-Core's selective
+    modules re-run memory-bound ops only."""
+    sel, elem, mm = _selective_extra("torchtitan")
+    assert sel == pytest.approx(elem + mm)
+    assert mm > elem  # the matmuls are most of it
+    sel_mc, elem_mc, _ = _selective_extra("megatron-core")
+    assert sel_mc == pytest.approx(elem_mc)

@@ -106,9 +106,13 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
 
 
 PUBLISHED = [e for e in ENTRIES if "published" in e]
+# A published figure whose run the file may not describe (the manifest's `known_gap` says why) is expected to miss
+# the band; strict, so the day the price lands inside it the mark has to go.
+PRICED = [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=e["published"]["known_gap"]))
+          if "known_gap" in e["published"] else e for e in PUBLISHED]
 
 
-@pytest.mark.parametrize("entry", PUBLISHED, ids=_ids)
+@pytest.mark.parametrize("entry", PRICED, ids=_ids)
 def test_published_runs_are_priced_within_the_validate_band(entry):
     """The file's own layout priced (not the search's best) against the throughput published for it."""
     cfg, _model, problem, given = _price(entry)

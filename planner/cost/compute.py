@@ -279,14 +279,33 @@ def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.nda
     Selective recompute: with unfused attention it is Korthikanti et al.'s (re-run the attention core); with fused
     attention there is no s^2 state to drop, and Megatron-Core's selective modules re-run the memory-bound
     norms and activation functions instead (`--recompute-modules layernorm mlp/moe_act`): one forward of them.
+    torchtitan's op-level checkpointing (FrameworkProfile.selective_saves "alternate-mm") re-runs those and every
+    other matmul of its dense blocks (unsaved_mm_flops).
     With multi-head latent attention the up-projections are re-run too (`--recompute-modules mla_up_proj`; DeepSeek-V3
     report §3.2.3 recomputes them): their GEMMs once more, f_mla·tok·2·a·(q_lora·qk + kv_lora·(nope + v))/tp.
     """
-    selective_cost = lt.elem_f if profile_for(problem.training.framework).flash_attention else lt.attn_f
+    prof = profile_for(problem.training.framework)
+    selective_cost = lt.elem_f if prof.flash_attention else lt.attn_f
     if problem.model.is_mla:
         r = rates(problem)
         selective_cost = selective_cost + tok * mla_up_proj_flops(problem.model) / tp / (r.peak * r.eff)
+    elif prof.selective_saves == "alternate-mm":  # op-level SAC re-runs the matmuls whose outputs it did not keep
+        r = rates(problem)
+        dense_share = 1.0 - moe_fraction(problem.model)
+        selective_cost = selective_cost + dense_share * tok * unsaved_mm_flops(problem.model) / tp / (r.peak * r.eff)
     return np.where(rc == Recompute.FULL, lt.fwd, np.where(rc == Recompute.SELECTIVE, selective_cost, 0.0))
+
+
+def unsaved_mm_flops(m: ModelSpec) -> float:
+    """Forward FLOPs per token of the matmuls torchtitan's op-level selective checkpointing does not save, which
+    backward runs again: every other matmul of a dense block in call order (the 2nd, 4th, ...: K, the output
+    projection and the gated MLP's up projection; without a gate, the down projection), 2·in·out each
+    (pytorch/torchtitan@9dec370ad torchtitan/parallelisms/parallelize_llama.py#L214-L270, the policy
+    memory.alternate_mm_bytes_per_token keeps the other half of)."""
+    h, q, kv, ffn = m.hidden_size, m.num_attention_heads * m.d_head, m.kv_heads * m.d_head, m.intermediate_size
+    mlp = [(h, ffn), (h, ffn), (ffn, h)] if m.gated_mlp else [(h, ffn), (ffn, h)]
+    mms = [(h, q), (h, kv), (h, kv), (q, h), *mlp]
+    return sum(2.0 * i * o for n, (i, o) in enumerate(mms, start=1) if n % 2 == 0)
 
 
 def mla_up_proj_flops(m: ModelSpec) -> float:

@@ -85,7 +85,8 @@ TERMS: tuple[Term, ...] = (
          "m·E(reduce-scatter, overlap·backward) + E(parameter all-gather, overlap·forward), E as for ZeRO-3 "
          "(DeepSpeed stage_1_and_2.py)"),
     Term("recompute_s", "recomputation per step", "s", _C + "compute.recompute_step_time",
-         "m·L·(full: layer forward; selective: attention core or memory-bound modules) (Korthikanti et al. 2022)"),
+         "m·L·(full: layer forward; selective: attention core or memory-bound modules, plus torchtitan's unsaved "
+         "matmuls) (Korthikanti et al. 2022)"),
     Term("offload_s", "activation offload stalls per step", "s",
          _C + "activation_offload.offload_step_time",
          "m·(max(0, k·a/B - (L-2)·t_f) + max(0, k·a/B - (L-2)·t_b) + 2·k·a/HBM), k layers' activations a over the "
