@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python bench/grouped_gemm.py` from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+from planner.errors import PlanInputError  # noqa: E402
+from planner.evidence.calibrate import import_cuda_torch, median_ms  # noqa: E402
 
 # name: (hidden, expert width, local experts timed together). Local experts: one EP rank's share in a typical
 # layout (Qwen3-30B-A3B EP 8: 16; gpt-oss-120b EP 8: 16; DeepSeek-V3 EP 32: 8; Mixtral 8x22B, no EP: 8).
@@ -32,19 +38,13 @@ SHAPES = {
 TOKENS_PER_EXPERT = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
-def _median_ms(torch: Any, fn: Any, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def cuda_torch_or_exit(script: str = "bench/grouped_gemm.py") -> Any:
+    """torch with a CUDA device, or the one-line error and exit 2 (shared by the bench scripts that need a GPU)."""
+    try:
+        return import_cuda_torch(script)
+    except PlanInputError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(2)
 
 
 def time_gemms(torch: Any, experts: int, m: int, k: int, n: int, repeats: int) -> dict[str, float | None]:
@@ -55,7 +55,7 @@ def time_gemms(torch: Any, experts: int, m: int, k: int, n: int, repeats: int) -
     out: dict[str, float | None] = {}
     offs = torch.arange(m, experts * m + 1, m, device="cuda", dtype=torch.int32)
     try:
-        ms = _median_ms(torch, lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs), 5, repeats)
+        ms = median_ms(torch, lambda: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs), 5, repeats)
         out["grouped_tflops"] = round(flops / (ms * 1e-3) / 1e12, 2)
     except (AttributeError, RuntimeError, TypeError) as exc:  # no grouped GEMM in this torch / on this device
         print(f"  grouped GEMM unavailable: {str(exc).splitlines()[0][:120]}", file=sys.stderr)
@@ -66,7 +66,7 @@ def time_gemms(torch: Any, experts: int, m: int, k: int, n: int, repeats: int) -
         for e in range(experts):
             torch.mm(chunks[e], weights[e])
 
-    ms = _median_ms(torch, looped, 5, repeats)
+    ms = median_ms(torch, looped, 5, repeats)
     out["looped_tflops"] = round(flops / (ms * 1e-3) / 1e12, 2)
     return out
 
@@ -76,14 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="grouped_gemm.json", help="JSON report path")
     ap.add_argument("--repeats", type=int, default=20, help="timed calls per shape (the median is kept)")
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except (ImportError, OSError):
-        print("error: bench/grouped_gemm.py needs PyTorch with CUDA (fix: run it on a GPU machine)", file=sys.stderr)
-        sys.exit(2)
-    if not torch.cuda.is_available():
-        print("error: bench/grouped_gemm.py needs a CUDA device (fix: run it on a GPU machine)", file=sys.stderr)
-        sys.exit(2)
+    torch = cuda_torch_or_exit()
     rows = []
     for name, (hidden, width, experts) in SHAPES.items():
         for tokens in TOKENS_PER_EXPERT:

@@ -22,6 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python bench/host_overhead.py` from a checkout without installing
+    sys.path.insert(0, str(ROOT))
+
+from bench.grouped_gemm import cuda_torch_or_exit  # noqa: E402
+
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what platform reports."""
@@ -55,14 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds (the median is kept)")
     ap.add_argument("--out", default="host_overhead.json", help="JSON report path")
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except (ImportError, OSError):
-        print("error: bench/host_overhead.py needs PyTorch with CUDA (fix: run it on a GPU machine)", file=sys.stderr)
-        sys.exit(2)
-    if not torch.cuda.is_available():
-        print("error: bench/host_overhead.py needs a CUDA device (fix: run it on a GPU machine)", file=sys.stderr)
-        sys.exit(2)
+    torch = cuda_torch_or_exit("bench/host_overhead.py")
 
     x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     lin = torch.nn.Linear(256, 256, device="cuda", dtype=torch.bfloat16)

@@ -338,6 +338,25 @@ def test_real_step_without_cuda_is_one_clear_error(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.parametrize("script", ["grouped_gemm.py", "host_overhead.py"])
+def test_gpu_bench_scripts_without_cuda_are_one_clear_error(script, tmp_path):
+    out = tmp_path / "out.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--out", str(out)], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"error: device: bench/{script} needs PyTorch with CUDA (fix: run it on a GPU machine with " \
+                       "torch installed)\n"
+    assert not out.exists()
+
+
+def test_real_step_selective_needs_torchtitan_blocks():
+    """torchtitan's op-level policy counts matmuls in torchtitan's block layout: asking for it on the fused blocks is
+    a usage error before any GPU work."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "real_step.py"), "--recompute", "selective"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "--blocks torchtitan" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_real_step_prediction_matches_its_model():
     """The planner prices what the script trains: same parameter count, and recompute trades memory for time."""
     import importlib.util

@@ -111,7 +111,7 @@ def detect_gpu_key(device_name: str) -> str | None:
     return None
 
 
-def _median_ms(torch: Any, fn: Callable[[], object], warmup: int, repeats: int) -> float:
+def median_ms(torch: Any, fn: Callable[[], object], warmup: int, repeats: int) -> float:
     """Median milliseconds of fn() over `repeats` calls, each bracketed by CUDA events, after `warmup` calls."""
     for _ in range(warmup):
         fn()
@@ -135,7 +135,7 @@ def _bench_gemm_bf16(torch: Any, shape: GemmShape, warmup: int, repeats: int) ->
     a = torch.randn(shape.m, shape.k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(shape.k, shape.n, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(shape.m, shape.n, device="cuda", dtype=torch.bfloat16)
-    ms = _median_ms(torch, lambda: torch.matmul(a, b, out=out), warmup, repeats)
+    ms = median_ms(torch, lambda: torch.matmul(a, b, out=out), warmup, repeats)
     return shape.flops / (ms * 1e-3) / 1e12
 
 
@@ -158,7 +158,7 @@ def _bench_gemm_fp8(torch: Any, shape: GemmShape, warmup: int, repeats: int) -> 
         call()
     except (RuntimeError, TypeError):  # pre-Hopper/Ada devices and older signatures refuse: skip fp8, keep going
         return None
-    ms = _median_ms(torch, call, warmup, repeats)
+    ms = median_ms(torch, call, warmup, repeats)
     return shape.flops / (ms * 1e-3) / 1e12
 
 
@@ -189,10 +189,10 @@ def _bench_attention(torch: Any, batch: int, seq: int, warmup: int, repeats: int
 
     try:
         with ctx:
-            ms = _median_ms(torch, step, warmup, repeats)
+            ms = median_ms(torch, step, warmup, repeats)
     except RuntimeError:  # the flash backend refused this device/shape: measure what the default dispatch picks
         backend = "default"
-        ms = _median_ms(torch, step, warmup, repeats)
+        ms = median_ms(torch, step, warmup, repeats)
     flops = attention_flops(batch, ATTENTION_HEADS, seq, ATTENTION_HEAD_DIM)
     return flops / (ms * 1e-3) / 1e12, backend
 
@@ -200,7 +200,7 @@ def _bench_attention(torch: Any, batch: int, seq: int, warmup: int, repeats: int
 def _bench_copy(torch: Any, nbytes: int, warmup: int, repeats: int) -> float:
     src = torch.empty(nbytes, device="cuda", dtype=torch.uint8)
     dst = torch.empty_like(src)
-    ms = _median_ms(torch, lambda: dst.copy_(src), warmup, repeats)
+    ms = median_ms(torch, lambda: dst.copy_(src), warmup, repeats)
     return 2.0 * nbytes / (ms * 1e-3) / 1e12  # a copy reads and writes every byte
 
 
@@ -213,8 +213,9 @@ def _check_out_path(out_path: Path) -> None:
                              fix="create the folder or choose another path")
 
 
-def _import_cuda_torch() -> Any:
-    fail = PlanInputError("plan calibrate needs PyTorch with CUDA", field="device",
+def import_cuda_torch(who: str = "plan calibrate") -> Any:
+    """PyTorch, where it can be imported and sees a CUDA device; else a PlanInputError naming the fix."""
+    fail = PlanInputError(f"{who} needs PyTorch with CUDA", field="device",
                           fix="run it on a GPU machine with torch installed")
     try:
         import torch
@@ -233,7 +234,7 @@ def run_calibration(out_path: str | Path, quick: bool = False, gpu: str | None =
     """
     out = Path(out_path).expanduser()
     _check_out_path(out)
-    torch = _import_cuda_torch()
+    torch = import_cuda_torch()
     device_name = torch.cuda.get_device_name(0)
     key = gpu.strip().lower() if gpu else detect_gpu_key(device_name)
     if key is None:
