@@ -20,7 +20,9 @@ from planner.cost.memory import GIB, MIB
 # Outside the PyTorch allocator, so in neither max_memory_allocated nor max_memory_reserved:
 # - CUDA context and loaded kernels: 0.5-2 GiB; A100 80GB with torch 2.1.1 eager-loaded 0.92 GiB, lazy 0.47 GiB
 #   (stas00/ml-engineering training/performance/README.md "Preloaded CUDA kernels memory usage"; "1-2 GB",
-#   Ultra-Scale Playbook, First Steps). 1 GiB, the eager-loaded figure rounded up for newer kernel libraries.
+#   Ultra-Scale Playbook, First Steps). 1 GiB, the eager-loaded figure rounded up for newer kernel libraries. Measured
+#   here: 0.75 GiB on an H100 with torch 2.11 / CUDA 13 in a plain PyTorch process (device used minus reserved,
+#   bench/results/h100-2026-11-27), which loads neither NCCL nor Transformer Engine; a training stack loads more.
 CONTEXT_BYTES = 1.0 * GIB
 # - NCCL buffers, per communicator: each channel's connection holds a buffer per protocol, Simple NCCL_BUFFSIZE
 #   4 MiB + LL 8x512x8x16 B = 512 KiB + LL128 120x640x8x8 B = 4.69 MiB (nccl src/include/device.h, init.cc); a ring
@@ -35,7 +37,9 @@ NCCL_BYTES_PER_GROUP = NCCL_CONNECTIONS * NCCL_CHANNELS * NCCL_PROTOCOL_BYTES
 # cached segments, so reserved >= allocated; Megatron's estimator adds 5% for it (theoretical_memory_usage.py).
 # `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (recommended by Megatron's MoE README, set by torchtitan's
 # run_train.sh) grows one segment per stream instead of one per > 2 MB allocation and avoids unusable slivers
-# (PyTorch docs/source/notes/cuda.md); no published figure quantifies that, so the 5% stands for both.
+# (PyTorch docs/source/notes/cuda.md); no published figure quantifies that, so the 5% stands for both. Measured on
+# one H100 (bench/results/h100-2026-11-27, a 1.2B model): reserved was 1.5-9 % above allocated without recompute
+# and 5-26 % with full recompute, and expandable segments did not narrow it there.
 FRAGMENTATION = 0.05
 
 
