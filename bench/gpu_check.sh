@@ -29,4 +29,8 @@ real_step compiled --mbs 1 2 4 --recompute none full --compile --framework torch
 # torchtitan's block layout and its op-level selective checkpointing beside no and full recompute
 real_step tt_eager --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none selective full
 real_step tt_compiled --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none selective full --compile
+# Llama 3 8B's layer shapes (4 layers): the kernel rates at the size torchtitan's published rows train
+real_step tt8b_eager --shape llama3-8b-4l --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none selective
+real_step tt8b_compiled --shape llama3-8b-4l --blocks torchtitan --framework torchtitan --mbs 1 2 \
+    --recompute none selective --compile
 "$py" bench/host_overhead.py --out "$out/host_overhead.json" 2>&1 | tee "$out/host_overhead.txt"

@@ -30,12 +30,22 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parents[1]
-# Llama-3.2-1B shapes (Hugging Face config.json keys, so the planner reads exactly what is trained).
-MODEL: dict[str, Any] = {
-    "name": "llama-1b-real-step", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "hidden_act": "silu",
-    "tie_word_embeddings": True, "max_position_embeddings": 131072,
+# The shapes a run can train (Hugging Face config.json keys, so the planner reads exactly what is trained):
+# Llama-3.2-1B, and Llama 3 8B's layer shapes with 4 of its 32 layers (its GEMM sizes at a size one GPU can train
+# with AdamW; the embedding is tied here, as in the 1B).
+SHAPES: dict[str, dict[str, Any]] = {
+    "llama-1b": {
+        "name": "llama-1b-real-step", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "hidden_act": "silu",
+        "tie_word_embeddings": True, "max_position_embeddings": 131072,
+    },
+    "llama3-8b-4l": {
+        "name": "llama3-8b-4-layers-real-step", "hidden_size": 4096, "num_hidden_layers": 4,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+        "hidden_act": "silu", "tie_word_embeddings": True, "max_position_embeddings": 131072,
+    },
 }
+MODEL: dict[str, Any] = SHAPES["llama-1b"]  # the shape this run trains (use_shape)
 SEQ_LEN = 4096
 RMS_EPS = 1e-5
 ROPE_THETA = 500_000.0
@@ -59,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="activation recompute settings to run (full = torch.utils.checkpoint per layer; selective "
                     "= torchtitan's op-level policy, with --blocks torchtitan)")
     ap.add_argument("--blocks", choices=BLOCKS, default="fused", help="the block's projections (see BLOCKS)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-1b", help="the model shapes to train")
     ap.add_argument("--gpu", default=None, help="catalog GPU key for the prediction (default: detected; h100 if "
                     "the device is not in the catalog)")
     ap.add_argument("--framework", default=None, help="stack the printed prediction is priced for (default: generic, "
@@ -79,6 +90,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if "selective" in args.recompute and args.blocks != "torchtitan" and not args.reprice:
         ap.error("--recompute selective is torchtitan's op-level policy: add --blocks torchtitan")
     return args
+
+
+def use_shape(name: str) -> None:
+    """Train and price SHAPES[name] in this process (one shape per run)."""
+    global MODEL
+    MODEL = SHAPES[name]
 
 
 def _fail(msg: str, code: int = 2) -> NoReturn:
@@ -392,8 +409,10 @@ def reprice(path: str, profile: Any, profile_path: str | None, framework: str | 
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         _fail(f"--reprice: cannot read {path} ({exc})")
-    if doc.get("model") != MODEL or doc.get("seq_len") != SEQ_LEN:
+    shape = next((name for name, spec in SHAPES.items() if spec == doc.get("model")), None)
+    if shape is None or doc.get("seq_len") != SEQ_LEN:
         _fail(f"--reprice: {path} measured another model or sequence length than this script trains")
+    use_shape(shape)
     doc["framework"] = framework or doc.get("framework", "generic")
     doc["profile"] = profile_path
     doc["runs"] = [price_row(r, doc["gpu_key"], doc["framework"], bool(doc.get("compile")), profile)
@@ -403,6 +422,7 @@ def reprice(path: str, profile: Any, profile_path: str | None, framework: str | 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    use_shape(args.shape)
     if str(ROOT) not in sys.path:  # run as `python bench/real_step.py` from a checkout without installing
         sys.path.insert(0, str(ROOT))
     from planner.errors import PlanInputError
