@@ -1,15 +1,17 @@
-"""Real-step check: train a Llama-style ~1B model on one GPU and compare with the planner's prediction.
+"""Real-step check: train a Llama-style model on one GPU and compare with the planner's prediction.
 
 Not a CI test (it needs a CUDA GPU and takes a few minutes). For each micro-batch size and recompute setting it trains
 a few steps in plain PyTorch, records the median step time and the allocator's peaks, prices the same single-GPU
 layout with planner.search.search.price_layout, and prints measured vs predicted with % errors (also written as JSON).
 
-The training recipe is the one the planner's 'generic' memory model describes: fp32 master weights, fp32 gradients
-and AdamW moments (16 B/param) plus the bf16 weight copies autocast makes for the GEMMs (2 B/param), bf16
-activations, fused (flash) causal attention, fp32 cross-entropy over the bf16 logits. Usage:
+The training recipe: fp32 master weights, fp32 gradients and AdamW moments (16 B/param) plus the bf16 weight copies
+autocast makes for the GEMMs (2 B/param), bf16 activations, fused (flash) causal attention, fp32 cross-entropy over
+the bf16 logits. Usage:
 
     python bench/real_step.py [--steps 10] [--mbs 1 2] [--recompute none full] [--gpu h100]
-                              [--framework generic] [--compile] [--profile profile.yaml] [--out real_step.json]
+                              [--shape llama-1b] [--blocks fused] [--framework generic] [--compile]
+                              [--profile profile.yaml] [--out real_step.json]
+    python bench/real_step.py --reprice REPORT.json [--framework X] [--profile profile.yaml]   (no GPU)
 
 The code is eager PyTorch (unfused RoPE and SwiGLU, the loss in fp32 through autocast), which is what the planner's
 PyTorch-native stacks describe (torchtitan's profile: 12 bytes per logit at an eager loss); `--framework` picks the
