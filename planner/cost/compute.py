@@ -301,11 +301,8 @@ def unsaved_mm_flops(m: ModelSpec) -> float:
     backward runs again: every other matmul of a dense block in call order (the 2nd, 4th, ...: K, the output
     projection and the gated MLP's up projection; without a gate, the down projection), 2·in·out each
     (pytorch/torchtitan@9dec370ad torchtitan/parallelisms/parallelize_llama.py#L214-L270, the policy
-    memory.alternate_mm_bytes_per_token keeps the other half of)."""
-    h, q, kv, ffn = m.hidden_size, m.num_attention_heads * m.d_head, m.kv_heads * m.d_head, m.intermediate_size
-    mlp = [(h, ffn), (h, ffn), (ffn, h)] if m.gated_mlp else [(h, ffn), (ffn, h)]
-    mms = [(h, q), (h, kv), (h, kv), (q, h), *mlp]
-    return sum(2.0 * i * o for n, (i, o) in enumerate(mms, start=1) if n % 2 == 0)
+    memory.alternate_mm_bytes_per_token keeps the other half of; flops.block_matmuls gives the order)."""
+    return sum(2.0 * i * o for n, (i, o, _) in enumerate(flops.block_matmuls(m), start=1) if n % 2 == 0)
 
 
 def mla_up_proj_flops(m: ModelSpec) -> float:

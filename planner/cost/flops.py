@@ -182,6 +182,16 @@ def mtp_params(m: ModelSpec) -> tuple[int, int]:
     return d * _mtp_block_params(m, 0), d * experts
 
 
+def block_matmuls(m: ModelSpec) -> list[tuple[int, int, bool]]:
+    """A dense Llama-style block's matmuls in the order torchtitan's modules call them (wq, wk, wv, wo, then w1, w3,
+    w2; without a gate w1, w2), each as (input width, output width, row-parallel). Op-level selective checkpointing
+    counts matmuls in this order: memory.alternate_mm_bytes_per_token keeps the odd ones, compute.unsaved_mm_flops
+    re-runs the even ones."""
+    h, q, kv, ffn = m.hidden_size, m.num_attention_heads * m.d_head, m.kv_heads * m.d_head, m.intermediate_size
+    mlp = [(h, ffn, False), (h, ffn, False), (ffn, h, True)] if m.gated_mlp else [(h, ffn, False), (ffn, h, True)]
+    return [(h, q, False), (h, kv, False), (h, kv, False), (q, h, True), *mlp]
+
+
 # --- forward FLOPs per token ----------------------------------------------------------------------------------
 def attention_proj_flops(m: ModelSpec) -> float:
     """QKV and output projection GEMMs of a full-attention layer: 2 FLOPs per weight."""

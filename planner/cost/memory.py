@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost import expert, module_offload
+from planner.cost import expert, flops, module_offload
 from planner.cost.profiles import FrameworkProfile, compiled, profile_for
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
@@ -226,13 +226,11 @@ def alternate_mm_bytes_per_token(m: ModelSpec, tp: np.ndarray, sp: np.ndarray) -
     output and fp32 log-sum-exp, and with sequence parallelism the two reduce-scatter outputs. Column-parallel
     outputs are /tp; a row-parallel matmul's output is a full-width partial sum before its reduce-scatter."""
     h, a = m.hidden_size, m.num_attention_heads
-    q, kv = a * m.d_head, m.kv_heads * m.d_head
-    ffn = m.intermediate_size
-    mlp = [(ffn, False), (ffn, False), (h, True)] if m.gated_mlp else [(ffn, False), (h, True)]
+    q = a * m.d_head
     tp = np.maximum(tp, 1)
     parallel = sp == 1
     saved = 2.0 * h / np.where(parallel, tp, 1) + (2.0 * q + 4.0 * a) / tp  # block input, SDPA output and LSE
-    for i, (width, row_parallel) in enumerate([(q, False), (kv, False), (kv, False), (h, True), *mlp], start=1):
+    for i, (_, width, row_parallel) in enumerate(flops.block_matmuls(m), start=1):
         if i % 2 == 1:
             saved = saved + 2.0 * width / (1 if row_parallel else tp)
     return saved + np.where(parallel & (tp > 1), 2 * 2.0 * h / tp, 0.0)
