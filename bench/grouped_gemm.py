@@ -38,15 +38,6 @@ SHAPES = {
 TOKENS_PER_EXPERT = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
-def cuda_torch_or_exit(script: str = "bench/grouped_gemm.py") -> Any:
-    """torch with a CUDA device, or the one-line error and exit 2 (shared by the bench scripts that need a GPU)."""
-    try:
-        return import_cuda_torch(script)
-    except PlanInputError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        sys.exit(2)
-
-
 def time_gemms(torch: Any, experts: int, m: int, k: int, n: int, repeats: int) -> dict[str, float | None]:
     """TFLOP/s of [experts x (m, k)] @ [experts x (k, n)]: grouped (one call) and looped (one torch.mm each)."""
     x = torch.randn(experts * m, k, device="cuda", dtype=torch.bfloat16)
@@ -76,7 +67,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="grouped_gemm.json", help="JSON report path")
     ap.add_argument("--repeats", type=int, default=20, help="timed calls per shape (the median is kept)")
     args = ap.parse_args(argv)
-    torch = cuda_torch_or_exit()
+    try:
+        torch = import_cuda_torch("bench/grouped_gemm.py")
+    except PlanInputError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(2)
     rows = []
     for name, (hidden, width, experts) in SHAPES.items():
         for tokens in TOKENS_PER_EXPERT:

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/host_overhead.py` from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from bench.grouped_gemm import cuda_torch_or_exit  # noqa: E402
+from planner.errors import PlanInputError  # noqa: E402
+from planner.evidence.calibrate import import_cuda_torch  # noqa: E402
 
 
 def cpu_model() -> str:
@@ -61,7 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds (the median is kept)")
     ap.add_argument("--out", default="host_overhead.json", help="JSON report path")
     args = ap.parse_args(argv)
-    torch = cuda_torch_or_exit("bench/host_overhead.py")
+    try:
+        torch = import_cuda_torch("bench/host_overhead.py")
+    except PlanInputError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        sys.exit(2)
 
     x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     lin = torch.nn.Linear(256, 256, device="cuda", dtype=torch.bfloat16)
