@@ -284,15 +284,16 @@ def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.nda
     With multi-head latent attention the up-projections are re-run too (`--recompute-modules mla_up_proj`; DeepSeek-V3
     report §3.2.3 recomputes them): their GEMMs once more, f_mla·tok·2·a·(q_lora·qk + kv_lora·(nope + v))/tp.
     """
-    prof = profile_for(problem.training.framework)
+    m, prof = problem.model, profile_for(problem.training.framework)
     selective_cost = lt.elem_f if prof.flash_attention else lt.attn_f
-    if problem.model.is_mla:
-        r = rates(problem)
-        selective_cost = selective_cost + tok * mla_up_proj_flops(problem.model) / tp / (r.peak * r.eff)
+    rerun_flops = 0.0  # GEMM FLOPs per token that selective recompute runs again
+    if m.is_mla:
+        rerun_flops = mla_up_proj_flops(m)
     elif prof.selective_saves == "alternate-mm":  # op-level SAC re-runs the matmuls whose outputs it did not keep
+        rerun_flops = (1.0 - moe_fraction(m)) * unsaved_mm_flops(m)
+    if rerun_flops:
         r = rates(problem)
-        dense_share = 1.0 - moe_fraction(problem.model)
-        selective_cost = selective_cost + dense_share * tok * unsaved_mm_flops(problem.model) / tp / (r.peak * r.eff)
+        selective_cost = selective_cost + tok * rerun_flops / tp / (r.peak * r.eff)
     return np.where(rc == Recompute.FULL, lt.fwd, np.where(rc == Recompute.SELECTIVE, selective_cost, 0.0))
 
 
