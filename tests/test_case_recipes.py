@@ -57,6 +57,9 @@ def test_every_knob_is_a_legal_value_with_a_pinned_source_or_unresolved_with_a_r
     ({"moe_token_drop": {"value": "some", "source": "a/b@abcdef1:x.py#L1"}}, "dropless"),
     ({"zero": {"value": 4, "source": "a/b@abcdef1:x.py#L1"}}, "0 | 1 | 2 | 3 | hsdp"),
     ({"zero": {"value": "zero-1", "source": "a/b@abcdef1:x.py#L1"}}, "0 | 1 | 2 | 3 | hsdp"),
+    ({"stack": {"value": "fairscale", "source": "a/b@abcdef1:x.py#L1"}}, "a framework name plan knows"),
+    ({"schedules": {"value": ["1f1b", "gpipe"], "source": "a/b@abcdef1:x.py#L1"}}, "a list of schedule names"),
+    ({"schedules": {"value": "zb-h1", "source": "a/b@abcdef1:x.py#L1"}}, "a list of schedule names"),
 ])
 def test_bad_knob_blocks_are_one_line_errors(ran, fragment):
     with pytest.raises(PlanInputError) as err:
@@ -189,3 +192,32 @@ def test_grok_rows_are_priced_with_the_expert_tp_their_megatron_core_ran(recipes
     assert out["predicted"]["tokens_per_s_per_gpu"] < folded["predicted"]["tokens_per_s_per_gpu"]
     odd = run_case(cases["DGXC-242"], "test", recipes)["knobs"]["expert_tp"]
     assert odd["value"] == 8 and odd["status"] == "not priced"
+
+
+def test_narayanan_zero3_rows_are_priced_and_ranked_as_the_deepspeed_runs_they_were(recipes, cases):
+    """Table 2's ZeRO-3 rows ran DeepSpeed beside Megatron's PTD-P rows: with the recipe's `stack` they are priced
+    with the megatron-deepspeed profile (no longer breaking Megatron's no-ZeRO-3 rule) and fall in their own ranking
+    group; without it they are Megatron rows, in one group with PTD-P."""
+    from planner.evidence.validate import ranking_groups
+    ids = ("N21-016", "N21-022")
+    ran = [run_case(cases[i], "test", recipes) for i in ids]
+    assert ran[0]["knobs"]["stack"]["status"] == "priced"
+    assert [r["regime"]["stack"] for r in ran] == ["megatron-deepspeed", "megatron"]
+    assert ranking_groups([cases[i] for i in ids], ran) == []
+    bare = [run_case(cases[i], "test", {}) for i in ids]
+    assert [r["regime"]["stack"] for r in bare] == ["megatron", "megatron"]
+    assert len(ranking_groups([cases[i] for i in ids], bare)) == 1
+    # the DeepSpeed profile's kernel rate is lower than paper-era Megatron's: the same layout prices slower
+    assert ran[0]["predicted"]["tokens_per_s_per_gpu"] < bare[0]["predicted"]["tokens_per_s_per_gpu"]
+
+
+def test_zero_bubble_rows_rank_their_codebase_schedules_as_standard(recipes, cases):
+    """The Zero Bubble paper ran its own fork, whose standard schedules include ZB-1p/2p: the `schedule` preference
+    does not hold them against the layout there, while for plain Megatron it does."""
+    out = run_case(cases["ZB-044"], "test", recipes)
+    assert out["layout"]["schedule"] == "zb-h2"
+    assert out["knobs"]["schedules"]["status"] == "priced"
+    assert out["preference"]["schedule"] == 0
+    bare = run_case(cases["ZB-044"], "test", {})
+    assert bare["preference"]["schedule"] == 1
+    assert bare["predicted"] == out["predicted"]  # ranking only: the price is the same

@@ -153,7 +153,9 @@ def _layout_word(knob: str, value: object) -> object:
     return _ZERO_WORDS.get(word, word.removeprefix("zero").removeprefix("-").removeprefix("stage").strip("-"))
 
 
-def case_problem(case: dict[str, Any], source: str) -> Problem:
+def case_problem(case: dict[str, Any], source: str, stack: str | None = None) -> Problem:
+    """The problem a case poses, priced with `stack` where its recipe names the software that ran it (else the
+    profile case_framework reads from its row)."""
     where = f"{source}#{case.get('id', '?')}"
     for key in ("model", "cluster", "training", "layout", "measured"):
         if key not in case:
@@ -180,7 +182,7 @@ def case_problem(case: dict[str, Any], source: str) -> Problem:
         blockwise = precision == "fp8" and any(w in str(tr.get("precision")).lower() for w in ("subchannel", "block"))
         capacity, padded, _ = case_token_drop(case)
         training = TrainingSpec(seq_len=tr["seq_len"], global_batch=tr["global_batch"], precision=precision,
-                                framework=case_framework(case)[0],
+                                framework=stack or case_framework(case)[0],
                                 fp8_recipe="blockwise" if blockwise else "tensorwise",
                                 moe_capacity_factor=capacity, moe_pad_to_capacity=padded)
     except ValidationError as exc:

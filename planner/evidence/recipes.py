@@ -23,10 +23,12 @@ from planner.errors import PlanInputError
 from planner.evidence.cases import case_token_drop
 from planner.inputs.catalog import data_dir
 from planner.inputs.files import read_structured_file
+from planner.inputs.frameworks import FRAMEWORKS
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, RECOMPUTE, Schedule, encode
 from planner.inputs.problem import Problem
 
 DEFAULT_RECIPES = "case_recipes.yaml"
+SCHEDULE_LABELS = frozenset(s.label for s in Schedule)
 RESOLVED_STATUSES = ("stated", "priced", "assumed", "approximate", "not priced")
 
 
@@ -89,7 +91,19 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "sequence_parallel": KnobSpec("sequence parallelism beside tensor parallelism", _flag, "true | false"),
     "vpp": KnobSpec("model chunks per pipeline rank", _count, "a positive integer"),
     "micro_batch": KnobSpec("micro-batch size", _count, "a positive integer"),
+    # Optional knobs: they count only where a recipe gives them (OPTIONAL_KNOBS), never as unresolved.
+    "stack": KnobSpec("the software that ran the row where the case's `framework` names another (Narayanan et al. "
+                      "2021 ran their ZeRO-3 rows through DeepSpeed beside Megatron's PTD-P rows): the case is "
+                      "priced with that stack's profile and ranked among that stack's runs",
+                      lambda v: isinstance(v, str) and v in FRAMEWORKS, "a framework name plan knows"),
+    "schedules": KnobSpec("the pipeline schedules the codebase that ran the row ships (a research fork's own "
+                          "schedules are its standard ones): the `schedule` preference of `plan validate`'s "
+                          "ranking reads them instead of the stack's",
+                          lambda v: isinstance(v, list) and bool(v) and all(
+                              isinstance(x, str) and x in SCHEDULE_LABELS for x in v),
+                          "a list of schedule names"),
 }
+OPTIONAL_KNOBS = ("stack", "schedules")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")
 # Megatron-Core's selective modules the planner's `selective` prices: the memory-bound norms and activation
@@ -140,6 +154,23 @@ def recipe_entry(recipes: dict[str, dict[str, Any]], case: dict[str, Any]) -> di
     name = model.get("name") if isinstance(model, dict) else model
     same = str(entry.get("model")) == str(name) and str(entry.get("cluster")) == str(case.get("cluster"))
     return entry if same else None
+
+
+def recipe_stack(entry: dict[str, Any] | None, case: dict[str, Any]) -> str | None:
+    """The stack that ran the row where its recipe names one (the `stack` knob; a case's own `ran:` block wins)."""
+    ran = dict((entry or {}).get("ran") or {})
+    if isinstance(case.get("ran"), dict):
+        ran.update(case["ran"])
+    block = ran.get("stack")
+    return block["value"] if isinstance(block, dict) and "value" in block else None
+
+
+def codebase_schedules(knobs: dict[str, dict[str, Any]]) -> tuple[Schedule, ...] | None:
+    """The schedules the run's codebase ships, where its recipe says (the `schedules` knob), else None."""
+    block = knobs.get("schedules")
+    if not block or block.get("status") != "priced":
+        return None
+    return tuple(Schedule(encode("schedule", label, "ran.schedules")[1]) for label in block["value"])
 
 
 def check_ran(ran: dict[str, Any], where: str) -> None:
@@ -204,7 +235,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
           "cuda_graphs": True, "recompute": True, "fp8_recipe": problem.training.precision == "fp8",
           "torch_compile": problem.training.framework in _COMPILING_STACKS, "vpp": may_exceed_one("pp"),
           "micro_batch": True}
-    return tuple(k for k in KNOB_SPECS if on[k])
+    return tuple(k for k in KNOB_SPECS if on.get(k))
 
 
 def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
@@ -228,7 +259,7 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
-                "cuda_graphs"):
+                "cuda_graphs", "stack", "schedules"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -268,7 +299,8 @@ def case_knobs(case: dict[str, Any], entry: dict[str, Any] | None, problem: Prob
     stated = _stated(case)
     prof = dispatcher_profile(stack_profile(problem.training), problem.training)
     out: dict[str, dict[str, Any]] = {}
-    for knob in relevant_knobs(case, problem):
+    optional = tuple(k for k in OPTIONAL_KNOBS if isinstance(ran.get(k), dict) and "value" in ran[k])
+    for knob in relevant_knobs(case, problem) + optional:
         block = ran.get(knob)
         if knob in stated:
             out[knob] = {"value": stated[knob], "source": "stated by the case", "status": "stated"}
@@ -287,8 +319,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
     schedules, training = problem.schedule_choices, problem.training
     recompute_choices, compiled_loss = problem.recompute_choices, problem.compiled_loss
     for knob, k in knobs.items():
-        if k["status"] not in ("priced", "approximate"):
-            continue
+        if k["status"] not in ("priced", "approximate") or knob in OPTIONAL_KNOBS:
+            continue  # the stack is read before the problem is built (recipe_stack); schedules only rank
         value = k["value"]
         if knob == "ep_overlap":  # Megatron-Core's EP overlap is its combined 1F1B; without it no pairing schedule
             schedules = (int(Schedule.COMBINED_1F1B),) if value else tuple(

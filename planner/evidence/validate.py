@@ -30,10 +30,12 @@ from planner.evidence.cases import (
 from planner.evidence.recipes import (
     apply_knobs,
     case_knobs,
+    codebase_schedules,
     default_recipes_path,
     knob_summary,
     load_recipes,
     recipe_entry,
+    recipe_stack,
 )
 from planner.inputs.problem import Problem
 from planner.report.document import layout_dict, sig
@@ -114,11 +116,12 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
     measured = case.get("measured")
     out: dict[str, Any] = {"id": case.get("id"), "tier": case.get("tier"), "source": short_source(case),
                            "measured": measured if isinstance(measured, dict) else {}}
+    entry = recipe_entry(recipes or {}, case)
+    stack = recipe_stack(entry, case)
     try:
-        bare = case_problem(case, source)
+        bare = case_problem(case, source, stack)
     except PlanInputError as exc:
         return {**out, "layout": None, "predicted": None, "error": None, "reason": exc.one_line()}
-    entry = recipe_entry(recipes or {}, case)
     knobs = case_knobs(case, entry, bare)
     problem, applied = apply_knobs(bare, knobs)
     found = _search_case(problem, bare, applied, knobs)
@@ -126,7 +129,7 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
     if isinstance(found, str):
         return {**out, "layout": None, "predicted": None, "error": None, "reason": found}
     result, note = found
-    read = (case_framework(case)[1], case_precision(case)[1], case_token_drop(case)[2])
+    read = (None if stack else case_framework(case)[1], case_precision(case)[1], case_token_drop(case)[2])
     note = "; ".join(n for n in (*read, note) if n) or None
     plan = result.plans[0]
     mt = plan.metrics
@@ -154,8 +157,8 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
            "predicted": pred, "error": err,
            "regime": case_regime(case, problem, plan.layout, knobs),
            "preference": {k: int(v[0]) for k, v in criteria_columns(
-               problem, plan.layout.columns(),
-               np.array([mt["memory_peak_gib"]])).items()}}
+               problem, plan.layout.columns(), np.array([mt["memory_peak_gib"]]),
+               codebase_schedules(knobs)).items()}}
     if residual:
         res["residual"] = residual
     if note:
@@ -213,7 +216,9 @@ def _layout_signature(case: dict[str, Any]) -> tuple:
 
 
 def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Runs of one source, model, cluster, sequence length, batch and precision that differ in layout or schedule.
+    """Runs of one source, stack, model, cluster, sequence length, batch and precision that differ in layout or
+    schedule. `plan` ranks one stack's layouts, so runs of two stacks in one table (Narayanan et al.'s DeepSpeed ZeRO-3
+    rows beside Megatron's PTD-P ones) are not one ranking; each is still scored on its own price.
 
     Repeats of the same stated layout (e.g. one recipe measured on several container releases) are averaged into one
     entry, so a group ranks layouts, not software versions; groups need two or more distinct layouts.
@@ -225,7 +230,7 @@ def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -
             continue
         tr = case.get("training", {})
         key = (short_source(case), case.get("model", {}).get("name"), case.get("cluster"), tr.get("seq_len"),
-               tr.get("global_batch"), tr.get("precision"))
+               tr.get("global_batch"), tr.get("precision"), results[i]["regime"]["stack"])
         groups[key][_layout_signature(case)].append(i)
     out = []
     for key, layouts in sorted(groups.items(), key=lambda kv: str(kv[0])):
@@ -235,7 +240,7 @@ def ranking_groups(cases: list[dict[str, Any]], results: list[dict[str, Any]]) -
         meas = [statistics.mean(cases[i]["measured"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
         pred = [statistics.mean(results[i]["predicted"]["tokens_per_s_per_gpu"] for i in idx) for idx in members]
         prefer = [tuple(results[idx[0]]["preference"][c.name] for c in CRITERIA) for idx in members]
-        out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]} {key[5]}",
+        out.append({"group": f"{key[0]} | {key[1]} | {key[2]} | s={key[3]} gbs={key[4]} {key[5]} | {key[6]}",
                     "cases": [cases[idx[0]]["id"] for idx in members], "kendall_tau": sig(kendall_tau(pred, meas), 3),
                     "regret": sig(regret(pred, meas, prefer, tie_width()), 4),
                     "regret_time": sig(regret(pred, meas), 4)})

@@ -68,9 +68,10 @@ def standard_schedules(framework: str) -> tuple[Schedule, ...]:
     return STANDARD_SCHEDULES.get(framework, _COMMON)
 
 
-def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray],
-                     memory_gib: np.ndarray) -> dict[str, np.ndarray]:
-    """Per row and criterion (CRITERIA), 0 where the row does what practitioners prefer, more where it does not."""
+def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray], memory_gib: np.ndarray,
+                     schedules: tuple[Schedule, ...] | None = None) -> dict[str, np.ndarray]:
+    """Per row and criterion (CRITERIA), 0 where the row does what practitioners prefer, more where it does not.
+    `schedules`: the standard schedules where they are not the stack's (a published run's own codebase)."""
     tr, gpu = problem.training, problem.cluster.gpu
     rc = cols["recompute"]
     offload = (rc == Recompute.OFFLOAD) | (rc == Recompute.OFFLOAD_MODULES)
@@ -82,7 +83,8 @@ def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray],
     return {
         "offload": (offload & bool(gpu.nic_shares_host_link)).astype(np.int64),
         "cp": ((cp > 1) & (tr.seq_len < CP_MIN_TOKENS_PER_RANK * cp)).astype(np.int64),
-        "schedule": (~np.isin(cols["schedule"], np.array(standard_schedules(tr.framework)))).astype(np.int64),
+        "schedule": (~np.isin(cols["schedule"], np.array(schedules or standard_schedules(tr.framework)))
+                     ).astype(np.int64),
         "memory": (memory_gib * typical > room).astype(np.int64),
         "wide": sum((feats[f].astype(np.int64) for f in bands.LAYOUT_FEATURES if f in wide),
                     start=np.zeros(len(cp), dtype=np.int64)),
