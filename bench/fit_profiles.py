@@ -32,8 +32,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.cost import fitted  # noqa: E402
-from planner.cost.profiles import PROFILE_NAMES  # noqa: E402
-from planner.evidence.recipes import default_recipes_path, load_recipes  # noqa: E402
+from planner.evidence.cases import case_framework  # noqa: E402
+from planner.evidence.recipes import default_recipes_path, load_recipes, recipe_entry, recipe_stack  # noqa: E402
 from planner.evidence.validate import load_cases, run_case, short_source  # noqa: E402
 
 KERNEL_GRID = tuple(round(0.40 + 0.025 * i, 3) for i in range(25))  # 0.400 .. 1.000
@@ -106,9 +106,15 @@ def fit(cases: list[Case], candidates: list[fitted.Fitted], stored: int, label: 
     return {"score": score, "refit_error": refit_score, "fitted_on": ids}, pick
 
 
-def dense_cases(cases: list[Case], profile: str) -> list[Case]:
+def priced_stack(case: Case, recipes: Recipes | None) -> str:
+    """The profile validate prices a case with: its recipe's `stack` where it names one, else what its row reads as
+    (case_framework: an unknown framework is `other`, paper-era Megatron stating fp8 or CP is megatron-core)."""
+    return recipe_stack(recipe_entry(recipes or {}, case), case) or case_framework(case)[0]
+
+
+def dense_cases(cases: list[Case], profile: str, recipes: Recipes | None = None) -> list[Case]:
     return [c for c in cases if c.get("tier") == "dense" and c["measured"].get("tokens_per_s_per_gpu")
-            and (c["training"]["framework"] if c["training"]["framework"] in PROFILE_NAMES else "other") == profile]
+            and priced_stack(c, recipes) == profile]
 
 
 def with_kernel(base: fitted.Fitted, profile: str, value: float) -> fitted.Fitted:
@@ -123,7 +129,8 @@ def fit_kernel(doc: dict[str, Any], cases: list[Case], names: list[str] | None, 
             continue
         values = sorted({*grid, entry["value"]})
         candidates = [with_kernel(base, name, v) for v in values]
-        fields, pick = fit(dense_cases(cases, name), candidates, values.index(entry["value"]), name, adopt, recipes)
+        fields, pick = fit(dense_cases(cases, name, recipes), candidates, values.index(entry["value"]), name, adopt,
+                           recipes)
         update(entry, fields, {"value": values[pick]})
         if adopt:
             entry["value"] = values[pick]

@@ -233,10 +233,11 @@ NAMED = ("README headline: Llama 3 70B, 512 H100", "Llama 3 405B, 16,384 H100", 
          "Nemotron-4 340B, 1,024 H100", "DeepSeek-V3, 2,048 H800, its fp8 recipe")
 
 
-# DeepSeek-V3's report figure is its whole pre-training's average (batch ramp, checkpoints, restarts), and since issue
-# 25 the expert imbalance is fitted (1.0) on force-balanced benchmark rows while DeepSeek routed for real: 24 % fast
-# (tests/test_moe_physics.py holds the same 25 %).
-TOLERANCE = {"DeepSeek-V3, 2,048 H800, its fp8 recipe": 0.25}
+# DeepSeek-V3's report figure is its whole pre-training's average over GPU-hours: it is compared with the price net of
+# restarts and checkpoints (the planner's goodput, 96.9 %), which still leaves the batch ramp of the first 469B tokens
+# (priced at 3,072-12,288 sequences it lowers the run's average by 0.5 %) and real routing, where the expert imbalance
+# is fitted (1.0) on force-balanced benchmark rows: 16 % fast (tests/test_moe_physics.py holds its own bound).
+TOLERANCE = {"DeepSeek-V3, 2,048 H800, its fp8 recipe": 0.20}
 
 
 @pytest.mark.parametrize("title", NAMED)

@@ -16,6 +16,8 @@ import yaml
 
 from planner.cost import expert, fitted, host
 from planner.cost.profiles import PROFILE_NAMES, profile_for
+from planner.evidence.cases import case_framework
+from planner.evidence.recipes import default_recipes_path, load_recipes, recipe_entry, recipe_stack
 from planner.evidence.validate import load_cases, run_case, short_source
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
@@ -115,8 +117,9 @@ def test_kernel_entries_are_complete_in_range_and_name_their_cases(name: str) ->
     by_id = _cases_by_id()
     cases = [by_id[i] for i in entry["fitted_on"]]
     assert all(c["tier"] == "dense" and c["measured"]["tokens_per_s_per_gpu"] for c in cases)
-    assert all((c["training"]["framework"] if c["training"]["framework"] in PROFILE_NAMES else "other") == name
-               for c in cases)
+    # the profile validate prices each with: its recipe's stack, else what its row reads as
+    recipes = load_recipes(default_recipes_path(None))
+    assert all((recipe_stack(recipe_entry(recipes, c), c) or case_framework(c)[0]) == name for c in cases)
     _assert_fit_fields(entry, cases)
 
 
