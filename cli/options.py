@@ -219,6 +219,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
                           moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
+                          moe_force_balance=o.moe_force_balance,
                           moe_dispatcher=dispatcher, param_offload=bool(o.param_offload),
                           **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile))
     except ValidationError as exc:

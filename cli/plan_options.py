@@ -153,6 +153,9 @@ class PlanOptions:
     moe_pad_to_capacity: bool = _opt(False, ("--moe-pad-to-capacity",), "with --moe-capacity-factor: pad every "
                                      "expert's input to its capacity (static shapes; priced as a full capacity of "
                                      "work)", "flag", _ALL)
+    moe_force_balance: bool = _opt(False, ("--moe-force-balance",), "the router hands every expert the same token "
+                                   "count (Megatron-Core --moe-router-force-load-balancing, a benchmarking switch): "
+                                   "priced with every rank at the mean load", "flag", _ALL)
     moe_dispatcher: str = _opt(
         "stack", ("--moe-dispatcher",), "MoE token dispatcher the run uses: stack (the framework's; DeepEP where it "
         "ships it) | alltoall (Megatron-Core's: every routed copy over the wire) | flex (DeepEP/HybridEP: a token "

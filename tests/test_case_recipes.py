@@ -221,3 +221,22 @@ def test_zero_bubble_rows_rank_their_codebase_schedules_as_standard(recipes, cas
     bare = run_case(cases["ZB-044"], "test", {})
     assert bare["preference"]["schedule"] == 1
     assert bare["predicted"] == out["predicted"]  # ranking only: the price is the same
+
+
+def test_forced_expert_balance_is_priced_at_the_mean_load(recipes, cases):
+    """The benchmark rows force balanced routing (Megatron-Core moe_router_force_load_balancing): every rank carries
+    the mean, whatever the fitted imbalance of learned routing; the same dropless run routing for real is slower
+    as soon as that imbalance is above 1."""
+    from dataclasses import replace
+
+    from planner.cost import fitted
+
+    out = run_case(cases["MB-141"], "test", recipes)
+    assert out["knobs"]["moe_force_balance"]["status"] == "priced"
+    case = copy.deepcopy(cases["MB-141"])
+    case["ran"] = {"moe_force_balance": {"value": False, "source": "NVIDIA-NeMo/Megatron-Bridge@0fbfe7d3e:x.py#L1"}}
+    with fitted.using(replace(fitted.shipped(), expert_imbalance=1.2)):
+        forced = run_case(cases["MB-141"], "test", recipes)["predicted"]["tokens_per_s_per_gpu"]
+        learned = run_case(case, "test", recipes)["predicted"]["tokens_per_s_per_gpu"]
+    assert forced == out["predicted"]["tokens_per_s_per_gpu"]
+    assert learned < 0.97 * forced

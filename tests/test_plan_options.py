@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import typing
 from pathlib import Path
 
@@ -128,3 +129,17 @@ def test_the_default_stack_is_the_planners() -> None:
 
     assert plan_options.DEFAULT_FRAMEWORK == DEFAULT_FRAMEWORK
     assert any(DEFAULT_FRAMEWORK in stacks for stacks in LAUNCHES.values())
+
+
+def test_moe_force_balance_reaches_the_price() -> None:
+    """`--moe-force-balance` is the run's routing: the header says so, and at today's imbalance of learned routing
+    (1.0) the price is the same either way."""
+    argv = ("explain", "--model", "mixtral-8x7b", "--cluster", "h100x64", "--layout", "tp=2,pp=1,ep=8,mbs=1",
+            "--format", "json")
+    plain = json.loads(run_plan_in_process(*argv).stdout)
+    forced = run_plan_in_process(*argv, "--moe-force-balance")
+    assert forced.returncode == 0
+    assert json.loads(forced.stdout)["inputs"]["training"]["moe_force_balance"] is True
+    assert plain["inputs"]["training"]["moe_force_balance"] is False
+    table = run_plan_in_process("--model", "mixtral-8x7b", "--cluster", "h100x64", "--moe-force-balance", "--top", "1")
+    assert "forced expert balance" in " ".join(table.stdout.split())

@@ -169,7 +169,8 @@ def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) 
     file = {"seq_len": cfg.seq_len, "global_batch": cfg.global_batch, "precision": cfg.precision,
             "optimizer_offload": cfg.optimizer_offload, "optimizer_moments": cfg.optimizer_moments,
             "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity,
-            "param_offload": cfg.param_offload, "moe_dispatcher": cfg.moe_dispatcher, **switches}
+            "param_offload": cfg.param_offload, "moe_dispatcher": cfg.moe_dispatcher,
+            "moe_force_balance": cfg.moe_force_balance, **switches}
     # (a capacity factor the file states is taken as it is; the other figures only where they are set and not zero)
     merged = replace(options, **{k: v for k, v in file.items()
                                  if k not in stated and (v is not None if k == "moe_capacity_factor" else v)})

@@ -29,13 +29,15 @@ FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 def busiest_rank_load(training: TrainingSpec) -> float:
     """Routed tokens the busiest expert-parallel rank computes, in units of the even share k·tokens/E.
 
-    Dropless: the fitted expert imbalance I (fitted.yaml: the busiest rank gets more than the even k/E share and
-    everyone waits for it; the same rank also receives and returns that many tokens in `a2a_pass_time`). With a
+    Dropless: the fitted expert imbalance I of learned routing (fitted.yaml: the busiest rank gets more than the even
+    k/E share and everyone waits for it; the same rank also receives and returns that many tokens in
+    `a2a_pass_time`); 1 where the router is forced to balance (TrainingSpec.moe_force_balance: Megatron-Core's
+    benchmarking switch hands every expert the same count, so every rank carries the mean). With a
     capacity factor c each expert keeps at most c times its share and drops the rest (Megatron-Core get_capacity,
     moe_utils.py), so min(I, c); padded to capacity every expert computes exactly c times its share, however the
     router spread the tokens (token_dispatcher.py drop_and_pad: num_tokens_per_local_expert = capacity x tp x ep)."""
     c = training.moe_capacity_factor
-    imbalance = fitted.current().expert_imbalance
+    imbalance = 1.0 if training.moe_force_balance else fitted.current().expert_imbalance
     if c is None:
         return imbalance
     return c if training.moe_pad_to_capacity else min(imbalance, c)

@@ -241,8 +241,7 @@ def relevant_knobs(case: dict[str, Any], problem: Problem) -> tuple[str, ...]:
 def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
     """The one value the cost model prices for a knob it does not take per case (through the framework profile)."""
     return {"tp_comm_overlap": prof.tp_comm_overlap, "overlap_grad_reduce": prof.dp_overlap > 0,
-            "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False,
-            "moe_force_balance": False}[knob]  # dropless MoE is priced with expert.EXPERT_IMBALANCE
+            "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False}[knob]
 
 
 def _expert_tp_status(value: int, tp: object) -> tuple[str, str | None]:
@@ -259,7 +258,7 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
-                "cuda_graphs", "stack", "schedules"):
+                "cuda_graphs", "stack", "schedules", "moe_force_balance"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -342,7 +341,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
-        elif knob == "tp_comm_overlap":
+        elif knob in ("tp_comm_overlap", "moe_force_balance"):
             training = training.model_copy(update={knob: bool(value)})
         elif knob == "torch_compile":  # the kernel rate where the stack has the switch; a compiled loss's memory
             training = training.model_copy(update={knob: bool(value)})

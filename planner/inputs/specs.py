@@ -401,6 +401,10 @@ class TrainingSpec(_Spec):
     moe_pad_to_capacity: bool = Field(default=False, description=(
         "pad every expert's input to its capacity (Megatron-Core --moe-pad-expert-input-to-capacity): static shapes "
         "and the work of a full capacity whatever the routing; needs moe_capacity_factor"))
+    moe_force_balance: bool = Field(default=False, description=(
+        "the router spreads tokens evenly over the experts (Megatron-Core --moe-router-force-load-balancing, a "
+        "benchmarking switch): every expert-parallel rank carries the mean load; off, the router's learned routing "
+        "leaves the busiest rank the fitted expert imbalance above it"))
     tp_comm_overlap: bool | None = Field(default=None, description=(
         "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
         "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))

@@ -318,4 +318,5 @@ def precision_label(tr: TrainingSpec) -> str:
     label += ", bf16 moments" if tr.optimizer_moments == "bf16" else ""
     if tr.moe_capacity_factor is not None:
         label += f", token drop at capacity {tr.moe_capacity_factor:g}x" + (" padded" if tr.moe_pad_to_capacity else "")
+    label += ", forced expert balance" if tr.moe_force_balance else ""
     return label

@@ -35,6 +35,7 @@ class LaunchConfig:
     optimizer_moments: str | None = None  # "bf16" where the file keeps both Adam moments in bf16
     moe_capacity_factor: float | None = None  # token dropping: each expert's capacity in even shares
     moe_pad_to_capacity: bool = False  # experts' inputs padded to that capacity
+    moe_force_balance: bool = False  # the router forced to spread tokens evenly (a benchmarking switch)
     param_offload: bool = False  # ZeRO-3 parameter partitions in host memory (DeepSpeed offload_param)
     tp_comm_overlap: bool | None = None  # TP collectives overlapped with GEMMs, as the file runs it (None: not said)
     torch_compile: bool | None = None  # torch.compile of the model, as the file runs it (None: not said)

@@ -304,6 +304,7 @@ def _optimizer(cfg: LaunchConfig, flags: Flags) -> None:
         cfg.ignored.append(f"--optimizer {flags.text('--optimizer')} (priced as Adam)")
     capacity, pad = "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"
     token_drop(cfg, flags.text(capacity) if capacity in flags else None, pad in flags, (capacity, pad))
+    cfg.moe_force_balance = "--moe-router-force-load-balancing" in flags
 
 
 def _schedule(cfg: LaunchConfig, flags: Flags) -> None:

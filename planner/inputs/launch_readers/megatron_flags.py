@@ -77,6 +77,7 @@ HANDLED = {
     "--window-attn-skip-freq", "--mtp-num-layers", "--activation-func-clamp-value", "--glu-linear-offset",
     "--softmax-type", "--add-qkv-bias", "--attention-output-gate", "--experimental-attention-variant",
     "--linear-attention-freq", "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity",
+    "--moe-router-force-load-balancing",
     "--hybrid-override-pattern", "--hybrid-layer-pattern", "--moe-latent-size", "--vocab-size",
     "--make-vocab-size-divisible-by", "--tokenizer-type", "--tokenizer-model", "--vocab-file",
     "--rampup-batch-size", "--step-batch-size-schedule", "--disable-bias-linear",

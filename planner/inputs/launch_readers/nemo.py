@@ -53,7 +53,8 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length",
             "model.account_for_loss_in_pipeline_split", "model.num_layers_in_first_pipeline_stage",
             "model.num_layers_in_last_pipeline_stage", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
             "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
-            "checkpoint.ckpt_format", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"}
+            "checkpoint.ckpt_format", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity",
+            "model.moe_router_force_load_balancing"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")
 
@@ -211,6 +212,7 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
                   "optimizer.exp_avg_dtype/exp_avg_sq_dtype", cfg)
     token_drop(cfg, found.get("model.moe_expert_capacity_factor"), flag("model.moe_pad_expert_input_to_capacity"),
                ("model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"))
+    cfg.moe_force_balance = flag("model.moe_router_force_load_balancing")
     if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:

@@ -43,7 +43,8 @@ _READ = {"global_batch_size", "rampup_batch_size", "encoder_seq_length", "seq_le
          "activations_checkpoint_layers_per_pipeline", "expert_tensor_parallel_size", "moe_grouped_gemm",
          "moe_token_dispatcher_type", "moe_aux_loss_coeff", "moe_router_load_balancing_type", "normalization",
          "position_embedding_type", "rotary_base", "rotary_percentage", "seq_len_interpolation_factor",
-         "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "precision"}
+         "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "precision",
+         "moe_router_force_load_balancing"}
 _QUIET = {"resume_from_checkpoint", "init_method_std", "hidden_dropout", "attention_dropout", "ffn_dropout",
           "apply_query_key_layer_scaling", "layernorm_epsilon", "pre_process", "post_process", "persist_layer_norm",
           "gradient_as_bucket_view", "grad_div_ar_fusion", "gradient_accumulation_fusion", "bias_activation_fusion",
@@ -238,6 +239,8 @@ def _memory(cfg: LaunchConfig, model: dict[str, Any]) -> None:
     token_drop(cfg, model.get("moe_expert_capacity_factor"),
                as_bool(model.get("moe_pad_expert_input_to_capacity", False), "model.moe_pad_expert_input_to_capacity",
                        src), ("model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"))
+    cfg.moe_force_balance = as_bool(model.get("moe_router_force_load_balancing", False),
+                                    "model.moe_router_force_load_balancing", src)
 
 
 def _shape(cfg: LaunchConfig, model: dict[str, Any]) -> None:
