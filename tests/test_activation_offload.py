@@ -218,6 +218,33 @@ def test_zero3_across_nodes_keeps_the_nic_busy() -> None:
     assert not none[0].any() and not none[1].any()
 
 
+def test_expert_all_to_alls_across_nodes_keep_the_nic_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Qwen3-235B with EP 16 x TP 2 spans four H100 nodes: each MoE layer's dispatch and combine cross the NIC that
+    shares the GPU's PCIe link with the module offload's copies, so those copies slow down; with EP 4 (one node) the
+    NIC carries none of it."""
+    from planner.cost import expert
+    from planner.cost.fabric import Fabric
+    from planner.cost.profiles import profile_for
+    from planner.inputs.layout import parse_pairs
+    from planner.report.explain import explain
+
+    m = load_model("qwen3-235b-a22b")
+    p = Problem(m, load_cluster("h100x256"), TrainingSpec(seq_len=4096, global_batch=8192, precision="fp8",
+                                                          framework="nemo"))
+    fab, prof = Fabric(p.cluster, {}, 3.35e12), profile_for("nemo")
+    tok, tp, etp = np.array([8192.0, 8192.0]), np.array([2.0, 2.0]), np.array([1.0, 1.0])
+    nbytes = expert.nic_bytes_per_pass(m, fab, prof, tok, tp, np.array([16.0, 4.0]), etp, True, 1.0)
+    assert nbytes[0] > 0 and nbytes[1] == 0.0  # EP 4 x TP 2 fills one node
+    busy_f, _ = activation_offload.nic_busy(p, np.array([1]), np.array([32.0]), tp[:1], np.zeros(1), np.zeros(1),
+                                            np.array([0.1]), np.array([0.2]), expert_nic_s=0.03)
+    assert busy_f[0] == pytest.approx(0.3)
+    layout = "tp=2,pp=4,vpp=4,ep=16,mbs=2,zero=1,recompute=offload-modules,schedule=combined-1f1b"
+    with_nic = explain(p, parse_pairs([layout], "--layout"))["breakdown"]["offload_s"]
+    monkeypatch.setattr(expert, "nic_bytes_per_pass", lambda *a, **k: np.zeros(1))
+    without = explain(p, parse_pairs([layout], "--layout"))["breakdown"]["offload_s"]
+    assert with_nic > without
+
+
 def test_explain_says_how_much_host_memory_the_offload_takes() -> None:
     from planner.inputs.layout import parse_pairs
     from planner.report.explain import explain

@@ -29,8 +29,10 @@ On x86 hosts the GPU reaches host memory over its one PCIe x16 link, which also 
 traffic (DGX H100 pairs each GPU with one ConnectX-7, User Guide §1.2.3, whose integrated PCIe switch sits between
 the GPU and the CPU in NVIDIA's DGX H100 block diagram, GTC 2022 technical follow-up), so while ZeRO-3
 gathers cross the network the copies get what the NIC leaves: B = host link - NIC rate x the share of the pass its
-collectives run (nic_busy). Grace parts reach host memory over NVLink-C2C, apart from the NIC's PCIe path. Other
-network traffic during the passes (expert all-to-all, ring attention across nodes) is not charged here.
+collectives run (nic_busy), and likewise while the expert all-to-alls of an EP group wider than one NVLink domain
+do (their bytes over the NIC at its line rate, expert.nic_bytes_per_pass). Grace parts reach host memory over
+NVLink-C2C, apart from the NIC's PCIe path. Other network traffic during the passes (ring attention across nodes,
+pipeline hand-offs) is not charged here.
 
 recompute=offload-modules (Megatron-Core's fine-grained offloading; which tensors: planner.cost.module_offload) shares
 the host link, its NIC contention and the HBM term: modules_stall prices its copies layer by layer, host_bytes_over
@@ -87,20 +89,23 @@ MIN_LINK_SHARE = 0.05
 
 def nic_busy(problem: Problem, zero: np.ndarray, shard_group: np.ndarray, tp: np.ndarray, ag: np.ndarray,
              rs: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
-             outer: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) share of a layer's pass during which ZeRO-3 collectives that leave the NVLink domain run
-    (their gathers `ag` beside t_f, gathers and reduce-scatters `rs` beside t_b, at most all of it; seconds from
-    sharding.fsdp_collectives), where the GPU's host link also carries the NIC's traffic; 0 elsewhere. `outer`: the
-    shard group's outer factor when data parallelism is outermost (planner.cost.groups.Placement)."""
+             outer: tuple[np.ndarray, np.ndarray] | None = None,
+             expert_nic_s: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) share of a layer's pass during which the NIC runs, where the GPU's host link also carries
+    its traffic (0 elsewhere): ZeRO-3 collectives that leave the NVLink domain (their gathers `ag` beside t_f,
+    gathers and reduce-scatters `rs` beside t_b; seconds from sharding.fsdp_collectives) plus `expert_nic_s`, the
+    seconds an average layer's expert all-to-alls keep the NIC at line rate in each pass
+    (expert.nic_bytes_per_pass / the NIC's rate); at most all of the pass. `outer`: the shard group's outer factor
+    when data parallelism is outermost (planner.cost.groups.Placement)."""
     if not problem.cluster.gpu.nic_shares_host_link:
         return np.zeros_like(t_f), np.zeros_like(t_b)
     domain = problem.cluster.nvlink_domain
     inside = peers_within(domain, tp, shard_group) if outer is None else (
         peers_within(domain, tp, outer[0]) * peers_within(domain, outer[1], shard_group // outer[0]))
     crosses = (zero == Zero.PARAMETERS) & (inside < shard_group)
-    busy_f = np.minimum(ag / np.maximum(t_f, 1e-12), 1.0)
-    busy_b = np.minimum((ag + rs) / np.maximum(t_b, 1e-12), 1.0)
-    return np.where(crosses, busy_f, 0.0), np.where(crosses, busy_b, 0.0)
+    z3_f, z3_b = np.where(crosses, ag, 0.0), np.where(crosses, ag + rs, 0.0)
+    return (np.minimum((z3_f + expert_nic_s) / np.maximum(t_f, 1e-12), 1.0),
+            np.minimum((z3_b + expert_nic_s) / np.maximum(t_b, 1e-12), 1.0))
 
 
 def offload_stall(problem: Problem, k: np.ndarray, per_layer_act: np.ndarray, layers: np.ndarray,

@@ -204,6 +204,24 @@ def a2a_parts(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray
             fab.routed_all_to_all(copies * 2.0, per_remote * 2.0, ep, etp, "ep"))
 
 
+def nic_bytes_per_pass(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
+                       ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> np.ndarray:
+    """Bytes one GPU's NIC carries each way in one pass of one MoE layer (dispatch + combine): the routed copies bound
+    for expert ranks outside its NVLink domain, (ep - g)/ep of its k copies under uniform routing with a plain
+    all-to-all, or one copy per remote domain reached with node-deduplicated kernels (`a2a_parts`); g the EP ranks
+    one domain holds. 0 where the EP group fits in one domain. What the NIC carries also crosses the GPU's PCIe link
+    on x86 nodes (planner.cost.activation_offload.nic_busy)."""
+    tokens = tok / tp
+    elt = (FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0) + 2.0  # dispatch, then the bf16 combine
+    g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
+    domains = np.maximum(ep / g, 1.0)
+    if prof.deepep:
+        remote = load * tokens * m.hidden_size * domains_reached(m, domains) * (domains - 1) / domains
+    else:
+        remote = load * tokens * m.num_experts_per_tok * m.hidden_size * (ep - g) / np.maximum(ep, 1)
+    return np.where(domains > 1, remote * elt, 0.0)
+
+
 def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
                   ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> np.ndarray:
     """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of

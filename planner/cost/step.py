@@ -194,8 +194,14 @@ def _offload_stalls(problem: Problem, x: _Layer, offloaded: np.ndarray, layers: 
     out = np.zeros(shape)
     if not (np.any(offloaded) or np.any(moved)):
         return out
+    m, tr = problem.model, problem.training
+    expert_nic = 0.0
+    if m.is_moe:
+        nbytes = expert.nic_bytes_per_pass(m, x.fab, expert.dispatcher_profile(x.prof, tr), x.tok, tp, x.k["ep"],
+                                           x.k["etp"], compute.is_fp8(problem), expert.busiest_rank_load(tr))
+        expert_nic = m.moe_layers / m.num_hidden_layers * nbytes / (problem.cluster.network_gbps * 1e9)
     busy = activation_offload.nic_busy(problem, x.zero, x.shard_group, tp, *x.fsdp_collectives, lt.fwd, lt.bwd,
-                                       x.place.data_outer(x.shard_group))
+                                       x.place.data_outer(x.shard_group), expert_nic)
     if np.any(offloaded):
         per_layer_act, _ = memory.layer_activation_bytes(problem, x.tok, tp, x.k["sp"], rc)
         out = out + activation_offload.offload_stall(problem, offloaded, per_layer_act, layers, lt.fwd, lt.bwd,
