@@ -240,3 +240,33 @@ def test_forced_expert_balance_is_priced_at_the_mean_load(recipes, cases):
         learned = run_case(case, "test", recipes)["predicted"]["tokens_per_s_per_gpu"]
     assert forced == out["predicted"]["tokens_per_s_per_gpu"]
     assert learned < 0.97 * forced
+
+
+def test_a_schedule_the_row_leaves_open_is_one_its_codebase_ships(recipes, cases):
+    """DGX Cloud's DeepSeek-V3 GB200 row (NeMo 25.04) states no schedule; the Megatron-Core it ran offers 1F1B and
+    interleaved only, so validate searches those (it used to pick ZB-2p, and dropped every recipe knob when 1F1B
+    was pruned as dominated by a ZB-H1 the run could not choose)."""
+    out = run_case(cases["DGXC-213"], "test", recipes)
+    assert out["knobs"]["schedules"]["status"] == "priced"
+    assert out["layout"]["schedule"] in ("1f1b", "interleaved")
+    assert "note" not in out  # priced with its knobs, not without them
+    bare = run_case(cases["DGXC-213"], "test", {})
+    assert bare["layout"]["schedule"] not in ("1f1b", "interleaved")
+
+
+def test_1f1b_is_not_pruned_as_dominated_by_a_schedule_the_problem_cannot_choose():
+    """dominated_1f1b prunes 1F1B only where ZB-H1 may be chosen instead."""
+    from dataclasses import replace
+
+    from planner.inputs.catalog import load_cluster, load_model
+    from planner.inputs.layout import Schedule
+    from planner.inputs.problem import Problem
+    from planner.inputs.specs import TrainingSpec
+    from planner.search.search import search
+
+    p = Problem(load_model("llama3-8b"), load_cluster("h100x16"), TrainingSpec(seq_len=8192, global_batch=64),
+                fixed={"pp": 2, "vpp": 1, "tp": 1})
+    free = search(p, top=1, rank_by="time").plans[0].layout
+    assert free.schedule != Schedule.ONE_F_ONE_B  # ZB-H1 or better dominates it in the generic stack
+    only = replace(p, schedule_choices=(int(Schedule.ONE_F_ONE_B), int(Schedule.INTERLEAVED)))
+    assert search(only, top=1, rank_by="time").plans[0].layout.schedule == Schedule.ONE_F_ONE_B

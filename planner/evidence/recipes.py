@@ -97,8 +97,9 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                       "priced with that stack's profile and ranked among that stack's runs",
                       lambda v: isinstance(v, str) and v in FRAMEWORKS, "a framework name plan knows"),
     "schedules": KnobSpec("the pipeline schedules the codebase that ran the row ships (a research fork's own "
-                          "schedules are its standard ones): the `schedule` preference of `plan validate`'s "
-                          "ranking reads them instead of the stack's",
+                          "schedules are its standard ones): a schedule the row leaves open is searched among them, "
+                          "and the `schedule` preference of `plan validate`'s ranking reads them instead of the "
+                          "stack's",
                           lambda v: isinstance(v, list) and bool(v) and all(
                               isinstance(x, str) and x in SCHEDULE_LABELS for x in v),
                           "a list of schedule names"),
@@ -318,8 +319,12 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
     schedules, training = problem.schedule_choices, problem.training
     recompute_choices, compiled_loss = problem.recompute_choices, problem.compiled_loss
     for knob, k in knobs.items():
-        if k["status"] not in ("priced", "approximate") or knob in OPTIONAL_KNOBS:
-            continue  # the stack is read before the problem is built (recipe_stack); schedules only rank
+        if k["status"] not in ("priced", "approximate") or knob == "stack":
+            continue  # the stack is read before the problem is built (recipe_stack)
+        if knob == "schedules":  # a schedule the row leaves open is one its codebase ships
+            offered = {int(s) for s in codebase_schedules(knobs) or ()}
+            schedules = tuple(s for s in (schedules or tuple(int(x) for x in Schedule)) if s in offered)
+            continue
         value = k["value"]
         if knob == "ep_overlap":  # Megatron-Core's EP overlap is its combined 1F1B; without it no pairing schedule
             schedules = (int(Schedule.COMBINED_1F1B),) if value else tuple(

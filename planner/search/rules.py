@@ -315,9 +315,11 @@ DOMINANCE: tuple[Rule, ...] = (
          "Megatron dist_optimizer.md; planner.cost.data (reduction window, optimizer shard)"),
     Rule("dominated_1f1b", ("pp", "schedule"),
          lambda c, p: (c["schedule"] != Schedule.ONE_F_ONE_B) | (c["pp"] == 1) | ("schedule" in p.fixed)
-         | (Schedule.ZB_H1 not in capabilities_for(p.training.framework).schedules),
-         "where the framework ships ZB-H1, it keeps 1F1B's order and memory and fills part of its bubble with "
-         "weight-gradient passes: 1f1b with pp > 1 is never better", "pin schedule=1f1b with --fix to price it",
+         | (Schedule.ZB_H1 not in capabilities_for(p.training.framework).schedules)
+         | (p.schedule_choices is not None and int(Schedule.ZB_H1) not in p.schedule_choices),
+         "where the framework ships ZB-H1 (and the problem may choose it), it keeps 1F1B's order and memory and fills "
+         "part of its bubble with weight-gradient passes: 1f1b with pp > 1 is never better",
+         "pin schedule=1f1b with --fix to price it",
          "Qi et al. 2024 §2.1 (ZB-H1 bubble (p-1)(F + B - W) at 1F1B's activation memory)"),
 )
 
