@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.cost import activation_offload, compute, device_memory, host, memory, pipeline
+from planner.cost import activation_offload, compute, device_memory, expert, host, memory, pipeline
 from planner.cost.profiles import stack_profile
 from planner.cost.sharding import expert_shard_group, sharding, split_state_bytes, stage_params
 from planner.inputs.problem import Problem
@@ -156,7 +156,8 @@ def stage_parts(problem: Problem, act: ActivationSide, st: StateSide, places: Se
                     for place in places]
     inflight = _inflight(k["sched"], pp, k["vpp"], np.floor(act.micro), [place.rank for place in places])
     layers = [counts[place.layers] for place in places]
-    held = per_layer_act + host.graph_buffer_bytes(problem, tok, tp, sp)  # and per-layer CUDA graphs' static buffers
+    deepep = expert.dispatcher_profile(prof, problem.training).deepep
+    held = per_layer_act + host.graph_buffer_bytes(problem, tok, tp, sp, deepep)  # and per-layer CUDA graphs' buffers
     acts = [held * n * in_flight + working for n, in_flight in zip(layers, inflight, strict=True)]
     off = memory.offloaded_module_bytes(problem, tok, tp, k["rc"])
     if np.any(off):  # offloaded tensors the host cannot hold stay on the device (a finite total the fit check refuses)

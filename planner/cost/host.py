@@ -211,12 +211,18 @@ def layer_host_time(problem: Problem, ep: np.ndarray, router_fused: bool, deepep
                      BACKWARD_OVER_FORWARD * per_pass + COMBINED_NODES_BWD * nodes, op_s * syncs + zero)
 
 
-def graph_buffer_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray) -> np.ndarray:
+def graph_buffer_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np.ndarray,
+                       deepep: bool = False) -> np.ndarray:
     """Bytes per layer and micro-batch in flight that per-layer CUDA graphs keep resident: Transformer Engine's
     make_graphed_callables captures each (layer, micro-batch) and keeps its static input and output surfaces and
     their gradient buffers for replay (transformer_engine/pytorch/graph.py), so a captured module holds its input,
-    its output and both gradients: 4 hidden-sized tensors of the rank's tokens (tok/tp under sequence parallelism),
-    and moe_preprocess's output, the k permuted copies, twice more with its gradient. Megatron-Bridge's CUDA graph
+    its output and both gradients: 4 hidden-sized tensors of the rank's tokens (tok/tp under sequence parallelism).
+    moe_preprocess's output is what the dispatcher's dispatch_preprocess returns: with the all-to-all dispatcher the
+    k permuted copies (it permutes before the exchange), twice more with its gradient; with the flex dispatcher
+    (`deepep`: DeepEP / HybridEP) the tokens as they came in, reshaped, since it permutes after the exchange
+    (NVIDIA/Megatron-LM@3bec9aa97 megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher
+    dispatch_preprocess returns permutated_local_input_tokens, L592-L645; MoEFlexTokenDispatcher's returns
+    hidden_states, L1404-L1428), which the hidden-sized surfaces already count. Megatron-Bridge's CUDA graph
     guide puts the total at "a few GB", over 10 GB with pipeline parallelism (docs/training/cuda-graphs.md). A
     full-iteration graph allocates the step's own tensors from its private pool: the same peak the model already
     prices, plus the batch's token ids (nothing counted)."""
@@ -228,5 +234,5 @@ def graph_buffer_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np
     if not m.is_moe or not dropless(problem):
         return per_module  # the whole layer is one captured module
     f_moe = m.moe_layers / m.num_hidden_layers
-    permuted = 2.0 * rows * m.num_experts_per_tok * m.hidden_size * 2.0
+    permuted = 0.0 if deepep else 2.0 * rows * m.num_experts_per_tok * m.hidden_size * 2.0
     return per_module + f_moe * (per_module + permuted)  # attn; moe_router + moe_preprocess
