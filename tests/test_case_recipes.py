@@ -270,3 +270,15 @@ def test_1f1b_is_not_pruned_as_dominated_by_a_schedule_the_problem_cannot_choose
     assert free.schedule != Schedule.ONE_F_ONE_B  # ZB-H1 or better dominates it in the generic stack
     only = replace(p, schedule_choices=(int(Schedule.ONE_F_ONE_B), int(Schedule.INTERLEAVED)))
     assert search(only, top=1, rank_by="time").plans[0].layout.schedule == Schedule.ONE_F_ONE_B
+
+
+def test_context_parallel_exchange_is_what_the_code_of_the_period_ran(recipes, cases):
+    """NeMo 24.03.01's Megatron-Core has no --cp-comm-type: its context parallelism is Transformer Engine's p2p ring,
+    which the knob file says (`cp_comm: ring`); left to the search, the 128K row picks the hierarchical a2a+p2p that
+    came later."""
+    out = run_case(cases["NEMO-018"], "test", recipes)
+    assert out["knobs"]["cp_comm"]["status"] == "priced" and out["layout"]["cp_comm"] == "ring"
+    assert "cp-a2a" not in out["regime"]["features"]
+    bare = run_case(cases["NEMO-018"], "test", {})
+    assert bare["layout"]["cp_comm"] != "ring"
+    assert bare["predicted"]["tokens_per_s_per_gpu"] > out["predicted"]["tokens_per_s_per_gpu"]

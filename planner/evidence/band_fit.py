@@ -62,7 +62,7 @@ def case_regime(case: Mapping[str, Any], problem: Problem, layout: Layout,
         if f == "cp":
             return stated.get("cp") is not None
         if f == "cp-a2a":
-            return False  # the case format states no context-parallel exchange
+            return known("cp_comm")  # the case format states no context-parallel exchange; a recipe may
         return stated.get("schedule") is not None or (f == "combined-1f1b" and known("ep_overlap"))
 
     return {"stack": tr.framework, "kind": bands.model_kind(problem.model.is_moe),

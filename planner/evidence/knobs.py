@@ -1,0 +1,96 @@
+"""The knobs a published run may leave unstated: what each means and the values a recipe may give (the knob file's
+vocabulary, validation/case_recipes.yaml), and how a source must be pinned. planner.evidence.recipes reads, checks
+and applies them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.inputs.frameworks import FRAMEWORKS
+from planner.inputs.layout import CpComm, Schedule
+
+SCHEDULE_LABELS = frozenset(s.label for s in Schedule)
+
+
+def _flag(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _word(*words: str) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, str) and value in words
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """One cost-relevant knob a published row may leave unstated: what it means and the values a recipe may give."""
+
+    meaning: str
+    legal: Callable[[object], bool]
+    values: str  # the legal values, as an error message lists them
+
+
+# The knobs, in the order the summary and the knob file list them.
+KNOB_SPECS: dict[str, KnobSpec] = {
+    "ep_overlap": KnobSpec("MoE all-to-all hidden behind another micro-batch's compute (Megatron-Core "
+                           "overlap_moe_expert_parallel_comm with delay_wgrad_compute; the planner's combined-1f1b)",
+                           _flag, "true | false"),
+    "moe_dispatcher": KnobSpec("MoE token dispatcher (Megatron-Core moe_token_dispatcher_type; flex with the DeepEP or "
+                               "HybridEP backend)", _word("alltoall", "allgather", "flex-deepep", "flex-hybridep"),
+                               "alltoall | allgather | flex-deepep | flex-hybridep"),
+    "moe_token_drop": KnobSpec("MoE token dropping: dropless, or the expert capacity factor (with `padded`: inputs "
+                               "padded to capacity)", lambda v: v == "dropless" or (
+                                   isinstance(v, int | float) and not isinstance(v, bool) and v > 0),
+                               "dropless | a positive capacity factor"),
+    "expert_tp": KnobSpec("tensor-parallel size of the expert layers (Megatron-Core expert_tensor_parallel_size; "
+                          "left unset it is the tensor-parallel size, model_parallel_config.py __post_init__)", _count,
+                          "a positive integer"),
+    "moe_force_balance": KnobSpec("router forced to balance tokens evenly over experts (Megatron-Core "
+                                  "moe_router_force_load_balancing, a benchmarking switch)", _flag, "true | false"),
+    "tp_comm_overlap": KnobSpec("tensor-parallel collectives overlapped with GEMMs (Transformer Engine userbuffers, "
+                                "torchtitan async TP)", _flag, "true | false"),
+    "overlap_grad_reduce": KnobSpec("data-parallel gradient reduction overlapped with the backward pass", _flag,
+                                    "true | false"),
+    "overlap_param_gather": KnobSpec("sharded-parameter all-gather overlapped with the forward pass", _flag,
+                                     "true | false"),
+    "zero": KnobSpec("what the data ranks shard, as a ZeRO stage (Megatron-Core's distributed optimizer shards the "
+                     "optimizer states and keeps a full gradient buffer: 1; FSDP / XLA fsdp axis: 3; hsdp)",
+                     lambda v: v == "hsdp" or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3),
+                     "0 | 1 | 2 | 3 | hsdp"),
+    "cuda_graphs": KnobSpec("CUDA graph capture (per-layer scopes or the full iteration)",
+                            _word("none", "per-layer", "full-iteration"), "none | per-layer | full-iteration"),
+    "recompute": KnobSpec("activation recomputation (with its module list where selective) or host offloading",
+                          _word("none", "selective", "full", "offload"), "none | selective | full | offload"),
+    "fp8_recipe": KnobSpec("fp8 scaling recipe", _word("delayed", "tensorwise", "blockwise", "rowwise", "mxfp8"),
+                           "delayed | tensorwise | blockwise | rowwise | mxfp8"),
+    "torch_compile": KnobSpec("torch.compile of the model (`scope` lists what was compiled: model, loss)", _flag,
+                              "true | false"),
+    "sequence_parallel": KnobSpec("sequence parallelism beside tensor parallelism", _flag, "true | false"),
+    "vpp": KnobSpec("model chunks per pipeline rank", _count, "a positive integer"),
+    "micro_batch": KnobSpec("micro-batch size", _count, "a positive integer"),
+    # Optional knobs: they count only where a recipe gives them (OPTIONAL_KNOBS), never as unresolved; without one
+    # the run's stated framework, its schedules and a searched exchange stand.
+    "stack": KnobSpec("the software that ran the row where the case's `framework` names another (Narayanan et al. "
+                      "2021 ran their ZeRO-3 rows through DeepSpeed beside Megatron's PTD-P rows): the case is "
+                      "priced with that stack's profile and ranked among that stack's runs",
+                      lambda v: isinstance(v, str) and v in FRAMEWORKS, "a framework name plan knows"),
+    "schedules": KnobSpec("the pipeline schedules the codebase that ran the row ships (a research fork's own "
+                          "schedules are its standard ones): a schedule the row leaves open is searched among them, "
+                          "and the `schedule` preference of `plan validate`'s ranking reads them instead of the "
+                          "stack's",
+                          lambda v: isinstance(v, list) and bool(v) and all(
+                              isinstance(x, str) and x in SCHEDULE_LABELS for x in v),
+                          "a list of schedule names"),
+    "cp_comm": KnobSpec("the context-parallel exchange the run's code ran (Megatron-Core --cp-comm-type; a "
+                        "Megatron-Core without that option runs Transformer Engine's p2p ring only)",
+                        _word(*(c.label for c in CpComm)), " | ".join(c.label for c in CpComm)),
+}
+OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm")
+# A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
+PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")
