@@ -230,3 +230,19 @@ def test_attention_kinds_have_one_definition() -> None:
     hits = [p for p in (ROOT / "planner").rglob("*.py")
             if '("full_attention", "sliding_attention", "chunked_attention")' in p.read_text(encoding="utf-8")]
     assert hits == [ROOT / "planner" / "inputs" / "specs.py"]
+
+
+def test_each_kernel_fit_rests_on_the_dense_cases_validate_prices_with_its_profile() -> None:
+    """The fit and the scoreboard agree on which profile prices a case: every dense case validate scores under a
+    fitted profile (its knob file `stack`, else its row as read) is in that profile's fitted_on, and nothing else.
+    The ZeRO-3 rows of Narayanan et al. ran DeepSpeed and are fitted with megatron-deepspeed, not paper-era Megatron."""
+    from planner.evidence.validate import validate
+
+    scored: dict[str, set[str]] = {}
+    for r in validate()["cases"]:
+        if r.get("tier") == "dense" and (r.get("error") or {}).get("throughput") is not None \
+                and r["measured"].get("tokens_per_s_per_gpu"):
+            scored.setdefault(r["regime"]["stack"], set()).add(r["id"])
+    for name in FITTED_PROFILES:
+        assert set(KERNEL["profiles"][name]["fitted_on"]) == scored.get(name, set()), name
+    assert {"N21-013", "N21-016"} <= set(KERNEL["profiles"]["megatron-deepspeed"]["fitted_on"])
