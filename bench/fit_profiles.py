@@ -32,8 +32,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.cost import fitted  # noqa: E402
-from planner.evidence.cases import case_framework  # noqa: E402
-from planner.evidence.recipes import default_recipes_path, load_recipes, recipe_entry, recipe_stack  # noqa: E402
+from planner.evidence.recipes import default_recipes_path, load_recipes, priced_stack  # noqa: E402
 from planner.evidence.validate import load_cases, run_case, short_source  # noqa: E402
 
 KERNEL_GRID = tuple(round(0.40 + 0.025 * i, 3) for i in range(25))  # 0.400 .. 1.000
@@ -104,12 +103,6 @@ def fit(cases: list[Case], candidates: list[fitted.Fitted], stored: int, label: 
              "loso_median_abs_log_error": loso, "loso_sources": n_sources}
     refit_score = round(statistics.median(table[i][pick] for i in ids), ROUND)
     return {"score": score, "refit_error": refit_score, "fitted_on": ids}, pick
-
-
-def priced_stack(case: Case, recipes: Recipes | None) -> str:
-    """The profile validate prices a case with: its recipe's `stack` where it names one, else what its row reads as
-    (case_framework: an unknown framework is `other`, paper-era Megatron stating fp8 or CP is megatron-core)."""
-    return recipe_stack(recipe_entry(recipes or {}, case), case) or case_framework(case)[0]
 
 
 def dense_cases(cases: list[Case], profile: str, recipes: Recipes | None = None) -> list[Case]:

@@ -16,8 +16,7 @@ import yaml
 
 from planner.cost import expert, fitted, host
 from planner.cost.profiles import PROFILE_NAMES, profile_for
-from planner.evidence.cases import case_framework
-from planner.evidence.recipes import default_recipes_path, load_recipes, recipe_entry, recipe_stack
+from planner.evidence.recipes import default_recipes_path, load_recipes, priced_stack
 from planner.evidence.validate import load_cases, run_case, short_source
 from planner.inputs.catalog import load_cluster, load_model
 from planner.inputs.problem import Problem
@@ -119,7 +118,7 @@ def test_kernel_entries_are_complete_in_range_and_name_their_cases(name: str) ->
     assert all(c["tier"] == "dense" and c["measured"]["tokens_per_s_per_gpu"] for c in cases)
     # the profile validate prices each with: its recipe's stack, else what its row reads as
     recipes = load_recipes(default_recipes_path(None))
-    assert all((recipe_stack(recipe_entry(recipes, c), c) or case_framework(c)[0]) == name for c in cases)
+    assert all(priced_stack(c, recipes) == name for c in cases)
     _assert_fit_fields(entry, cases)
 
 

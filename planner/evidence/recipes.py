@@ -18,7 +18,7 @@ from typing import Any
 from planner.cost.expert import dispatcher_profile
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.errors import PlanInputError
-from planner.evidence.cases import case_token_drop
+from planner.evidence.cases import case_framework, case_token_drop
 from planner.evidence.knobs import KNOB_SPECS, OPTIONAL_KNOBS, PINNED_SOURCE
 from planner.inputs.catalog import data_dir
 from planner.inputs.files import read_structured_file
@@ -86,6 +86,12 @@ def recipe_stack(entry: dict[str, Any] | None, case: dict[str, Any]) -> str | No
         ran.update(case["ran"])
     block = ran.get("stack")
     return block["value"] if isinstance(block, dict) and "value" in block else None
+
+
+def priced_stack(case: dict[str, Any], recipes: dict[str, dict[str, Any]] | None) -> str:
+    """The profile validate prices a case with: its recipe's stack where it names one, else what its row reads as
+    (case_framework: an unknown framework is `other`, paper-era Megatron stating fp8 or CP is megatron-core)."""
+    return recipe_stack(recipe_entry(recipes or {}, case), case) or case_framework(case)[0]
 
 
 def codebase_schedules(knobs: dict[str, dict[str, Any]]) -> tuple[Schedule, ...] | None:
