@@ -206,3 +206,36 @@ def test_gemm_depth_half_point_follows_the_tensor_rate_per_sm():
     on_h100 = expert.expert_depth_rate(m, tok, one, ep, expert.gemm_depth_half(h100, "fp8"))[0]
     on_b200 = expert.expert_depth_rate(m, tok, one, ep, expert.gemm_depth_half(b200, "fp8"))[0]
     assert on_b200 < 0.95 * on_h100
+
+
+# ------------------------------------------------------------------------------ expert-TP collectives of routed copies
+
+def test_expert_tp_gathers_the_routed_copies_not_the_tokens():
+    """Experts split over an expert-TP group gather what the all-to-all delivered, k routed copies per token, and
+    reduce-scatter them back (Megatron-Core MoEAlltoAllTokenDispatcher): k·load passes of the dense MLP's bytes, plus
+    one for a TP-split shared expert; the flex dispatcher folds TP into its exchange (one pass); whole experts none."""
+    from planner.cost.tensor import moe_tp_passes
+
+    mixtral, dsv3 = load_model("mixtral-8x22b"), load_model("deepseek-v3")
+    split, whole = np.array([4.0]), np.array([1.0])
+    assert moe_tp_passes(mixtral, split, False, 1.0)[0] == mixtral.num_experts_per_tok == 2
+    assert moe_tp_passes(mixtral, split, False, 1.25)[0] == pytest.approx(2.5)  # padded capacity buffers travel whole
+    assert moe_tp_passes(mixtral, whole, False, 1.0)[0] == 0.0
+    assert moe_tp_passes(mixtral, split, True, 1.0)[0] == 1.0
+    assert moe_tp_passes(dsv3, split, False, 1.0)[0] == 1 + dsv3.num_experts_per_tok  # shared expert + 8 copies
+    assert moe_tp_passes(dsv3, whole, False, 1.0)[0] == 1.0
+
+
+def test_expert_tp_exposes_k_gathers_of_the_layer_tokens_with_the_alltoall_dispatcher():
+    """Priced end to end, DeepSeek-V3 (k = 8) on Megatron-Core's alltoall dispatcher with TP 2: experts split over
+    TP expose k more all-gather + reduce-scatter passes per MoE layer than whole experts (which still gather for the
+    shared expert); the flex dispatcher adds one. Attention's TP collectives are the same in all three."""
+    def tp_s(dispatcher: str, etp: int) -> float:
+        p = Problem(load_model("deepseek-v3"), load_cluster("h100x1024"),
+                    TrainingSpec(seq_len=4096, global_batch=512, framework="megatron-core", moe_dispatcher=dispatcher))
+        return price_layout(p, layout(tp=2, pp=8, dp=64, ep=16, mbs=1, zero=1, sp=1, etp=etp))["tp_comm_s"]
+
+    pass_a2a = tp_s("alltoall", 0) - tp_s("alltoall", 1)
+    pass_flex = tp_s("flex", 0) - tp_s("flex", 1)
+    assert pass_flex > 0
+    assert pass_a2a == pytest.approx(8 * pass_flex, rel=1e-6)

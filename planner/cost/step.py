@@ -108,10 +108,9 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     m, tp, ep, etp, rc = problem.model, k["tp"], k["ep"], k["etp"], k["rc"]
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     f_moe = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
-    # MoE layers with whole experts (etp 1) and no shared expert send their sequence-parallel tokens straight to the
-    # dispatch and back, with no TP collective (Megatron-Core token dispatcher: the TP all-gather/reduce-scatter
-    # around the experts runs only when the expert TP size is > 1).
-    moe_mlp = f_moe * (1.0 - (etp == 1) * (not m.n_shared_experts))
+    tr = problem.training
+    dispatcher = expert.dispatcher_profile(prof, tr)
+    moe_mlp = f_moe * tensor.moe_tp_passes(m, etp, dispatcher.deepep, expert.busiest_rank_load(tr))
     gemm_f = lt.fwd - lt.attn_f - lt.elem_f - lt.launch_f
     gemms = tensor.block_gemms(m, tok, tp, rates.peak * rates.eff, gemm_f, lt.wgrad)
     shares = (fabric.collective_sm_share(problem.cluster), fabric.sm_share(problem.cluster, tensor.UB_COMM_SMS))
@@ -119,8 +118,7 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
                                      dense_mlp=1.0 - f_moe)
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
-    tr = problem.training
-    ep_all, ep_f = expert.dispatch_exposed(m, fab, expert.dispatcher_profile(prof, tr), tok, tp, ep, etp,
+    ep_all, ep_f = expert.dispatch_exposed(m, fab, dispatcher, tok, tp, ep, etp,
                                            compute.is_fp8(problem), share, lt.fwd + lt.bwd,
                                            expert.busiest_rank_load(tr),
                                            (k["sched"] == Schedule.COMBINED_1F1B, lt.fwd, lt.bwd, lt.moe_f))

@@ -145,11 +145,11 @@ def _block(mode: str, c: np.ndarray, ar: np.ndarray, g: BlockGemms, tp: np.ndarr
 
 
 def tp_exposed(fab: Fabric, mode: str, act_bytes: np.ndarray, tp: np.ndarray, sp: np.ndarray, rc: np.ndarray,
-               gemms: tuple[BlockGemms, BlockGemms], moe_mlp: float, sm_shares: tuple[float, float],
+               gemms: tuple[BlockGemms, BlockGemms], moe_mlp: np.ndarray | float, sm_shares: tuple[float, float],
                dense_mlp: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed TP seconds per layer and micro-batch: the attention block and the share
-    `dense_mlp` of layers with a dense MLP in `mode`, plus the share `moe_mlp` of layers whose expert MLP is
-    TP-split (its collectives exposed, 2C or one all-reduce each way); full recompute repeats the forward's.
+    `dense_mlp` of layers with a dense MLP in `mode`, plus `moe_mlp`: the MoE layers' share times their TP passes
+    (`moe_tp_passes`), each exposed, 2C or one all-reduce each way; full recompute repeats the forward's.
     `sm_shares`: the SMs a running NCCL collective and a userbuffers kernel take, as a share of the GPU's."""
     ar = fab.collective("all_reduce", act_bytes, tp, np.ones_like(tp), "tp")
     c = 0.5 * ar  # a ring all-reduce runs as a reduce-scatter then an all-gather (NCCL): each is half of it
@@ -160,6 +160,25 @@ def tp_exposed(fab: Fabric, mode: str, act_bytes: np.ndarray, tp: np.ndarray, sp
     fwd = attn_f + dense_mlp * mlp_f + moe_mlp * exposed_pass
     bwd = attn_b + dense_mlp * mlp_b + moe_mlp * exposed_pass
     return fwd + bwd + np.where(rc == Recompute.FULL, fwd, 0.0), fwd
+
+
+def moe_tp_passes(m: ModelSpec, etp: np.ndarray, deepep: bool, load: float) -> np.ndarray:
+    """TP collective passes (an all-gather and a reduce-scatter of the layer's hidden states, or one all-reduce, each
+    way) per MoE layer, in units of the dense MLP's: a TP-split shared expert gathers and scatters the layer's tokens
+    once (its own sequence-parallel linears), and experts split over an expert-TP group (etp > 1) gather the routed
+    copies over that group after the all-to-all and reduce-scatter them before the combine. Those are k routed copies
+    per token, at `load` times the even share on the busiest rank (capacity buffers whole when padded), so the
+    routed part moves k·load times the dense MLP's bytes: Megatron-Core's MoEAlltoAllTokenDispatcher calls
+    gather_from_sequence_parallel_region on global_input_tokens, the all-to-all's output, and
+    reduce_scatter_to_sequence_parallel_region before the combine's all-to-all (NVIDIA/Megatron-LM@core_v0.9.0
+    megatron/core/transformer/moe/token_dispatcher.py#L533-L538 and #L578-L584; the same at 3bec9aa97 L691-L700 and
+    L774-L782, on the expert-TP group). The flex dispatcher (DeepEP, HybridEP) instead sends each token to every
+    expert-TP shard in its one exchange over the TP x EP group (MoEFlexTokenDispatcher, topk x tp): its TP share
+    stays one pass here and its dispatch volume is the exchange's. Whole experts (etp 1) and no shared expert: no
+    TP collective at all."""
+    shared = 1.0 if m.n_shared_experts or m.shared_expert_intermediate_size else 0.0
+    routed = 1.0 if deepep else m.num_experts_per_tok * load
+    return shared + np.where(np.asarray(etp) > 1, routed, 0.0)
 
 
 def sp_never_slower(mode: str) -> bool:

@@ -66,8 +66,10 @@ TERMS: tuple[Term, ...] = (
          "m·L·Σ per TP block (attention, MLP) of C = all-gather/reduce-scatter(activation): forward 2C, backward 2C "
          "(+C re-gather with Megatron SP), each less what its paired GEMM G hides in the stack's mode: async "
          "backward E(C, G), ring exchange max(0, C - G(t-1)/t), pipelined GEMM+RS max(G' + C/4, G'/4 + C) - G with "
-         "G' = G/(1 - SMs share); full recompute repeats the forward (Narayanan 2021 §3.2; Korthikanti 2022 "
-         "§4.2.2; Transformer Engine userbuffers)"),
+         "G' = G/(1 - SMs share); full recompute repeats the forward; a MoE layer's expert MLP exposes 2C per pass "
+         "for a TP-split shared expert plus k·load passes where experts are split over expert TP (the all-to-all "
+         "dispatcher gathers the routed copies; flex, one) (Narayanan 2021 §3.2; Korthikanti 2022 §4.2.2; "
+         "Transformer Engine userbuffers; Megatron-Core token_dispatcher.py)"),
     Term("cp_comm_s", "exposed CP per step", "s", _C + "context.cp_comm_time",
          "m·L·((r-1)·E(KV send, attention/r) per ring pass + step launches + 2·Ulysses all-to-alls), "
          "E(T, w) = max(T - w, s·min(T, w)), s = collective SMs / SMs "
