@@ -109,8 +109,8 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     f_moe = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
     tr = problem.training
-    dispatcher = expert.dispatcher_profile(prof, tr)
-    moe_mlp = f_moe * tensor.moe_tp_passes(m, etp, dispatcher.deepep, expert.busiest_rank_load(tr))
+    dispatcher, load = expert.dispatcher_profile(prof, tr), expert.busiest_rank_load(tr)
+    moe_mlp = f_moe * tensor.moe_tp_passes(m, etp, dispatcher.deepep, load)
     gemm_f = lt.fwd - lt.attn_f - lt.elem_f - lt.launch_f
     gemms = tensor.block_gemms(m, tok, tp, rates.peak * rates.eff, gemm_f, lt.wgrad)
     shares = (fabric.collective_sm_share(problem.cluster), fabric.sm_share(problem.cluster, tensor.UB_COMM_SMS))
@@ -119,8 +119,7 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     ep_all, ep_f = expert.dispatch_exposed(m, fab, dispatcher, tok, tp, ep, etp,
-                                           compute.is_fp8(problem), share, lt.fwd + lt.bwd,
-                                           expert.busiest_rank_load(tr),
+                                           compute.is_fp8(problem), share, lt.fwd + lt.bwd, load,
                                            (k["sched"] == Schedule.COMBINED_1F1B, lt.fwd, lt.bwd, lt.moe_f))
     return act_bytes, (tp_all, tp_f, cp_all, cp_f, ep_all, ep_f)
 

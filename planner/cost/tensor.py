@@ -176,7 +176,7 @@ def moe_tp_passes(m: ModelSpec, etp: np.ndarray, deepep: bool, load: float) -> n
     expert-TP shard in its one exchange over the TP x EP group (MoEFlexTokenDispatcher, topk x tp): its TP share
     stays one pass here and its dispatch volume is the exchange's. Whole experts (etp 1) and no shared expert: no
     TP collective at all."""
-    shared = 1.0 if m.n_shared_experts or m.shared_expert_intermediate_size else 0.0
+    shared = 1.0 if m.shared_ffn else 0.0
     routed = 1.0 if deepep else m.num_experts_per_tok * load
     return shared + np.where(np.asarray(etp) > 1, routed, 0.0)
 
