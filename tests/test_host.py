@@ -6,6 +6,7 @@ from functools import cache
 
 import numpy as np
 import pytest
+from conftest import layout
 
 from planner.cost import compute, host
 from planner.cost.fitted import current
@@ -84,7 +85,7 @@ def test_a_pass_runs_at_the_slower_of_gpu_and_host() -> None:
     one = np.array([1.0])
     for tok, host_bound in ((np.array([512.0]), True), (np.array([65536.0]), False)):
         lt = compute.layer_times(p, r, tok, one, one, EP8)
-        issue = host.layer_host_time(p, EP8, router_fused=False, deepep=True)  # nemo: unfused router, flex dispatch
+        issue = host.layer_host_time(p, EP8, router_fused=True, deepep=True)  # nemo: fused router, flex dispatch
         assert bool(lt.fwd[0] == pytest.approx(issue.fwd[0] + issue.sync_bubble[0])) is host_bound
         assert bool(lt.bwd[0] == pytest.approx(issue.bwd[0])) is host_bound
 
@@ -145,3 +146,28 @@ def test_gpt_oss_biased_experts_run_as_their_kernels() -> None:
     unbiased = Problem(plain, load_cluster("b300x64"), TrainingSpec(seq_len=4096, global_batch=512))
     ops = (_host(biased).fwd[0] - _host(unbiased).fwd[0]) / current().host_op_s
     assert ops == pytest.approx(host.EXPERT_BIAS.cost(128 / 8))
+
+
+def test_the_run_says_whether_its_router_is_fused() -> None:
+    """TrainingSpec.moe_router_fusion overrides the stack's recipes' default (megatron-core: unfused, Megatron-Core's
+    default; nemo: fused, as NVIDIA's performance scripts run it), and a fused router issues ROUTER_FUSED's ops
+    instead of ROUTER's."""
+    stack = _problem("qwen3-30b-a3b", "h100x64", framework="megatron-core")
+    fused = _problem("qwen3-30b-a3b", "h100x64", framework="megatron-core", moe_router_fusion=True)
+    assert not host.router_fused(stack) and host.router_fused(fused)
+    assert host.router_fused(_problem("qwen3-30b-a3b", "h100x64", framework="nemo"))
+    assert not host.router_fused(_problem("qwen3-30b-a3b", "h100x64", framework="generic", moe_router_fusion=False))
+    one = layout(dp=64, ep=8, mbs=1, zero=1, etp=1)
+    saved = price_layout(stack, one)["step_time_s"] - price_layout(fused, one)["step_time_s"]
+    assert saved > 0  # the H100 row is host-bound: fewer router ops, a shorter step
+
+
+def test_validate_prices_the_router_the_runs_ran() -> None:
+    """Megatron-Bridge's performance scripts turn the fused router on for every MoE model in its tables
+    (scripts/performance/configs/*: set_qwen3_common_configs, set_deepseek_v3_common_configs,
+    set_gpt_oss_common_configs), which the knob file records per row; DGX Cloud's NeMo 1 Grok rows predate it."""
+    cases = _validated()
+    for cid in ("MB-141", "MB-046", "MB-019", "MB-255"):
+        knob = cases[cid]["knobs"]["moe_router_fusion"]
+        assert knob["status"] == "priced" and knob["value"] is True and "Megatron-Bridge@" in knob["source"]
+    assert "moe_router_fusion" not in cases["DGXC-105"]["knobs"]

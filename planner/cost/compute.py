@@ -198,7 +198,7 @@ def launch_time(problem: Problem, ep: np.ndarray) -> np.ndarray | float:
     if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
         prof = profile_for(problem.training.framework)
         deepep = expert.dispatcher_profile(prof, problem.training).deepep
-        launch_f = launch_f + expert.moe_launch_time(m, ep, host.moe_extra_kernels(problem, prof.moe_router_fusion,
+        launch_f = launch_f + expert.moe_launch_time(m, ep, host.moe_extra_kernels(problem, host.router_fused(problem),
                                                                                     deepep))
     return launch_f
 
@@ -263,7 +263,7 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     prof = profile_for(problem.training.framework)
     deepep = expert.dispatcher_profile(prof, problem.training).deepep
     combined = False if sched is None else sched == Schedule.COMBINED_1F1B
-    issue = host.layer_host_time(problem, ep, prof.moe_router_fusion, deepep, combined)
+    issue = host.layer_host_time(problem, ep, host.router_fused(problem), deepep, combined)
     layer_f = np.maximum(gemm_io + attn_f + elem_f + launch_f, issue.fwd) + issue.sync_bubble
     layer_b = np.maximum(gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f, issue.bwd)
     moe_f = expert.moe_block_time(problem.model, problem.training, tok, tp, ep, r.peak * r.eff, r.hbm,

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost import fitted
+from planner.cost.profiles import profile_for
 from planner.inputs.problem import Problem
 
 # The CPU time of one eager op on an x86 host is fitted (fitted.yaml moe.host_op_s: between a bare torch.nn.Linear
@@ -88,13 +89,13 @@ DENSE_MLP = Ops(ops=2, te=2)
 # MoE layer, outside router and dispatcher: the pre-MLP norm (a TE module of its own in the MoE spec) and
 # bias-dropout-add.
 MOE_FRAME = Ops(ops=1, te=1)
-# Router (router.py TopKRouter.forward, moe_utils.py) unfused, as Megatron-Bridge's MoE recipes run it
-# (moe_router_fusion = False): the fp32 gating GEMM and its input cast (router_gating_linear), top-k, softmax and its
-# cast, the scatter of probabilities and routing map (zeros, scatter twice), the aux-loss scores (softmax, top-k, a
-# zeros/int/scatter/bool map), the load-balancing loss (two sums, two products), its autograd scaler, the token count
-# and its reduction, the tracker update: 22 ops. Fused (--moe-router-fusion, TE fused_topk_with_score_function,
-# fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss): gating 2, the three fused kernels, count, reduction,
-# scaler, tracker: 9.
+# Router (router.py TopKRouter.forward, moe_utils.py) unfused, as Megatron-Bridge's MoE model recipes run it
+# (moe_router_fusion = False; its performance scripts turn it on, `router_fused`): the fp32 gating GEMM and its input
+# cast (router_gating_linear), top-k, softmax and its cast, the scatter of probabilities and routing map (zeros,
+# scatter twice), the aux-loss scores (softmax, top-k, a zeros/int/scatter/bool map), the load-balancing loss (two
+# sums, two products), its autograd scaler, the token count and its reduction, the tracker update: 22 ops. Fused
+# (--moe-router-fusion, TE fused_topk_with_score_function, fused_compute_score_for_moe_aux_loss, fused_moe_aux_loss):
+# gating 2, the three fused kernels, count, reduction, scaler, tracker: 9.
 ROUTER = Ops(ops=22)
 ROUTER_FUSED = Ops(ops=9)
 # Token dispatcher, dropless all-to-all (token_dispatcher.py MoEAlltoAllTokenDispatcher), split where per-layer CUDA
@@ -142,6 +143,13 @@ class LayerHost:
 
 def _add(*parts: Ops) -> Ops:
     return Ops(sum(p.ops for p in parts), sum(p.te for p in parts), sum(p.per_expert for p in parts))
+
+
+def router_fused(problem: Problem) -> bool:
+    """Whether the MoE router runs fused: the run's own switch (TrainingSpec.moe_router_fusion) where it says, else
+    what the stack's recipes ship (FrameworkProfile.moe_router_fusion)."""
+    said = problem.training.moe_router_fusion
+    return profile_for(problem.training.framework).moe_router_fusion if said is None else said
 
 
 def dropless(problem: Problem) -> bool:

@@ -73,7 +73,11 @@ Used by `training.framework` (validation cases) and `--framework` (planning). Va
   fewer host-side ops per MoE layer (planner.cost.host). Off in Megatron-Core's TransformerConfig and in
   Megatron-Bridge's MoE recipes (recipes/qwen/qwen3_moe.py, gpt_oss/gpt_oss.py, deepseek/deepseek_v3.py set
   moe_router_fusion = False); on in the generic profile, as Megatron-Core's MoE README lists it among the flags
-  that "help to achieve higher performance on almost all workloads".
+  that "help to achieve higher performance on almost all workloads", and in the nemo profile, as Megatron-Bridge's
+  performance scripts turn it on for every MoE model of their tables (scripts/performance/configs: e.g.
+  NVIDIA-NeMo/Megatron-Bridge@fcbb60311 qwen/qwen3_llm_pretrain.py#L37, deepseek/deepseek_llm_pretrain.py#L39,
+  gpt_oss/gpt_oss_llm_pretrain.py#L35). A run that says (TrainingSpec.moe_router_fusion) overrides the profile
+  (planner.cost.host.router_fused).
 - compile_speedup / compiles_by_default: stacks that run PyTorch's own kernels run faster compiled (torch.compile
   fuses the elementwise ops between GEMMs and cuts launches). compile_speedup is the step rate compiled over eager of
   the same layout, and the fitted kernel_efficiency of such a stack is its compiled one (eager = / compile_speedup).
@@ -151,7 +155,9 @@ _STACKS: dict[str, FrameworkProfile] = {
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
     "megatron-core": FrameworkProfile("megatron-core", deepep=True, moe_weighted_activation=True),
+    # NeMo / Megatron-Bridge as NVIDIA's performance scripts run it: the fused MoE router on (module docstring).
     "nemo": FrameworkProfile("nemo", tp_comm_overlap=True, optimizer_always_sharded=True, deepep=True,
+                             moe_router_fusion=True,
                              moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0,
                              memory_reported="reserved"),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", flash_attention=False, dp_overlap=0.5,

@@ -75,7 +75,7 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "vpp": KnobSpec("model chunks per pipeline rank", _count, "a positive integer"),
     "micro_batch": KnobSpec("micro-batch size", _count, "a positive integer"),
     # Optional knobs: they count only where a recipe gives them (OPTIONAL_KNOBS), never as unresolved; without one
-    # the run's stated framework, its schedules and a searched exchange stand.
+    # the run's stated framework, its schedules, a searched exchange and the stack's router stand.
     "stack": KnobSpec("the software that ran the row where the case's `framework` names another (Narayanan et al. "
                       "2021 ran their ZeRO-3 rows through DeepSpeed beside Megatron's PTD-P rows): the case is "
                       "priced with that stack's profile and ranked among that stack's runs",
@@ -90,7 +90,10 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "cp_comm": KnobSpec("the context-parallel exchange the run's code ran (Megatron-Core --cp-comm-type; a "
                         "Megatron-Core without that option runs Transformer Engine's p2p ring only)",
                         _word(*(c.label for c in CpComm)), " | ".join(c.label for c in CpComm)),
+    "moe_router_fusion": KnobSpec("the MoE router as Transformer Engine's fused kernels (Megatron-Core "
+                                  "--moe-router-fusion), which cuts the host ops a MoE layer issues; unstated, the "
+                                  "stack's recipes' default", _flag, "true | false"),
 }
-OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm")
+OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")

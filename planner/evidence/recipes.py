@@ -187,7 +187,7 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
-                "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm"):
+                "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm", "moe_router_fusion"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -274,7 +274,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "recompute":
             fixed["recompute"] = RECOMPUTE.index(value)
             recompute_choices = None
-        elif knob in ("tp_comm_overlap", "moe_force_balance"):
+        elif knob in ("tp_comm_overlap", "moe_force_balance", "moe_router_fusion"):
             training = training.model_copy(update={knob: bool(value)})
         elif knob == "torch_compile":  # the kernel rate where the stack has the switch; a compiled loss's memory
             training = training.model_copy(update={knob: bool(value)})

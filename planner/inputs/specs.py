@@ -405,6 +405,10 @@ class TrainingSpec(_Spec):
         "the router spreads tokens evenly over the experts (Megatron-Core --moe-router-force-load-balancing, a "
         "benchmarking switch): every expert-parallel rank carries the mean load; off, the router's learned routing "
         "leaves the busiest rank the fitted expert imbalance above it"))
+    moe_router_fusion: bool | None = Field(default=None, description=(
+        "the MoE router runs as Transformer Engine's fused top-k, score and aux-loss kernels (Megatron-Core "
+        "--moe-router-fusion / NeMo model.moe_router_fusion): fewer host-side ops per MoE layer; None = as the "
+        "framework's recipes ship it (planner.cost.profiles)"))
     tp_comm_overlap: bool | None = Field(default=None, description=(
         "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
         "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))
