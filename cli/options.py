@@ -157,9 +157,15 @@ def _on_off(value: str | None, flag: str) -> bool | None:
     return value == "on"
 
 
-def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: str | None) -> dict[str, bool]:
-    """--tp-comm-overlap and --torch-compile as the training prices them: as given, else the framework's default
-    (planner.cost.profiles); one asked for where the framework has no such switch is refused."""
+# Stacks built on Megatron-Core's MoE layer, whose router Transformer Engine's fused kernels can replace
+# (--moe-router-fusion, transformer_config.py); the others route with their own code.
+ROUTER_FUSION_STACKS = ("megatron-core", "nemo", "generic")
+
+
+def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: str | None,
+                    moe_router_fusion: str | None = None) -> dict[str, bool]:
+    """--tp-comm-overlap, --torch-compile and --moe-router-fusion as the training prices them: as given, else the
+    framework's default (planner.cost.profiles); one asked for where the framework has no such switch is refused."""
     from planner.cost.profiles import profile_for
 
     prof = profile_for(framework)
@@ -175,7 +181,12 @@ def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: 
     if overlap and prof.tp_comm_method == "async-tp" and not compile_:
         raise PlanInputError(f"{framework}'s async tensor parallelism needs torch.compile", field="--tp-comm-overlap",
                              fix="add --torch-compile on, or --tp-comm-overlap off")
-    return {"tp_comm_overlap": overlap, "torch_compile": compile_}
+    fused = _on_off(moe_router_fusion, "--moe-router-fusion")
+    if fused and framework not in ROUTER_FUSION_STACKS:
+        raise PlanInputError(f"{framework} routes MoE tokens with its own code; the fused router is Megatron-Core's",
+                             field="--moe-router-fusion", fix="drop it, or plan for megatron-core, nemo or generic")
+    fused = prof.moe_router_fusion if fused is None else fused
+    return {"tp_comm_overlap": overlap, "torch_compile": compile_, "moe_router_fusion": fused}
 
 
 def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
@@ -221,7 +232,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
                           moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
                           moe_force_balance=o.moe_force_balance,
                           moe_dispatcher=dispatcher, param_offload=bool(o.param_offload),
-                          **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile))
+                          **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile, o.moe_router_fusion))
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None
     if m.max_position_embeddings and o.seq_len > m.max_position_embeddings:

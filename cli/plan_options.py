@@ -178,6 +178,12 @@ class PlanOptions:
         "default: as the framework's recipes ship it (on for nemo and generic, off elsewhere)", "str",
         {"plan": None, "report": None,
          "explain": Variant(None, "on | off: TP communication overlap " + _FILE.format("the framework's default"))})
+    moe_router_fusion: str | None = _opt(
+        None, ("--moe-router-fusion",), "on | off: run the MoE router as Transformer Engine's fused top-k, score and "
+        "aux-loss kernels (Megatron-Core --moe-router-fusion / NeMo model.moe_router_fusion), fewer host ops per MoE "
+        "layer; default: as the framework's recipes ship it (on for nemo and generic, off for megatron-core)", "str",
+        {"plan": None, "report": None,
+         "explain": Variant(None, "on | off: the fused MoE router " + _FILE.format("the framework's default"))})
     torch_compile: str | None = _opt(
         None, ("--torch-compile",), "on | off: compile the model with torch.compile (torchtitan [compile], Hugging "
         "Face --torch_compile), priced with the compiled kernel rate; default: on for torchtitan, off for deepspeed",

@@ -3,7 +3,9 @@ and without a feature by the same source, so the feature's gain is measured with
 
 - EP overlap: Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (yanring/Megatron-MoE-ModelZoo@e865051), Qwen3-235B
   BF16 on 256 H100 with DeepEP, tp2 pp8 vpp4 ep32, micro-batch 1, batch 2048 x 4096, norm/act recompute:
-  19.7 s a step, 17.6 s "+1f1b overlap".
+  19.7 s a step, 17.6 s "+1f1b overlap". Its benchmarking config turns the fused router on
+  (model_configs/benchmarking/Qwen3-235B-A22B.yaml#L104 `--moe-router-fusion: true`), which megatron-core's default
+  leaves off, so the pair is priced with it.
 - fp8 against bf16: the DGX Cloud benchmark rows of one layout in both precisions (validation/published_runs.yaml
   DGXC pairs) and Megatron-Bridge's DeepSeek-V3 (w/o MTP) on 256 GB300 in the 25.11 container (BF16 3,848, FP8-MX
   4,357 tokens/s/GPU, docs/performance-summary-archive.md @4ab94dfad).
@@ -56,6 +58,7 @@ def _zoo_step(schedule: Schedule) -> float:
             "layout": {"tp": 2, "pp": 8, "ep": 32, "vpp": 4, "cp": 1, "recompute": "selective",
                        "sequence_parallel": True, "zero": 1}, "measured": {}}
     problem = case_problem(case, "anchors")
+    problem = replace(problem, training=problem.training.model_copy(update={"moe_router_fusion": True}))
     layout = Layout.from_dict({"tp": 2, "pp": 8, "dp": 16, "cp": 1, "ep": 32, "etp": 1, "vpp": 4, "mbs": 1, "zero": 1,
                                "recompute": 1, "sp": 1, "schedule": int(schedule), "cp_comm": 0})
     return price_layout(problem, layout)["step_time_s"]

@@ -36,6 +36,7 @@ class LaunchConfig:
     moe_capacity_factor: float | None = None  # token dropping: each expert's capacity in even shares
     moe_pad_to_capacity: bool = False  # experts' inputs padded to that capacity
     moe_force_balance: bool = False  # the router forced to spread tokens evenly (a benchmarking switch)
+    moe_router_fusion: bool | None = None  # the MoE router as TE's fused kernels, as the file runs it (None: not said)
     param_offload: bool = False  # ZeRO-3 parameter partitions in host memory (DeepSpeed offload_param)
     tp_comm_overlap: bool | None = None  # TP collectives overlapped with GEMMs, as the file runs it (None: not said)
     torch_compile: bool | None = None  # torch.compile of the model, as the file runs it (None: not said)

@@ -305,6 +305,7 @@ def _optimizer(cfg: LaunchConfig, flags: Flags) -> None:
     capacity, pad = "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"
     token_drop(cfg, flags.text(capacity) if capacity in flags else None, pad in flags, (capacity, pad))
     cfg.moe_force_balance = "--moe-router-force-load-balancing" in flags
+    cfg.moe_router_fusion = "--moe-router-fusion" in flags  # store_true, off by default (arguments.py)
 
 
 def _schedule(cfg: LaunchConfig, flags: Flags) -> None:

@@ -54,7 +54,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length",
             "model.num_layers_in_last_pipeline_stage", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
             "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
             "checkpoint.ckpt_format", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity",
-            "model.moe_router_force_load_balancing"}
+            "model.moe_router_force_load_balancing", "model.moe_router_fusion"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")
 
@@ -213,6 +213,8 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     token_drop(cfg, found.get("model.moe_expert_capacity_factor"), flag("model.moe_pad_expert_input_to_capacity"),
                ("model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"))
     cfg.moe_force_balance = flag("model.moe_router_force_load_balancing")
+    if "model.moe_router_fusion" in found:  # else the recipe's own setting decides
+        cfg.moe_router_fusion = flag("model.moe_router_fusion")
     if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:

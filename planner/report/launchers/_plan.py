@@ -148,6 +148,7 @@ class PlanView:
     tp_comm_overlap: bool = False  # TP collectives overlapped with GEMMs (inputs.training.tp_comm_overlap)
     torch_compile: bool = False  # the model compiled with torch.compile (inputs.training.torch_compile)
     moe_dispatcher: str = "stack"  # MoE token dispatcher (inputs.training.moe_dispatcher): stack | alltoall | flex
+    moe_router_fusion: bool = False  # the MoE router as TE's fused kernels (inputs.training.moe_router_fusion)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -399,6 +400,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         tp_comm_overlap=_training.switch(training, "tp_comm_overlap"),
         torch_compile=_training.switch(training, "torch_compile"),
         moe_dispatcher=_training.dispatcher(training),
+        moe_router_fusion=_training.switch(training, "moe_router_fusion"),
     )
     _check(view)
     return view

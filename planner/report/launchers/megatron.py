@@ -238,6 +238,8 @@ def _moe(view: PlanView) -> list[Flag]:
         ("--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size or m.ffn_hidden_size)),
         *_mcore.router_flags(m),
     ]
+    if view.moe_router_fusion:  # priced with the fused router's host ops (planner.cost.host)
+        flags.append(("--moe-router-fusion",))
     # All-to-all dispatch is what the planner's EP cost assumes (the default allgather moves far more data); across
     # nodes it prices DeepEP's node-deduplicated kernels, Megatron-Core's flex dispatcher (needs the deep_ep package).
     if _mcore.deepep_dispatch(view):

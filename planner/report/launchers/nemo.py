@@ -74,6 +74,8 @@ def _model(view: PlanView) -> list[Item]:
         groups = _mcore.router_groups(view.model)
         if groups:
             items += [("model.moe_router_num_groups", groups[0]), ("model.moe_router_group_topk", groups[1])]
+        # written either way: the model recipes leave it off and the performance scripts turn it on
+        items.append(("model.moe_router_fusion", view.moe_router_fusion))
         drop = _mcore.token_drop(view)
         if _mcore.deepep_dispatch(view):
             items += [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")]
