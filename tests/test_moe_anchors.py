@@ -3,9 +3,9 @@ and without a feature by the same source, so the feature's gain is measured with
 
 - EP overlap: Megatron-MoE-ModelZoo best_practice/qwen3/readme.md (yanring/Megatron-MoE-ModelZoo@e865051), Qwen3-235B
   BF16 on 256 H100 with DeepEP, tp2 pp8 vpp4 ep32, micro-batch 1, batch 2048 x 4096, norm/act recompute:
-  19.7 s a step, 17.6 s "+1f1b overlap". Its benchmarking config turns the fused router on
-  (model_configs/benchmarking/Qwen3-235B-A22B.yaml#L104 `--moe-router-fusion: true`), which megatron-core's default
-  leaves off, so the pair is priced with it.
+  19.7 s a step, 17.6 s "+1f1b overlap"; the same table's other H100 layouts (ZOO_LAYOUTS) check the ranking.
+  Its benchmarking config turns the fused router on (model_configs/benchmarking/Qwen3-235B-A22B.yaml#L104
+  `--moe-router-fusion: true`), which megatron-core's default leaves off, so every zoo row is priced with it.
 - fp8 against bf16: the DGX Cloud benchmark rows of one layout in both precisions (validation/published_runs.yaml
   DGXC pairs) and Megatron-Bridge's DeepSeek-V3 (w/o MTP) on 256 GB300 in the 25.11 container (BF16 3,848, FP8-MX
   4,357 tokens/s/GPU, docs/performance-summary-archive.md @4ab94dfad).
@@ -73,6 +73,52 @@ def test_ep_overlap_gain_of_the_model_zoo_pair() -> None:
     """The overlap's gain within 10 % (priced 1.19x against the measured 1.12x: the row without it is 5 % slow)."""
     gain = _zoo_step(Schedule.INTERLEAVED) / _zoo_step(Schedule.COMBINED_1F1B)
     assert gain == pytest.approx(19.7 / 17.6, rel=TOLERANCE)
+
+
+# The same readme's other measured H100 layouts of Qwen3-235B (BF16, 256 H100, batch 2048 x 4096): step seconds.
+# (dispatcher, tp, pp, ep, vpp, micro-batch, recompute code, ZeRO, measured s, what the table says)
+ZOO_LAYOUTS = [
+    ("flex", 2, 8, 32, 4, 1, 1, 1, 19.7, "DeepEP, cross-node EP, norm/act recompute"),
+    ("alltoall", 2, 32, 8, 3, 1, 1, 1, 24.2, "A2A, intra-node EP, norm/act recompute"),
+    ("flex", 4, 8, 8, 4, 1, 0, 1, 29.0, "DeepEP, TP4 intra-node EP, no recompute"),
+]
+
+
+def _zoo_layout_step(dispatcher: str, tp: int, pp: int, ep: int, vpp: int, mbs: int, recompute: int,
+                     zero: int) -> float:
+    case = {"id": "zoo", "model": QWEN3_235B, "cluster": "h100x256",
+            "training": {"seq_len": 4096, "global_batch": 2048, "precision": "bf16", "framework": "megatron-core",
+                         "micro_batch": mbs},
+            "layout": {"tp": tp, "pp": pp, "ep": ep, "vpp": vpp, "cp": 1, "sequence_parallel": True, "zero": zero},
+            "measured": {}}
+    problem = case_problem(case, "anchors")
+    problem = replace(problem, training=problem.training.model_copy(
+        update={"moe_router_fusion": True, "moe_dispatcher": dispatcher}))
+    layout = Layout.from_dict({"tp": tp, "pp": pp, "dp": 256 // (tp * pp), "cp": 1, "ep": ep, "etp": 1, "vpp": vpp,
+                               "mbs": mbs, "zero": zero, "recompute": recompute, "sp": 1,
+                               "schedule": int(Schedule.INTERLEAVED), "cp_comm": 0})
+    return price_layout(problem, layout)["step_time_s"]
+
+
+@pytest.mark.parametrize("row", ZOO_LAYOUTS, ids=[r[-1] for r in ZOO_LAYOUTS])
+def test_measured_layouts_of_the_model_zoo(row: tuple) -> None:
+    """Each measured layout priced within 15 % (the MoE tier's P90 on the public file is 22 %)."""
+    assert _zoo_layout_step(*row[:8]) == pytest.approx(row[8], rel=0.15)
+
+
+def test_the_model_zoo_layouts_rank_as_measured() -> None:
+    """What a search needs most: the measured order of one model's layouts on one cluster, EP overlap included."""
+    priced = [_zoo_step(Schedule.COMBINED_1F1B), *(_zoo_layout_step(*r[:8]) for r in ZOO_LAYOUTS)]
+    measured = [17.6, *(r[8] for r in ZOO_LAYOUTS)]
+    assert sorted(range(4), key=priced.__getitem__) == sorted(range(4), key=measured.__getitem__)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the zoo's Megatron-FSDP row (TP2 EP8, no PP, micro-batch 4, full "
+                   "recompute) measured 17.6 s is priced 26.3 s; its FSDP flags (gradient reduce dtype, reduce-scatter "
+                   "every micro-batch or once) are not in the repository, and the model reduce-scatters fp32 "
+                   "gradients every micro-batch, 27 ms against a 20 ms backward window per layer")
+def test_megatron_fsdp_row_of_the_model_zoo() -> None:
+    assert _zoo_layout_step("flex", 2, 1, 8, 1, 4, 2, 3) == pytest.approx(17.6, rel=0.15)
 
 
 FP8_PAIRS = [  # (bf16 row, fp8 row): same source, model, cluster, batch and layout
