@@ -157,16 +157,12 @@ def _on_off(value: str | None, flag: str) -> bool | None:
     return value == "on"
 
 
-# Stacks built on Megatron-Core's MoE layer, whose router Transformer Engine's fused kernels can replace
-# (--moe-router-fusion, transformer_config.py); the others route with their own code.
-ROUTER_FUSION_STACKS = ("megatron-core", "nemo", "generic")
-
-
 def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: str | None,
                     moe_router_fusion: str | None = None) -> dict[str, bool]:
     """--tp-comm-overlap, --torch-compile and --moe-router-fusion as the training prices them: as given, else the
     framework's default (planner.cost.profiles); one asked for where the framework has no such switch is refused."""
     from planner.cost.profiles import profile_for
+    from planner.inputs.frameworks import capabilities_for
 
     prof = profile_for(framework)
     overlap, compile_ = _on_off(tp_comm_overlap, "--tp-comm-overlap"), _on_off(torch_compile, "--torch-compile")
@@ -182,7 +178,7 @@ def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: 
         raise PlanInputError(f"{framework}'s async tensor parallelism needs torch.compile", field="--tp-comm-overlap",
                              fix="add --torch-compile on, or --tp-comm-overlap off")
     fused = _on_off(moe_router_fusion, "--moe-router-fusion")
-    if fused and framework not in ROUTER_FUSION_STACKS:
+    if fused and not capabilities_for(framework).moe_router_fusion:
         raise PlanInputError(f"{framework} routes MoE tokens with its own code; the fused router is Megatron-Core's",
                              field="--moe-router-fusion", fix="drop it, or plan for megatron-core, nemo or generic")
     fused = prof.moe_router_fusion if fused is None else fused

@@ -110,6 +110,9 @@ class Capabilities:
     # ZeRO-3 parameters kept in host memory and fetched per layer (--param-offload): DeepSpeed's
     # zero_optimization.offload_param (ZeRO-Infinity, Rajbhandari et al. 2021), "valid only with stage 3".
     param_offload: bool = False
+    # The MoE router as Transformer Engine's fused kernels (--moe-router-fusion, Megatron-Core transformer_config.py):
+    # the stacks built on Megatron-Core's MoE layer; the others route with their own code.
+    moe_router_fusion: bool = False
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
@@ -138,7 +141,7 @@ class Capabilities:
 _MCORE_CP_EXCLUDES = ("sparse_attention", "linear_attention")
 
 FRAMEWORKS: dict[str, Capabilities] = {
-    "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True,
+    "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True, moe_router_fusion=True,
                             source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
@@ -151,7 +154,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
-        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True,
+        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
@@ -159,7 +162,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
-        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True,
+        cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
