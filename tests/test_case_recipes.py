@@ -282,3 +282,38 @@ def test_context_parallel_exchange_is_what_the_code_of_the_period_ran(recipes, c
     bare = run_case(cases["NEMO-018"], "test", {})
     assert bare["layout"]["cp_comm"] != "ring"
     assert bare["predicted"]["tokens_per_s_per_gpu"] > out["predicted"]["tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize("cid", ["MB-009", "MB-019", "MB-040", "MB-044", "MB-052"])
+def test_full_iteration_graph_rows_carry_the_kernels_their_presets_set(recipes, cases, cid):
+    """Megatron-Bridge's full-iteration graph presets also run the CuTe DSL fused grouped MLP and fp8 attention, and
+    pad each rank's experts to 1.5x its mean load (scripts/performance: cutedsl_fused_grouped_mlp,
+    fp8_dot_product_attention, set_full_iter_cg_configs). The cost model has no rate for them: each is recorded
+    with its source and counted as not priced, and the price is the one without them."""
+    out = run_case(cases[cid], "test", recipes)
+    knobs = out["knobs"]
+    assert knobs["cuda_graphs"]["value"] == "full-iteration"
+    for knob in ("fused_expert_mlp", "fp8_attention", "moe_rank_capacity"):
+        assert knobs[knob]["status"] == "not priced" and "Megatron-Bridge@" in knobs[knob]["source"]
+        assert knobs[knob]["reason"]
+    assert knobs["moe_rank_capacity"]["value"] == 1.5
+    bare = copy.deepcopy(recipes[cid])
+    for knob in ("fused_expert_mlp", "fp8_attention", "moe_rank_capacity"):
+        del bare["ran"][knob]
+    without = run_case(cases[cid], "test", {cid: bare})
+    assert without["predicted"] == out["predicted"]
+
+
+def test_kernel_knobs_that_are_off_are_what_the_model_assumes(cases):
+    case = copy.deepcopy(cases["MB-046"])
+    src = "NVIDIA-NeMo/Megatron-Bridge@fcbb60311:x.py#L1"
+    case["ran"] = {"fused_expert_mlp": {"value": False, "source": src},
+                   "moe_rank_capacity": {"value": 1, "source": src}}
+    knobs = run_case(case, "test", {})["knobs"]
+    assert knobs["fused_expert_mlp"]["status"] == knobs["moe_rank_capacity"]["status"] == "assumed"
+
+
+def test_a_rank_capacity_below_one_is_a_one_line_error():
+    with pytest.raises(PlanInputError, match="moe_rank_capacity"):
+        check_ran({"moe_rank_capacity": {"value": 0.5, "source": "NVIDIA-NeMo/Megatron-Bridge@fcbb60311:x.py#L1"}},
+                  "test")

@@ -135,8 +135,8 @@ def test_validate_prices_the_cuda_graphs_the_runs_ran() -> None:
 
 def test_gpt_oss_biased_experts_run_as_their_kernels() -> None:
     """gpt-oss's per-expert fc2 bias: eager ops per local expert on the host (TEGroupedMLP._apply_bias) and each
-    routed copy's output read, written and concatenated on the GPU (8·h bytes); its sinks and clamped SwiGLU run
-    inside fused kernels and add neither."""
+    routed copy's output read, written and concatenated on the GPU (8·h bytes); its sinks run inside the fused
+    attention and add neither (its clamp: the test below)."""
     m = load_model("gpt-oss-120b")
     plain = m.model_copy(update={"mlp_bias": False})
     assert m.mlp_bias and m.attention_sinks and m.swiglu_limit
@@ -146,6 +146,29 @@ def test_gpt_oss_biased_experts_run_as_their_kernels() -> None:
     unbiased = Problem(plain, load_cluster("b300x64"), TrainingSpec(seq_len=4096, global_batch=512))
     ops = (_host(biased).fwd[0] - _host(unbiased).fwd[0]) / current().host_op_s
     assert ops == pytest.approx(host.EXPERT_BIAS.cost(128 / 8))
+
+
+def test_gpt_oss_clamp_runs_before_the_fused_activation_and_syncs_the_host() -> None:
+    """Megatron-Core clamps the fc1 output's halves and concatenates them outside its fused bias-GeGLU, and makes the
+    GLU offset a device tensor with a blocking copy (weighted_bias_quick_geglu_impl): 16·k·f bytes forward and
+    20·k·f backward per token, 5 more eager ops and a second host sync per MoE layer's forward. An unclamped model
+    pays none of it."""
+    m = load_model("gpt-oss-120b")
+    plain = m.model_copy(update={"swiglu_limit": None})
+    copies = m.num_experts_per_tok * m.expert_ffn
+    assert compute.clamped_glu_bytes_per_token(m) == (16.0 * copies, 20.0 * copies)
+    assert compute.clamped_glu_bytes_per_token(plain) == (0.0, 0.0)
+    training = TrainingSpec(seq_len=4096, global_batch=512)
+    cluster = load_cluster("b300x64")
+    clamped, unclamped = Problem(m, cluster, training), Problem(plain, cluster, training)
+    tok, one = np.array([16384.0]), np.array([1.0])
+    fwd, bwd = compute.elementwise_bytes(clamped, tok, one, np.array([0]))
+    fwd0, bwd0 = compute.elementwise_bytes(unclamped, tok, one, np.array([0]))
+    assert (fwd - fwd0)[0] == pytest.approx(16384 * 16.0 * copies)
+    assert (bwd - bwd0)[0] == pytest.approx(16384 * 20.0 * copies)
+    t, t0 = _host(clamped), _host(unclamped)
+    assert (t.fwd[0] - t0.fwd[0]) / current().host_op_s == pytest.approx(host.CLAMPED_GLU.ops)
+    assert t.sync_bubble[0] == pytest.approx(2 * t0.sync_bubble[0])  # the dispatcher's sync and the clamp's
 
 
 def test_the_run_says_whether_its_router_is_fused() -> None:

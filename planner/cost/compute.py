@@ -102,10 +102,10 @@ def elementwise_bytes_per_token(m: ModelSpec) -> tuple[float, float, float]:
     moe_utils permute/unpermute) and runs a softmax/top-k over E router logits. Biased experts (gpt-oss) add fc2's
     bias per expert outside the GEMM (TEGroupedMLP._apply_bias at NVIDIA/Megatron-LM@3bec9aa97: t + b·p per expert's
     chunk, then torch.cat): each routed copy's output read and written, then copied by the concatenation, 8·h bytes.
-    gpt-oss's other features cost nothing extra here: its clamped SwiGLU runs as Megatron-Core's fused bias-GeGLU
-    kernel (weighted_bias_quick_geglu_impl, bias_activation_fusion on in Megatron-Bridge's provider), the same bytes as
-    SwiGLU's, and its attention sinks are one logit per head inside the fused attention's softmax (cuDNN's
-    softmax_type learnable; Transformer Engine runs no other kernel for them).
+    gpt-oss's gated activation itself is Megatron-Core's fused bias-GeGLU kernel (the same bytes as SwiGLU's); its
+    clamp runs before it as separate kernels (`clamped_glu_bytes_per_token`). Its attention sinks are one logit per
+    head inside the fused attention's softmax (cuDNN's softmax_type learnable; Transformer Engine runs no other kernel
+    for them).
     """
     h = m.hidden_size
     replicated = 2.0 * (2 * 2 * h + 2 * 3 * h)
@@ -119,6 +119,21 @@ def elementwise_bytes_per_token(m: ModelSpec) -> tuple[float, float, float]:
             moe_extra += 8.0 * m.num_experts_per_tok * h
     act = 2.0 * (3 * width if m.gated_mlp else 2 * width)
     return replicated, rope + act, moe_extra
+
+
+def clamped_glu_bytes_per_token(m: ModelSpec) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per token of clamping a gated expert activation's inputs outside its fused
+    kernel (gpt-oss's swiglu_limit; 0 without one). Megatron-Core clamps the fc1 output's two halves and concatenates
+    them before the fused bias-GeGLU (weighted_bias_quick_geglu_impl at NVIDIA/Megatron-LM@3bec9aa97,
+    megatron/core/fusions/fused_bias_geglu.py L424-L432: chunk, two clamps, torch.cat), as Hugging Face's
+    GptOssExperts does in eager code. Per routed copy of width 2f (f = expert_ffn), 2 bytes an element: forward, each
+    clamp reads and writes its half (4f elements) and the concatenation reads and writes both (4f), 16f bytes;
+    backward, each clamp's gradient reads the gradient and the saved input and writes one (6f elements) and the two
+    halves are concatenated into fc1's output gradient (4f), 20f bytes."""
+    if not (m.is_moe and m.swiglu_limit):
+        return 0.0, 0.0
+    copies = m.num_experts_per_tok * m.expert_ffn
+    return 16.0 * copies, 20.0 * copies
 
 
 def linear_io_widths(m: ModelSpec) -> tuple[float, float]:
@@ -179,8 +194,10 @@ def elementwise_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray,
     m = problem.model
     frac_moe = moe_fraction(m)
     repl_b, shard_b, moe_b = elementwise_bytes_per_token(m)
+    clamp_f, clamp_b = clamped_glu_bytes_per_token(m)
     elem_bytes = tok * (np.where(sp == 1, repl_b / tp, repl_b) + shard_b / tp + frac_moe * moe_b / tp)
-    elem_bytes_b = 2 * elem_bytes
+    elem_bytes_b = 2 * elem_bytes + tok * frac_moe * clamp_b / tp
+    elem_bytes = elem_bytes + tok * frac_moe * clamp_f / tp
     # fp8 / fp4: Transformer Engine quantises each GEMM operand (cast_bytes per element, planner.inputs.hardware)
     if is_fp8(problem):
         w_in, w_out = linear_io_widths(m)
@@ -267,7 +284,8 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     layer_f = np.maximum(gemm_io + attn_f + elem_f + launch_f, issue.fwd) + issue.sync_bubble
     layer_b = np.maximum(gemm_io + wgrad + attn_b + elem_bytes_b / r.hbm + 2 * launch_f, issue.bwd)
     moe_f = expert.moe_block_time(problem.model, problem.training, tok, tp, ep, r.peak * r.eff, r.hbm,
-                                  elementwise_bytes_per_token(problem.model)[2],
+                                  elementwise_bytes_per_token(problem.model)[2]
+                                  + clamped_glu_bytes_per_token(problem.model)[0],
                                   expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision))
     return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f, moe_f)
 

@@ -117,6 +117,14 @@ EXPERTS_LOW_PRECISION_EXTRA = Ops(ops=4)
 # Biased experts (gpt-oss): the fc2 bias is added per expert on the unpadded output (TEGroupedMLP._apply_bias: two
 # splits, a product and a sum per local expert, the concatenation and its cast).
 EXPERT_BIAS = Ops(ops=4, per_expert=2)
+# A clamped gated activation (gpt-oss's swiglu_limit) before Megatron-Core's fused bias-GeGLU
+# (weighted_bias_quick_geglu_impl at NVIDIA/Megatron-LM@3bec9aa97, megatron/core/fusions/fused_bias_geglu.py
+# L424-L434): the chunk, two clamps and the concatenation, and the GLU's linear offset made a device tensor from a
+# Python float (torch.tensor(..., device=input.device)): 5 ops. That tensor is copied to the GPU with
+# non_blocking=False, which PyTorch completes with cudaStreamSynchronize (at::cuda::memcpy_and_sync), so the host
+# also waits for the GPU there: a second host sync in the layer's forward (CLAMPED_GLU_SYNCS).
+CLAMPED_GLU = Ops(ops=5)
+CLAMPED_GLU_SYNCS = 1.0
 # Megatron-Core's EP overlap (combined 1F1B) runs each layer as schedule nodes (pipeline_parallel/utils.py
 # ScheduleNode; models/common/model_chunk_schedule_plan.py): attn, moe_dispatch, mlp and moe_combine forward, and
 # moe_combine, mlp, mlp_dw, moe_dispatch, attn and attn_dw backward, each a separate call with its own autograd
@@ -170,6 +178,8 @@ def _routed_expert_ops(problem: Problem) -> Ops:
         experts = _add(experts, EXPERTS_LOW_PRECISION_EXTRA)
     if problem.model.mlp_bias:
         experts = _add(experts, EXPERT_BIAS)
+    if problem.model.swiglu_limit:
+        experts = _add(experts, CLAMPED_GLU)
     return experts
 
 
@@ -213,6 +223,8 @@ def layer_host_time(problem: Problem, ep: np.ndarray, router_fused: bool, deepep
     f_moe = m.moe_layers / m.num_hidden_layers
     moe = moe_layer_ops(problem, router_fused, deepep).cost(local) if m.is_moe else zero
     syncs = f_moe * SYNC_BUBBLE_OPS if (m.is_moe and dropless(problem)) else 0.0
+    if m.is_moe and m.swiglu_limit and (dropless(problem) or not captured):  # the activation runs eagerly
+        syncs = syncs + f_moe * CLAMPED_GLU_SYNCS * SYNC_BUBBLE_OPS
     per_pass = op_s * (attention + (1.0 - f_moe) * dense + f_moe * moe) + zero
     nodes = np.where(combined, f_moe * COMBINED_NODE_OPS * op_s, 0.0)
     return LayerHost(per_pass + COMBINED_NODES_FWD * nodes,

@@ -93,7 +93,19 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "moe_router_fusion": KnobSpec("the MoE router as Transformer Engine's fused kernels (Megatron-Core "
                                   "--moe-router-fusion), which cuts the host ops a MoE layer issues; unstated, the "
                                   "stack's recipes' default", _flag, "true | false"),
+    "fused_expert_mlp": KnobSpec("the routed experts' fc1, activation and fc2 as one CuTe DSL grouped-MLP kernel "
+                                 "(Megatron-Bridge cutedsl_fused_grouped_mlp with Transformer Engine's op fuser) "
+                                 "instead of Transformer Engine's GroupedLinear and a separate activation; not priced",
+                                 _flag, "true | false"),
+    "fp8_attention": KnobSpec("the attention core in fp8 (Transformer Engine fp8_dot_product_attention); the planner "
+                              "prices it in bf16, as Transformer Engine runs it by default", _flag, "true | false"),
+    "moe_rank_capacity": KnobSpec("each rank's expert buffers padded to this multiple of its mean load so that a "
+                                  "full-iteration CUDA graph can capture dropless experts (Megatron-Core "
+                                  "moe_expert_rank_capacity_factor with paged stashing); not priced",
+                                  lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 1,
+                                  "a number >= 1"),
 }
-OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion")
+OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion", "fused_expert_mlp", "fp8_attention",
+                  "moe_rank_capacity")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")

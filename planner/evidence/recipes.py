@@ -173,6 +173,14 @@ def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
             "overlap_param_gather": prof.dp_overlap > 0, "torch_compile": False}[knob]
 
 
+# Kernel choices a run may record that the cost model has no measured rate for, with what it prices instead.
+_KERNEL_KNOBS = {
+    "fused_expert_mlp": "priced as Transformer Engine's GroupedLinear GEMMs with a separate activation kernel",
+    "fp8_attention": "priced as bf16 attention, Transformer Engine's default",
+    "moe_rank_capacity": "priced at each rank's mean load, without the padded rows",
+}
+
+
 def _expert_tp_status(value: int, tp: object) -> tuple[str, str | None]:
     """The planner splits experts like the attention (etp = tp) or not at all (etp = 1)."""
     if value == 1 or value == tp:
@@ -195,6 +203,9 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
         return "priced", None
     if knob == "expert_tp":
         return _expert_tp_status(value, tp)
+    if knob in _KERNEL_KNOBS:  # kernels the cost model has no rate for: what the planner prices instead
+        off = value is False or (not isinstance(value, bool) and value == 1)  # no fusion / no padding
+        return ("assumed", None) if off else ("not priced", _KERNEL_KNOBS[knob])
     if knob == "tp_comm_overlap" and (prof.tp_comm_method or value is False):
         return "priced", None  # planner.cost.tensor prices the stack's overlap with the switch on or off
     if knob == "torch_compile" and (prof.compile_speedup > 1.0 or value is False):
