@@ -317,3 +317,16 @@ def test_a_rank_capacity_below_one_is_a_one_line_error():
     with pytest.raises(PlanInputError, match="moe_rank_capacity"):
         check_ran({"moe_rank_capacity": {"value": 0.5, "source": "NVIDIA-NeMo/Megatron-Bridge@fcbb60311:x.py#L1"}},
                   "test")
+
+
+def test_mla_on_blackwell_before_transformer_engine_2_5_runs_unfused_attention(recipes, cases):
+    """DGX Cloud's DeepSeek-V3 GB200 row ran the NeMo 25.04.01 container, whose Transformer Engine (2.1-2.4) has no
+    fused attention for MLA's 192-wide query/key heads on Blackwell: the knob file says so with its sources, and
+    validate prices the unfused path (slower, the s x s scores kept unless recomputed)."""
+    out = run_case(cases["DGXC-213"], "test", recipes)
+    knob = out["knobs"]["attention_kernel"]
+    assert knob["status"] == "priced" and knob["value"] == "unfused" and "TransformerEngine@" in knob["source"]
+    bare = copy.deepcopy(recipes["DGXC-213"])
+    del bare["ran"]["attention_kernel"]
+    fused = run_case(cases["DGXC-213"], "test", {"DGXC-213": bare})
+    assert out["predicted"]["tokens_per_s_per_gpu"] < 0.9 * fused["predicted"]["tokens_per_s_per_gpu"]

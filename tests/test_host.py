@@ -194,3 +194,16 @@ def test_validate_prices_the_router_the_runs_ran() -> None:
         knob = cases[cid]["knobs"]["moe_router_fusion"]
         assert knob["status"] == "priced" and knob["value"] is True and "Megatron-Bridge@" in knob["source"]
     assert "moe_router_fusion" not in cases["DGXC-105"]["knobs"]
+
+
+def test_an_unfused_attention_kernel_prices_the_scores_through_hbm() -> None:
+    """TrainingSpec.attention_kernel = unfused overrides the stack's fused attention: the core runs as batched GEMMs
+    over the s x s scores (slower), keeps the scores for backward unless selective recompute re-runs it, and
+    selective recompute then re-runs the attention core (Korthikanti et al.) instead of the norms."""
+    fused = _problem("deepseek-v3", "gb200x256", framework="nemo")
+    unfused = _problem("deepseek-v3", "gb200x256", framework="nemo", attention_kernel="unfused")
+    r = compute.rates(fused)
+    tok, one = np.array([4096.0]), np.array([1.0])
+    assert compute.attention_time(unfused, r, tok, one)[0][0] > 2 * compute.attention_time(fused, r, tok, one)[0][0]
+    one_layout = layout(tp=2, pp=4, dp=32, ep=64, mbs=1, zero=1, etp=1, recompute=0)
+    assert price_layout(unfused, one_layout)["memory_peak_gib"] > price_layout(fused, one_layout)["memory_peak_gib"]

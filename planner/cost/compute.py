@@ -19,7 +19,7 @@ from planner.cost.attention_rate import (  # noqa: F401  (re-exported: the atten
     kernel_length_factor,
     ring_length_factor,
 )
-from planner.cost.profiles import kernel_efficiency, profile_for
+from planner.cost.profiles import fused_attention, kernel_efficiency, profile_for
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
     FP8_CAST_BYTES,
@@ -170,10 +170,9 @@ def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
     """(forward, backward) time of one layer's attention core; `ring` is the ring context-parallel size (its steps
     run shorter kernels, ring_length_factor), and narrow heads run below the d = 128 rate (head_dim_factor)."""
     m, gpu, s = problem.model, problem.cluster.gpu, float(problem.training.seq_len)
-    prof = profile_for(problem.training.framework)
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
-    if prof.flash_attention:
+    if fused_attention(problem.training):
         length = kernel_length_factor(m, problem.training.seq_len, ring) * head_dim_factor(m, gpu)
         kernel = kernel_efficiency(problem.training)
         attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * kernel * length)
@@ -303,7 +302,7 @@ def recompute_time(problem: Problem, rc: np.ndarray, lt: LayerTimes, tok: np.nda
     report §3.2.3 recomputes them): their GEMMs once more, f_mla·tok·2·a·(q_lora·qk + kv_lora·(nope + v))/tp.
     """
     m, prof = problem.model, profile_for(problem.training.framework)
-    selective_cost = lt.elem_f if prof.flash_attention else lt.attn_f
+    selective_cost = lt.elem_f if fused_attention(problem.training) else lt.attn_f
     rerun_flops = 0.0  # GEMM FLOPs per token that selective recompute runs again
     if m.is_mla:
         rerun_flops = mla_up_proj_flops(m)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost import expert, flops, module_offload
-from planner.cost.profiles import FrameworkProfile, compiled, profile_for
+from planner.cost.profiles import FrameworkProfile, compiled, fused_attention, profile_for
 from planner.inputs.frameworks import capabilities_for
 from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
 from planner.inputs.problem import Problem
@@ -192,7 +192,7 @@ def activation_bytes_per_token(problem: Problem, tp: np.ndarray, sp: np.ndarray,
                                                 routed_load, eager_glu) if m.is_moe else dense_act)
     act_per_token = (1 - frac_moe) * dense_act + frac_moe * moe_act
     act_per_token = act_per_token + layer_kind_bytes_per_token(m, fp8) / np.maximum(tp, 1)
-    if not prof.flash_attention:  # softmax output, dropout mask and output: 5·a·s bytes per token (Korthikanti eq. 1)
+    if not fused_attention(problem.training):  # softmax output, dropout mask, output: 5·a·s B/token (Korthikanti eq. 1)
         act_per_token = act_per_token + np.where(rc == Recompute.SELECTIVE, 0.0, 5.0 * m.num_attention_heads * s / tp)
     else:  # selective drops the norm outputs (QKV and fc1 inputs) and the activation output (fc2 input), and
         # with MLA the up-projection outputs (Megatron-Core --recompute-modules layernorm moe_act mla_up_proj);

@@ -198,6 +198,12 @@ def profile_for(framework: str) -> FrameworkProfile:
     return profiles.get(framework, profiles["generic"])
 
 
+def fused_attention(training: TrainingSpec) -> bool:
+    """Whether the attention core runs fused (no s x s scores in HBM): the stack's kernels, unless the run fell back
+    to the unfused path (TrainingSpec.attention_kernel)."""
+    return profile_for(training.framework).flash_attention and training.attention_kernel != "unfused"
+
+
 # Adam keeps two moments per parameter; bf16 moments (Megatron-Core precision-aware optimizer) hold 2 + 2 bytes
 # instead of 4 + 4.
 BF16_MOMENTS_SAVING = 4.0

@@ -93,6 +93,10 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "moe_router_fusion": KnobSpec("the MoE router as Transformer Engine's fused kernels (Megatron-Core "
                                   "--moe-router-fusion), which cuts the host ops a MoE layer issues; unstated, the "
                                   "stack's recipes' default", _flag, "true | false"),
+    "attention_kernel": KnobSpec("the attention core's kernel as the run's software ran it: fused (cuDNN or "
+                                 "FlashAttention) or unfused (batched GEMMs over the s x s scores in HBM, Transformer "
+                                 "Engine's fallback where no fused kernel takes the shape)",
+                                 _word("fused", "unfused"), "fused | unfused"),
     "fused_expert_mlp": KnobSpec("the routed experts' fc1, activation and fc2 as one CuTe DSL grouped-MLP kernel "
                                  "(Megatron-Bridge cutedsl_fused_grouped_mlp with Transformer Engine's op fuser) "
                                  "instead of Transformer Engine's GroupedLinear and a separate activation; not priced",
@@ -105,7 +109,7 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                   lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 1,
                                   "a number >= 1"),
 }
-OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion", "fused_expert_mlp", "fp8_attention",
-                  "moe_rank_capacity")
+OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion", "attention_kernel", "fused_expert_mlp",
+                  "fp8_attention", "moe_rank_capacity")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")

@@ -195,7 +195,8 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
     if knob == "fp8_recipe" and value == "rowwise":  # per-row scales: finer than a tensor, Hopper runs it slower
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
-                "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm", "moe_router_fusion"):
+                "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm", "moe_router_fusion",
+                "attention_kernel"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -277,6 +278,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
         elif knob == "cuda_graphs":
             training = training.model_copy(update={"cuda_graphs": value})
+        elif knob == "attention_kernel":  # unfused overrides the stack's fused attention; fused is the stack's
+            training = training.model_copy(update={"attention_kernel": "unfused" if value == "unfused" else "stack"})
         elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)
             fixed["etp"] = encode("etp", "1" if value == 1 else "tp", "ran.expert_tp")[1]
         elif knob == "moe_dispatcher":

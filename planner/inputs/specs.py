@@ -412,6 +412,10 @@ class TrainingSpec(_Spec):
     tp_comm_overlap: bool | None = Field(default=None, description=(
         "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
         "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))
+    attention_kernel: Literal["stack", "unfused"] = Field(default="stack", description=(
+        "the attention core's kernel: stack (the framework's fused or flash attention where it has one), or "
+        "unfused (batched GEMMs over the s x s scores in HBM), which Transformer Engine 2.1-2.4 fell back to for "
+        "head dims above 128 on Blackwell (MLA's 192)"))
     param_offload: bool = Field(default=False, description="ZeRO-3 parameters in host memory (offload_param)")
     torch_compile: bool | None = Field(default=None, description=(
         "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
