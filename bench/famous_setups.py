@@ -118,11 +118,12 @@ SETUPS: tuple[Setup, ...] = (
     Setup("Qwen3-235B-A22B, 256 H100, fp8", ("--model", "qwen3-235b-a22b",
                                              *_h("h100x256", 4096, 8192, "--precision", "fp8", "--framework",
                                                  "nemo")), (
-        # the preset names no flex backend: the run used Megatron-Core's alltoall dispatcher (validation case MB-141)
+        # the preset names no flex backend: the run used Megatron-Core's alltoall dispatcher, and it forced the
+        # router to balance (moe_router_force_load_balancing), as the table's benchmarks do (validation case MB-141)
         Practice("Megatron-Bridge TP2 PP8 VP4 EP32, alltoall", ("--model", "qwen3-235b-a22b",
                                                                 *_h("h100x256", 4096, 8192, "--precision", "fp8",
                                                                     "--framework", "nemo", "--moe-dispatcher",
-                                                                    "alltoall")),
+                                                                    "alltoall", "--moe-force-balance")),
                  "tp=2,pp=8,vpp=4,ep=32,mbs=1,zero=1,schedule=combined-1f1b", ("tokens_per_s_per_gpu", 1686.0),
                  "Megatron-Bridge performance summary, NeMo 26.04 (validation case MB-141)"),)),
     Setup("Llama 4 Maverick, 128 GB200", ("--model", "llama4-maverick",
@@ -282,9 +283,14 @@ def row(s: Setup) -> dict[str, Any]:
 
 
 def _problem(args: tuple[str, ...]) -> tuple[str, ...]:
-    """The problem options without the stack (pairs other than --framework)."""
-    pairs = [(args[i], args[i + 1]) for i in range(0, len(args), 2)]
-    return tuple(sorted(f"{k}={v}" for k, v in pairs if k != "--framework"))
+    """The problem options without the stack (options other than --framework, each with its value; a switch such as
+    --moe-force-balance stands alone)."""
+    opts, i = [], 0
+    while i < len(args):
+        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "on"
+        opts.append((args[i], value))
+        i += 1 if value == "on" and (i + 1 >= len(args) or args[i + 1].startswith("--")) else 2
+    return tuple(sorted(f"{k}={v}" for k, v in opts if k != "--framework"))
 
 
 def markdown(rows: list[dict[str, Any]]) -> list[str]:

@@ -1,7 +1,9 @@
 """Fit the cost model's fitted constants to the published runs and record the fit in planner/cost/fitted.yaml.
 
-Each framework profile's kernel_efficiency is fitted on that framework's dense cases, the MoE pair (expert imbalance,
-host CPU time per eager op) jointly on the MoE cases; everything else in the cost model carries a cited source.
+Each framework profile's kernel_efficiency is fitted on that framework's dense cases; the MoE expert imbalance is
+anchored on the model zoo's measured dropless / forced-balance pairs (planner.evidence.anchors), which no case
+constrains, and the host CPU time per eager op is fitted on the MoE cases at that imbalance; everything else in the
+cost model carries a cited source.
 Candidates are priced inside `fitted.using(...)`, so nothing outside this script changes while it runs. Usage:
 
     python bench/fit_profiles.py [--only kernel|moe] [--profiles a,b] [--write [--adopt]] [--file PATH]
@@ -32,6 +34,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from planner.cost import fitted  # noqa: E402
+from planner.evidence.anchors import ZOO_BALANCE_PAIRS, ZOO_SOURCE, anchored_imbalance  # noqa: E402
 from planner.evidence.recipes import default_recipes_path, load_recipes, priced_stack  # noqa: E402
 from planner.evidence.validate import load_cases, run_case, short_source  # noqa: E402
 
@@ -132,11 +135,15 @@ def fit_kernel(doc: dict[str, Any], cases: list[Case], names: list[str] | None, 
 
 
 def fit_moe(doc: dict[str, Any], cases: list[Case], adopt: bool, recipes: Recipes | None = None) -> None:
-    """Joint grid over the two constants the MoE cases fit (host time per op outer, imbalance inner: the order ties
-    resolve in)."""
+    """The expert imbalance anchored on the model zoo's dropless / forced-balance pairs (planner.evidence.anchors:
+    no case constrains it), then the host time per op fitted on the MoE cases at that imbalance."""
     moe = doc["moe"]
     base = fitted.from_document(doc)
-    pairs = [(h, i) for h in HOST_GRID for i in IMBALANCE_GRID]
+    with fitted.using(base):
+        imbalance, anchor_error = anchored_imbalance(IMBALANCE_GRID)
+    moe["expert_imbalance"]["anchor"] = {"source": ZOO_SOURCE, "median_abs_log_error": anchor_error,
+                                         "ratios_measured": [round(p.measured_ratio, 3) for p in ZOO_BALANCE_PAIRS]}
+    pairs = [(h, imbalance) for h in HOST_GRID]
     stored = (moe["host_op_s"]["value"], moe["expert_imbalance"]["value"])
     if stored not in pairs:
         pairs.append(stored)

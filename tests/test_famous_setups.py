@@ -136,11 +136,12 @@ def test_gpt3_175b_paper_layout_near_top() -> None:
 def test_deepseek_v3_with_its_own_recipe_gets_its_own_layout_first_by_price():
     """DeepSeek-V3 (arXiv 2412.19437 §3.1-3.3): 2,048 H800, PP16 x EP64 x ZeRO-1 DP128, no TP, DualPipe, batch
     15360 x 4K, fp8 with 128 x 128 block scales, bf16 Adam moments, SwiGLU inputs cached in fp8. Planned with that
-    recipe under the generic stack, the layout DeepSeek ran is priced within 3 % of the fastest, a tie the cost model
+    recipe under the generic stack, the layout DeepSeek ran is priced within 5 % of the fastest, a tie the cost model
     cannot separate (since host-bound layers are priced, issue 25, and TP overlap as each stack runs it, DualPipe
-    variants with TP 2 or CP 2 price 1-3 % faster). Ranked by preference it stays DualPipe (no standard schedule is
-    priced within the tie), and a layout with more memory room goes first: DeepSeek's own sits at 75.7 of 80 GiB,
-    inside the memory model's typical miss."""
+    variants with TP 2 or CP 2 price 1-3 % faster; with dropless routing priced at the anchored expert
+    imbalance, 1.25, TP 2's all-to-alls carry half the tokens per rank and it prices 3.2 % faster). Ranked by
+    preference it stays DualPipe (no standard schedule is priced within the tie), and a layout with more memory room
+    goes first: DeepSeek's own sits at 75.7 of 80 GiB, inside the memory model's typical miss."""
     p = Problem(load_model("deepseek-v3"), load_cluster("h800x2048"),
                 TrainingSpec(seq_len=4096, global_batch=15360, precision="fp8", fp8_recipe="blockwise",
                              optimizer_moments="bf16"))
@@ -150,7 +151,7 @@ def test_deepseek_v3_with_its_own_recipe_gets_its_own_layout_first_by_price():
     theirs = [pl for pl in by_price
               if tuple(getattr(pl.layout, k) for k in keys) == (1, 16, 128, 1, 64, 1, 1, int(Schedule.DUALPIPE))]
     assert theirs, [pl.layout for pl in by_price]
-    assert theirs[0].metrics["tokens_per_s_per_gpu"] >= 0.97 * by_price[0].metrics["tokens_per_s_per_gpu"]
+    assert theirs[0].metrics["tokens_per_s_per_gpu"] >= 0.95 * by_price[0].metrics["tokens_per_s_per_gpu"]
     assert top.schedule == Schedule.DUALPIPE and (top.pp, top.ep) == (16, 64)
     first = search(p, top=1)
     assert first.plans[0].layout.schedule == Schedule.DUALPIPE

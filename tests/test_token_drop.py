@@ -104,19 +104,19 @@ def replace_training(case: dict, **values: object) -> dict:
 def test_dropping_to_capacity_prices_the_alltoall_dispatcher_slower_across_nodes() -> None:
     """Qwen3-235B on 256 H100 (EP 32 over 4 nodes): with token drop the plain alltoall sends every routed copy
     across the network, where DeepEP sends a token once per node. The expert GEMMs compute one even share either way
-    (capacity 1.0 padded; dropless at the fitted imbalance, 1.0 on the force-balanced rows it is fitted on), so the
-    compute differs only by the two dispatchers' kernels and the host ops that issue them (padded: 15 eager ops a
-    layer; DeepEP's: 10 and one host sync, planner.cost.host), which stay under a tenth of it."""
+    (capacity 1.0 padded; dropless with the router forced to balance, as the benchmark rows run it), so the compute
+    differs only by the two dispatchers' kernels and the host ops that issue them (padded: 15 eager ops a layer;
+    DeepEP's: 10 and one host sync, planner.cost.host), which stay under a tenth of it."""
     m, cl = load_model("qwen3-235b-a22b"), load_cluster("h100x256")
     lay = layout(tp=2, pp=8, dp=16, ep=32, vpp=4, sp=1, zero=1, schedule=int(Schedule.INTERLEAVED))
-    dropless = price_layout(Problem(m, cl, _training(precision="fp8")), lay)
+    dropless = price_layout(Problem(m, cl, _training(precision="fp8", moe_force_balance=True)), lay)
     dropping = price_layout(Problem(m, cl, _training(1.0, True, precision="fp8")), lay)
     assert dropping["ep_comm_s"] > 1.5 * dropless["ep_comm_s"]
     assert dropping["compute_s"] == pytest.approx(dropless["compute_s"], rel=0.10)
     tok, tp, ep = np.array([4096.0]), np.array([2.0]), np.array([32.0])
     rate = compute.rates(Problem(m, cl, _training(precision="fp8")))
-    blocks = [expert.moe_block_time(m, _training(*drop, precision="fp8"), tok, tp, ep, rate.peak * rate.eff,
-                                    rate.hbm, 0.0) for drop in ((), (1.0, True))]
+    blocks = [expert.moe_block_time(m, t, tok, tp, ep, rate.peak * rate.eff, rate.hbm, 0.0)
+              for t in (_training(precision="fp8", moe_force_balance=True), _training(1.0, True, precision="fp8"))]
     assert blocks[0] == pytest.approx(blocks[1], rel=1e-9)  # the expert GEMMs: one even share either way
 
 

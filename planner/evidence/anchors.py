@@ -1,0 +1,86 @@
+"""Measured before/after pairs outside the case file: one layout run with and without a feature by the same source,
+so a feature's effect is measured without the rest of the cost model's error (issue 25, item 2).
+
+NVIDIA's MoE model zoo (yanring/Megatron-MoE-ModelZoo@e865051, best_practice/qwen3/readme.md) ran Qwen3-235B-A22B in
+BF16 on 256 H100 with DeepEP at four context lengths (PP8 VPP4 TP4 EP8, CP 1-8, global batch 256, the command under
+its "Long Context" table), each with forced load balancing (`--moe-router-force-load-balancing`) and dropless with
+the router's own routing: 295 / 237, 335 / 277, 368 / 320 and 389 / 357 TFLOP/s per GPU at 16k, 32k, 64k and 128k
+tokens. The ratio of each pair is what dropless routing costs that layout, which the expert imbalance of dropless
+learned routing (fitted.yaml moe.expert_imbalance) stands for and no published case constrains.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+
+from planner.cost import fitted
+from planner.evidence.cases import case_problem
+from planner.inputs.layout import Layout, Schedule
+from planner.search.search import price_layout
+
+ZOO_SOURCE = "yanring/Megatron-MoE-ModelZoo@e865051:best_practice/qwen3/readme.md#L24-L45"
+# Qwen3-235B-A22B in Hugging Face config.json keys, as the validation cases state it.
+QWEN3_235B = {"name": "Qwen3_235B_a22B", "num_hidden_layers": 94, "hidden_size": 4096, "intermediate_size": 12288,
+              "num_attention_heads": 64, "num_key_value_heads": 4, "vocab_size": 151936, "hidden_act": "silu",
+              "num_local_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536}
+
+
+@dataclass(frozen=True)
+class BalancePair:
+    """One long-context layout of the zoo's table: its sequence, context-parallel size and the measured TFLOP/s per
+    GPU with forced balancing and dropless."""
+
+    seq_len: int
+    cp: int
+    forced_tflops: float
+    dropless_tflops: float
+
+    @property
+    def measured_ratio(self) -> float:
+        """Dropless step time over forced-balance step time (same FLOPs per step)."""
+        return self.forced_tflops / self.dropless_tflops
+
+
+ZOO_BALANCE_PAIRS = (BalancePair(16384, 1, 295.0, 237.0), BalancePair(32768, 2, 335.0, 277.0),
+                     BalancePair(65536, 4, 368.0, 320.0), BalancePair(131072, 8, 389.0, 357.0))
+
+
+def zoo_long_context_step(pair: BalancePair, force_balance: bool) -> float:
+    """Priced step seconds of the zoo's long-context layout (PP8 VPP4 TP4 EP8, SP, DeepEP, the fused router its
+    benchmarking config sets) at the pair's sequence and CP. The run recomputed the norms and the whole MoE block
+    (`--recompute-modules layernorm moe`); the planner's selective recompute re-runs the norms and activations, so
+    the MoE share of the priced step, and with it the priced dropless penalty, is the smaller."""
+    tp, pp, ep, gpus = 4, 8, 8, 256
+    case = {"id": "zoo-long-context", "model": QWEN3_235B, "cluster": "h100x256",
+            "training": {"seq_len": pair.seq_len, "global_batch": 256, "precision": "bf16",
+                         "framework": "megatron-core", "micro_batch": 1},
+            "layout": {"tp": tp, "pp": pp, "ep": ep, "vpp": 4, "cp": pair.cp, "sequence_parallel": True, "zero": 1},
+            "measured": {}}
+    problem = case_problem(case, "anchors")
+    problem = replace(problem, training=problem.training.model_copy(
+        update={"moe_router_fusion": True, "moe_dispatcher": "flex", "moe_force_balance": force_balance}))
+    layout = Layout.from_dict({"tp": tp, "pp": pp, "dp": gpus // (tp * pp * pair.cp), "cp": pair.cp, "ep": ep,
+                               "etp": 1, "vpp": 4, "mbs": 1, "zero": 1, "recompute": 1, "sp": 1,
+                               "schedule": int(Schedule.INTERLEAVED), "cp_comm": 0})
+    return price_layout(problem, layout)["step_time_s"]
+
+
+def dropless_penalty(imbalance: float) -> list[tuple[BalancePair, float]]:
+    """Each pair with its priced ratio (dropless over forced-balance step) at the given expert imbalance."""
+    with fitted.using(replace(fitted.current(), expert_imbalance=imbalance)):
+        return [(p, zoo_long_context_step(p, False) / zoo_long_context_step(p, True)) for p in ZOO_BALANCE_PAIRS]
+
+
+def imbalance_anchor_error(imbalance: float) -> float:
+    """Median |ln(priced ratio / measured ratio)| over the zoo's pairs at the given expert imbalance."""
+    return statistics.median(abs(math.log(priced / p.measured_ratio)) for p, priced in dropless_penalty(imbalance))
+
+
+def anchored_imbalance(grid: tuple[float, ...]) -> tuple[float, float]:
+    """(value, its anchor error): the grid value (the published range, fitted.yaml) nearest the zoo's measured
+    dropless penalty, the lower of equals."""
+    scores = [(imbalance_anchor_error(v), v) for v in grid]
+    best = min(scores)
+    return best[1], round(best[0], 4)
