@@ -236,9 +236,10 @@ NAMED = ("README headline: Llama 3 70B, 512 H100", "Llama 3 405B, 16,384 H100", 
 
 # DeepSeek-V3's report figure is its whole pre-training's average over GPU-hours: it is compared with the price net of
 # restarts and checkpoints (the planner's goodput, 96.9 %), which still leaves the batch ramp of the first 469B tokens
-# (priced at 3,072-12,288 sequences it lowers the run's average by 0.5 %) and real routing, where the expert imbalance
-# is fitted (1.0) on force-balanced benchmark rows: 16 % fast (tests/test_moe_physics.py holds its own bound).
-TOLERANCE = {"DeepSeek-V3, 2,048 H800, its fp8 recipe": 0.20}
+# (priced at 3,072-12,288 sequences it lowers the run's average by 0.5 %) and its own routing, priced at the expert
+# imbalance the model zoo's dropless / forced-balance pairs anchor (1.25, planner.evidence.anchors): +5.8 %, within
+# the 15 % all five are held to (it was +15.9 % at the mean load).
+TOLERANCE: dict[str, float] = {}
 
 
 @pytest.mark.parametrize("title", NAMED)
