@@ -26,7 +26,7 @@ import yaml
 
 from planner.cost.fitted import FITTED_FILE, current
 from planner.evidence import validate as V
-from planner.evidence.anchors import QWEN3_235B, ZOO_BALANCE_PAIRS, anchored_imbalance, dropless_penalty
+from planner.evidence.anchors import ZOO_BALANCE_PAIRS, anchored_imbalance, dropless_penalty, zoo_h100_step
 from planner.evidence.cases import case_problem, load_cases
 from planner.evidence.recipes import apply_knobs, case_knobs, default_recipes_path, load_recipes, recipe_entry
 from planner.inputs.layout import Layout, Schedule
@@ -52,16 +52,7 @@ def _problem(cid: str) -> tuple[Problem, Layout]:
 
 
 def _zoo_step(schedule: Schedule) -> float:
-    case = {"id": "zoo", "model": QWEN3_235B, "cluster": "h100x256",
-            "training": {"seq_len": 4096, "global_batch": 2048, "precision": "bf16", "framework": "megatron-core",
-                         "micro_batch": 1},
-            "layout": {"tp": 2, "pp": 8, "ep": 32, "vpp": 4, "cp": 1, "recompute": "selective",
-                       "sequence_parallel": True, "zero": 1}, "measured": {}}
-    problem = case_problem(case, "anchors")
-    problem = replace(problem, training=problem.training.model_copy(update={"moe_router_fusion": True}))
-    layout = Layout.from_dict({"tp": 2, "pp": 8, "dp": 16, "cp": 1, "ep": 32, "etp": 1, "vpp": 4, "mbs": 1, "zero": 1,
-                               "recompute": 1, "sp": 1, "schedule": int(schedule), "cp_comm": 0})
-    return price_layout(problem, layout)["step_time_s"]
+    return zoo_h100_step(2, 8, 32, 4, 1, schedule)
 
 
 # The zoo's benchmarking config routes with the learned router (aux loss, no forced balancing:
@@ -98,18 +89,7 @@ ZOO_LAYOUTS = [
 
 def _zoo_layout_step(dispatcher: str, tp: int, pp: int, ep: int, vpp: int, mbs: int, recompute: int,
                      zero: int) -> float:
-    case = {"id": "zoo", "model": QWEN3_235B, "cluster": "h100x256",
-            "training": {"seq_len": 4096, "global_batch": 2048, "precision": "bf16", "framework": "megatron-core",
-                         "micro_batch": mbs},
-            "layout": {"tp": tp, "pp": pp, "ep": ep, "vpp": vpp, "cp": 1, "sequence_parallel": True, "zero": zero},
-            "measured": {}}
-    problem = case_problem(case, "anchors")
-    problem = replace(problem, training=problem.training.model_copy(
-        update={"moe_router_fusion": True, "moe_dispatcher": dispatcher}))
-    layout = Layout.from_dict({"tp": tp, "pp": pp, "dp": 256 // (tp * pp), "cp": 1, "ep": ep, "etp": 1, "vpp": vpp,
-                               "mbs": mbs, "zero": zero, "recompute": recompute, "sp": 1,
-                               "schedule": int(Schedule.INTERLEAVED), "cp_comm": 0})
-    return price_layout(problem, layout)["step_time_s"]
+    return zoo_h100_step(tp, pp, ep, vpp, recompute, Schedule.INTERLEAVED, mbs=mbs, zero=zero, dispatcher=dispatcher)
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=ZOO_OVERLAP_GAP))

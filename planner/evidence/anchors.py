@@ -47,24 +47,33 @@ ZOO_BALANCE_PAIRS = (BalancePair(16384, 1, 295.0, 237.0), BalancePair(32768, 2, 
                      BalancePair(65536, 4, 368.0, 320.0), BalancePair(131072, 8, 389.0, 357.0))
 
 
-def zoo_long_context_step(pair: BalancePair, force_balance: bool) -> float:
-    """Priced step seconds of the zoo's long-context layout (PP8 VPP4 TP4 EP8, SP, DeepEP, the fused router its
-    benchmarking config sets) at the pair's sequence and CP. The run recomputed the norms and the whole MoE block
-    (`--recompute-modules layernorm moe`); the planner's selective recompute re-runs the norms and activations, so
-    the MoE share of the priced step, and with it the priced dropless penalty, is the smaller."""
-    tp, pp, ep, gpus = 4, 8, 8, 256
-    case = {"id": "zoo-long-context", "model": QWEN3_235B, "cluster": "h100x256",
-            "training": {"seq_len": pair.seq_len, "global_batch": 256, "precision": "bf16",
-                         "framework": "megatron-core", "micro_batch": 1},
-            "layout": {"tp": tp, "pp": pp, "ep": ep, "vpp": 4, "cp": pair.cp, "sequence_parallel": True, "zero": 1},
+def zoo_h100_step(tp: int, pp: int, ep: int, vpp: int, recompute: int, schedule: Schedule, *, seq_len: int = 4096,
+                  global_batch: int = 2048, cp: int = 1, mbs: int = 1, zero: int = 1, dispatcher: str = "stack",
+                  force_balance: bool = False) -> float:
+    """Priced step seconds of one of the zoo's Qwen3-235B BF16 layouts on 256 H100 (sequence parallel, whole
+    experts, the fused router its benchmarking config sets: model_configs/benchmarking/Qwen3-235B-A22B.yaml#L104)."""
+    gpus = 256
+    case = {"id": "zoo", "model": QWEN3_235B, "cluster": f"h100x{gpus}",
+            "training": {"seq_len": seq_len, "global_batch": global_batch, "precision": "bf16",
+                         "framework": "megatron-core", "micro_batch": mbs},
+            "layout": {"tp": tp, "pp": pp, "ep": ep, "vpp": vpp, "cp": cp, "sequence_parallel": True, "zero": zero},
             "measured": {}}
     problem = case_problem(case, "anchors")
     problem = replace(problem, training=problem.training.model_copy(
-        update={"moe_router_fusion": True, "moe_dispatcher": "flex", "moe_force_balance": force_balance}))
-    layout = Layout.from_dict({"tp": tp, "pp": pp, "dp": gpus // (tp * pp * pair.cp), "cp": pair.cp, "ep": ep,
-                               "etp": 1, "vpp": 4, "mbs": 1, "zero": 1, "recompute": 1, "sp": 1,
-                               "schedule": int(Schedule.INTERLEAVED), "cp_comm": 0})
+        update={"moe_router_fusion": True, "moe_dispatcher": dispatcher, "moe_force_balance": force_balance}))
+    layout = Layout.from_dict({"tp": tp, "pp": pp, "dp": gpus // (tp * pp * cp), "cp": cp, "ep": ep, "etp": 1,
+                               "vpp": vpp, "mbs": mbs, "zero": zero, "recompute": recompute, "sp": 1,
+                               "schedule": int(schedule), "cp_comm": 0})
     return price_layout(problem, layout)["step_time_s"]
+
+
+def zoo_long_context_step(pair: BalancePair, force_balance: bool) -> float:
+    """Priced step seconds of the zoo's long-context layout (PP8 VPP4 TP4 EP8, DeepEP, global batch 256) at the
+    pair's sequence and CP. The run recomputed the norms and the whole MoE block (`--recompute-modules layernorm
+    moe`); the planner's selective recompute re-runs the norms and activations, so the MoE share of the priced step,
+    and with it the priced dropless penalty, is the smaller."""
+    return zoo_h100_step(4, 8, 8, 4, 1, Schedule.INTERLEAVED, seq_len=pair.seq_len, global_batch=256, cp=pair.cp,
+                         dispatcher="flex", force_balance=force_balance)
 
 
 def dropless_penalty(imbalance: float) -> list[tuple[BalancePair, float]]:
