@@ -287,9 +287,9 @@ def _problem(args: tuple[str, ...]) -> tuple[str, ...]:
     --moe-force-balance stands alone)."""
     opts, i = [], 0
     while i < len(args):
-        value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "on"
-        opts.append((args[i], value))
-        i += 1 if value == "on" and (i + 1 >= len(args) or args[i + 1].startswith("--")) else 2
+        switch = i + 1 == len(args) or args[i + 1].startswith("--")
+        opts.append((args[i], "on" if switch else args[i + 1]))
+        i += 1 if switch else 2
     return tuple(sorted(f"{k}={v}" for k, v in opts if k != "--framework"))
 
 
