@@ -67,7 +67,8 @@ def test_node_limited_routing_caps_the_domains_a_token_reaches():
 def test_deduplicated_dispatch_sends_a_token_once_per_remote_node():
     """EP 64 over 8 H800 nodes, 4096 tokens, hidden 7168, top-8, bf16, no fp8 dispatch (nemo profile):
     network bytes = tokens x h x 2 B x remote nodes; NVLink carries the k copies x 7/8; the busiest rank receives
-    (dispatch) and sends back (combine) the fitted expert imbalance times the mean, and everyone waits for it."""
+    (dispatch) and sends back (combine) the fitted expert imbalance times the mean over NVLink, and everyone waits
+    for it; a GPU's network receive carries its whole node's tokens, whose excess is the rank's over sqrt(8)."""
     m, cl = load_model("deepseek-v3"), load_cluster("h800x2048")
     fab = Fabric(cl, {}, 3.35e12)
     prof = profile_for("nemo")
@@ -77,7 +78,8 @@ def test_deduplicated_dispatch_sends_a_token_once_per_remote_node():
     remote = expert.domains_reached(m, np.array([8.0]))[0] * 7 / 8
     net = 4096 * 7168 * 2.0 * remote / (50e9 * NETWORK_EFFICIENCY)
     nvl = 4096 * 8 * 7168 * 2.0 * 7 / 8 / (200e9 * NVLINK_EFFICIENCY)
-    per_exchange = IMBALANCE * max(net, nvl)
+    node_load = 1 + (IMBALANCE - 1) / 8 ** 0.5
+    per_exchange = max(node_load * net, IMBALANCE * nvl)
     assert t[0] == pytest.approx(2 * per_exchange, rel=0.01)  # dispatch + combine, latency is microseconds
     plain = expert.a2a_pass_time(m, fab, profile_for("torchtitan"), np.array([4096.0]), one, np.array([64.0]), one,
                                  fp8=False, load=IMBALANCE)
@@ -241,3 +243,19 @@ def test_expert_tp_exposes_k_gathers_of_the_layer_tokens_with_the_alltoall_dispa
     assert pass_flex > 0
     load = expert.busiest_rank_load(TrainingSpec(seq_len=4096, global_batch=512))
     assert pass_a2a == pytest.approx(8 * load * pass_flex, rel=1e-6)
+
+
+def test_a_domain_receives_its_ranks_average_excess_over_the_network():
+    """DeepEP sends a token to the same-index GPU of each remote node, so a GPU's network receive carries its whole
+    node's tokens: the busiest rank's excess load shrinks by sqrt(ranks per node) there, and vanishes when the
+    router is forced to balance (load 1)."""
+    assert expert.domain_load(1.25, np.array([1.0]))[0] == pytest.approx(1.25)
+    assert expert.domain_load(1.25, np.array([8.0]))[0] == pytest.approx(1 + 0.25 / 8 ** 0.5)
+    assert expert.domain_load(1.0, np.array([8.0]))[0] == pytest.approx(1.0)
+    m, cl = load_model("deepseek-v3"), load_cluster("h800x2048")
+    fab, one, tok = Fabric(cl, {}, 3.35e12), np.array([1.0]), np.array([4096.0])
+    deepep = profile_for("nemo")
+    # the network leg is the bottleneck at EP 64, so dropless routing costs it the node's load, not the rank's
+    dropless = expert.a2a_pass_time(m, fab, deepep, tok, one, np.array([64.0]), one, fp8=False, load=1.25)[0]
+    balanced = expert.a2a_pass_time(m, fab, deepep, tok, one, np.array([64.0]), one, fp8=False, load=1.0)[0]
+    assert dropless / balanced == pytest.approx(1 + 0.25 / 8 ** 0.5, rel=0.02)

@@ -32,7 +32,12 @@ import numpy as np
 from planner.cost import activation_offload, compute, device_memory, expert, host, memory, pipeline
 from planner.cost.profiles import stack_profile
 from planner.cost.sharding import expert_shard_group, sharding, split_state_bytes, stage_params
+from planner.inputs.layout import Schedule
 from planner.inputs.problem import Problem
+
+# Layers a combined-1F1B pair holds beyond one micro-batch without a pipeline: the forward's newest layer before the
+# backward frees its counterpart (pipeline.inflight_microbatches).
+PAIR_LAYERS = 1.0
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,9 @@ def stage_parts(problem: Problem, act: ActivationSide, st: StateSide, places: Se
     layers = [counts[place.layers] for place in places]
     deepep = expert.dispatcher_profile(prof, problem.training).deepep
     held = per_layer_act + host.graph_buffer_bytes(problem, tok, tp, sp, deepep)  # and per-layer CUDA graphs' buffers
-    acts = [held * n * in_flight + working for n, in_flight in zip(layers, inflight, strict=True)]
+    # a combined-1F1B pair without a pipeline holds one layer beyond its micro-batch (pipeline.inflight_microbatches)
+    pair = held * np.where((k["sched"] == Schedule.COMBINED_1F1B) & (pp == 1), PAIR_LAYERS, 0.0)
+    acts = [held * n * in_flight + pair + working for n, in_flight in zip(layers, inflight, strict=True)]
     off = memory.offloaded_module_bytes(problem, tok, tp, k["rc"])
     if np.any(off):  # offloaded tensors the host cannot hold stay on the device (a finite total the fit check refuses)
         acts = [a + activation_offload.host_bytes_over(problem, off, n, in_flight)

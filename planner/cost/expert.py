@@ -187,6 +187,16 @@ def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
     return np.minimum(uniform, d)
 
 
+def domain_load(load: float, ranks: np.ndarray) -> np.ndarray:
+    """Tokens the busiest NVLink domain receives over the network, in units of the even share, when its busiest rank
+    receives `load` times the even share: node-deduplicated kernels (DeepEP normal kernels) send a token to the
+    same-index GPU of each remote domain it is routed to, so one GPU's network receive carries its whole domain's
+    tokens, split evenly over the domain's g local indices. The domain averages its g ranks' loads; with the ranks'
+    excess loads independent the busiest domain's excess is at most the busiest rank's over sqrt(g),
+    1 + (load - 1)/sqrt(g) (the maximum over fewer, larger groups is smaller again, so this is an upper bound)."""
+    return 1.0 + (load - 1.0) / np.sqrt(np.maximum(np.asarray(ranks, dtype=float), 1.0))
+
+
 def a2a_parts(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
               ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> tuple[np.ndarray, np.ndarray]:
     """(dispatch, combine) of one pass of one MoE layer (`a2a_pass_time` is their sum)."""
@@ -199,7 +209,7 @@ def a2a_parts(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray
     g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
     domains = np.maximum(ep / g, 1.0)
     remote = domains_reached(m, domains) * (domains - 1) / domains
-    per_remote = load * tokens * m.hidden_size * remote
+    per_remote = domain_load(load, g) * tokens * m.hidden_size * remote
     return (fab.routed_all_to_all(copies * dispatch_elt, per_remote * dispatch_elt, ep, etp, "ep"),
             fab.routed_all_to_all(copies * 2.0, per_remote * 2.0, ep, etp, "ep"))
 
@@ -216,7 +226,7 @@ def nic_bytes_per_pass(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: n
     g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
     domains = np.maximum(ep / g, 1.0)
     if prof.deepep:
-        remote = load * tokens * m.hidden_size * domains_reached(m, domains) * (domains - 1) / domains
+        remote = domain_load(load, g) * tokens * m.hidden_size * domains_reached(m, domains) * (domains - 1) / domains
     else:
         remote = load * tokens * m.num_experts_per_tok * m.hidden_size * (ep - g) / np.maximum(ep, 1)
     return np.where(domains > 1, remote * elt, 0.0)

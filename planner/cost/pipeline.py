@@ -103,7 +103,11 @@ def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m:
     rank; Seq1F1B holds p - r + k - 1 segments of 1/k of a sequence (its warm-up, checked by
     planner.strategies.pipeline_sim; rank > 0 checked there for 1F1B and interleaved only). Combined 1F1B: as
     1F1B / interleaved with one more chunk in warm-up. DualPipe / DualPipe-V: p + 1 (DeepSeek-V3 report Table 2).
-    No pipeline: one micro-batch at a time (two under combined 1F1B, whose pairs overlap).
+    No pipeline: one micro-batch at a time, under combined 1F1B too: its pairs run the forward of layer i of one
+    micro-batch beside the backward of layer N - 1 - i of the other (Megatron-Core model_chunk_schedule_plan.py
+    TransformerModelChunkSchedulePlan.run, combined_1f1b.py combined_1f1b_schedule_for_no_pipelining), and the
+    backward frees each layer's activations as the forward allocates the next, so a pair holds N + 1 layers: one
+    micro-batch and the one layer planner.cost.allocations adds (PAIR_LAYERS).
     """
     base = np.minimum(m, p - rank).astype(float)
     vv = np.maximum(v, 1)
@@ -116,7 +120,7 @@ def inflight_microbatches(schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m:
     out = np.where(schedule == Schedule.ZB_V, np.minimum(m, p).astype(float), out)
     k = SEQ1F1B_SEGMENTS
     out = np.where(schedule == Schedule.SEQ1F1B, np.minimum(m * k, p - rank + k - 1) / k, out)
-    return np.where(p > 1, out, np.where(combined, np.minimum(m, 2.0), 1.0))
+    return np.where(p > 1, out, 1.0)
 
 
 def microbatches(global_batch: int, mbs: np.ndarray, dp: np.ndarray) -> np.ndarray:

@@ -1,12 +1,17 @@
 """Measured before/after pairs outside the case file: one layout run with and without a feature by the same source,
 so a feature's effect is measured without the rest of the cost model's error (issue 25, item 2).
 
-NVIDIA's MoE model zoo (yanring/Megatron-MoE-ModelZoo@e865051, best_practice/qwen3/readme.md) ran Qwen3-235B-A22B in
-BF16 on 256 H100 with DeepEP at four context lengths (PP8 VPP4 TP4 EP8, CP 1-8, global batch 256, the command under
-its "Long Context" table), each with forced load balancing (`--moe-router-force-load-balancing`) and dropless with
-the router's own routing: 295 / 237, 335 / 277, 368 / 320 and 389 / 357 TFLOP/s per GPU at 16k, 32k, 64k and 128k
-tokens. The ratio of each pair is what dropless routing costs that layout, which the expert imbalance of dropless
-learned routing (fitted.yaml moe.expert_imbalance) stands for and no published case constrains.
+Dropless routing: NVIDIA's MoE model zoo (yanring/Megatron-MoE-ModelZoo@e865051, best_practice/qwen3/readme.md)
+ran Qwen3-235B-A22B in BF16 on 256 H100 with DeepEP at four context lengths (PP8 VPP4 TP4 EP8, CP 1-8, global batch
+256, the command under its "Long Context" table), each with forced load balancing
+(`--moe-router-force-load-balancing`) and dropless with the router's own routing: 295 / 237, 335 / 277, 368 / 320 and
+389 / 357 TFLOP/s per GPU at 16k, 32k, 64k and 128k tokens. The ratio of each pair is what dropless routing costs that
+layout, which the expert imbalance of dropless learned routing (fitted.yaml moe.expert_imbalance) stands for and no
+published case constrains.
+
+EP overlap: Megatron-Bridge's controlled pair of one Qwen3-30B-A3B layout run without and with combined 1F1B
+(`BRIDGE_OVERLAP_PAIR`), with the overlap arm's measured memory; tests/test_moe_anchors.py holds the zoo's own
+overlap pair and layouts.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import statistics
 from dataclasses import dataclass, replace
 
 from planner.cost import fitted
+from planner.evidence import validate
 from planner.evidence.cases import case_problem
+from planner.evidence.recipes import apply_knobs, case_knobs
 from planner.inputs.layout import Layout, Schedule
 from planner.search.search import price_layout
 
@@ -93,3 +100,58 @@ def anchored_imbalance(grid: tuple[float, ...]) -> tuple[float, float]:
     scores = [(imbalance_anchor_error(v), v) for v in grid]
     best = min(scores)
     return best[1], round(best[0], 4)
+
+
+# Megatron-Bridge's controlled EP-overlap pair (NVIDIA-NeMo/Megatron-Bridge@7ded17dae, PR #5094): Qwen3-30B-A3B in
+# BF16 on 16 H100 (two nodes), sequence 4096, TP1 PP1 CP1 EP16, micro-batch 1, global batch 1024, forced balancing,
+# HybridEP, Transformer Engine CUDA graphs on the router and the dispatch preprocessing, delayed wgrad off; the only
+# change between the arms is the EP overlap (combined 1F1B). Steady-state step 24.7138 s without, 20.9920 s with
+# (independent validation run), and rank 0's peak allocated memory with it 62.166 GiB.
+BRIDGE_OVERLAP_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge@7ded17dae:"
+                         "skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md#L60-L85")
+QWEN3_30B = {"name": "Qwen3_30B_a3B", "num_hidden_layers": 48, "hidden_size": 2048, "intermediate_size": 6144,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "vocab_size": 151936, "hidden_act": "silu",
+             "num_local_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}
+
+
+@dataclass(frozen=True)
+class OverlapPair:
+    """A layout measured without and with EP overlap: step seconds of each arm, the overlap arm's peak allocated
+    memory (GiB) where measured."""
+
+    without_s: float
+    with_s: float
+    with_allocated_gib: float | None = None
+
+    @property
+    def measured_gain(self) -> float:
+        return self.without_s / self.with_s
+
+
+BRIDGE_OVERLAP_PAIR = OverlapPair(24.7138, 20.9920, 62.166)
+
+
+def bridge_overlap_case(ep_overlap: bool) -> dict:
+    """The pair's run as a validation case, with the knobs its SKILL.md states in its `ran` block."""
+    said = {"source": BRIDGE_OVERLAP_SOURCE}
+    ran = {"cuda_graphs": {"value": "per-layer", "impl": "transformer_engine",
+                           "scope": ["moe_router", "moe_preprocess"], **said},
+           "ep_overlap": {"value": ep_overlap, **said}, "moe_dispatcher": {"value": "flex-hybridep", **said},
+           "moe_force_balance": {"value": True, **said}, "moe_token_drop": {"value": "dropless", **said},
+           "recompute": {"value": "none", **said}}
+    return {"id": f"bridge-overlap-{'on' if ep_overlap else 'off'}", "model": QWEN3_30B, "cluster": "h100x16",
+            "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "precision": "bf16",
+                         "framework": "nemo"},
+            "layout": {"tp": 1, "pp": 1, "dp": 16, "cp": 1, "ep": 16, "zero": 0}, "measured": {}, "ran": ran}
+
+
+def bridge_overlap_metrics(ep_overlap: bool) -> dict[str, float]:
+    """The priced metrics of one arm of the pair, as validate prices a case (its stated layout and knobs)."""
+    case = bridge_overlap_case(ep_overlap)
+    bare = case_problem(case, "anchors")
+    knobs = case_knobs(case, None, bare)
+    problem, applied = apply_knobs(bare, knobs)
+    found = validate._search_case(problem, bare, applied, knobs)
+    if isinstance(found, str):
+        raise ValueError(found)
+    return found[0].plans[0].metrics
