@@ -1,0 +1,80 @@
+"""Issue 25's trust check: the free #1 of the frontier MoE models against the best published run of each model on
+each GPU. A #1 priced far above anything anyone has measured on that hardware is a claim the cost model has to carry
+alone, so the ratio is worth watching whenever MoE or Blackwell terms change. Markdown on stdout.
+
+    python bench/top1_vs_published.py
+
+Each problem is planned at the published run's GPUs, sequence, batch and precision under `nemo` (the stack that ran
+every row here but Maverick's, which DGX Cloud ran on NeMo too), through `plan`'s own entry point. Same model, GPU,
+sequence and precision on both sides, so the tokens/s ratio is the MFU ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's planner, not an installed one
+
+from famous_setups import short  # noqa: E402  (same folder: the layout's short form of that table)
+
+from cli.in_process import run_in_process  # noqa: E402
+
+ARCHIVE = "NVIDIA-NeMo/Megatron-Bridge@4ab94dfad:docs/performance-summary-archive.md"
+
+
+@dataclass(frozen=True)
+class Published:
+    """The best published run of one model on one GPU: its problem as `plan` options and its tokens/s per GPU."""
+
+    title: str
+    args: tuple[str, ...]
+    tokens_per_s_per_gpu: float
+    source: str
+
+
+def _p(model: str, cluster: str, seq: int, gbs: int, precision: str) -> tuple[str, ...]:
+    return ("--model", model, "--cluster", cluster, "--seq-len", str(seq), "--global-batch", str(gbs),
+            "--precision", precision, "--framework", "nemo")
+
+
+RUNS: tuple[Published, ...] = (
+    Published("Qwen3-235B-A22B, 256 H100, fp8", _p("qwen3-235b-a22b", "h100x256", 4096, 8192, "fp8"), 1686.0,
+              f"{ARCHIVE} 26.04 (validation case MB-141)"),
+    Published("Qwen3-235B-A22B, 256 GB200, fp8", _p("qwen3-235b-a22b", "gb200x256", 4096, 8192, "fp8"), 7376.0,
+              f"{ARCHIVE} 26.06 (validation case MB-052)"),
+    Published("gpt-oss-120b, 64 H100, bf16", _p("gpt-oss-120b", "h100x64", 4096, 1280, "bf16"), 5824.0,
+              f"{ARCHIVE} 26.04.01 (validation case MB-086)"),
+    Published("gpt-oss-120b, 64 GB200, fp8", _p("gpt-oss-120b", "gb200x64", 4096, 1280, "fp8"), 28947.0,
+              f"{ARCHIVE} 26.06, MXFP8 (not in the case file)"),
+    Published("Llama 4 Maverick, 128 GB200, fp8", _p("llama4-maverick", "gb200x128", 8192, 1024, "fp8"), 10756.8,
+              "NVIDIA/dgxc-benchmarking v25.05 llama4 (validation case DGXC-230)"),
+    Published("Kimi K2, 256 GB300, fp8", _p("kimi-k2", "gb300x256", 4096, 4096, "fp8"), 5372.0,
+              f"{ARCHIVE} 26.06, MXFP8, Muon (not in the case file; Adam priced)"),
+)
+TARGET = 1.2  # issue 25: the free #1 at most 1.2x the best published MFU for that model and GPU
+
+
+def top1(args: tuple[str, ...]) -> dict:
+    code, out, err = run_in_process(*args, "--top", "1", "--format", "json")
+    if code != 0:
+        raise RuntimeError(f"plan {' '.join(args)}: exit {code}: {err.strip()}")
+    return json.loads(out)["plans"][0]
+
+
+def main() -> None:
+    print("| problem | free #1 (nemo) | its tokens/s/GPU | best published | ratio | within 1.2x |")
+    print("|---|---|---|---|---|---|")
+    for run in RUNS:
+        best = top1(run.args)
+        priced = best["metrics"]["tokens_per_s_per_gpu"]
+        ratio = priced / run.tokens_per_s_per_gpu
+        published = f"{run.tokens_per_s_per_gpu:,.0f} ({run.source})"
+        print(f"| {run.title} | {short(best['layout'])} | {priced:,.0f} | {published} | {ratio:.2f}x | "
+              f"{'yes' if ratio <= TARGET else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
