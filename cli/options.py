@@ -130,6 +130,23 @@ def _check_cuda_graphs(cuda_graphs: str) -> None:
                              fix=f"use {' | '.join(GRAPH_SCOPES)}")
 
 
+def _graph_modules(modules: str | None, cuda_graphs: str) -> tuple[str, ...] | None:
+    """--cuda-graph-modules as the tuple TrainingSpec takes (None when not given)."""
+    from planner.inputs.specs import GRAPH_MODULES
+
+    if modules is None:
+        return None
+    names = tuple(m.strip() for m in modules.split(",") if m.strip())
+    unknown = [m for m in names if m not in GRAPH_MODULES]
+    if unknown or not names:
+        raise PlanInputError(f"unknown CUDA graph module '{unknown[0] if unknown else modules}'",
+                             field="--cuda-graph-modules", fix=f"use a comma list of {', '.join(GRAPH_MODULES)}")
+    if cuda_graphs != "per-layer":
+        raise PlanInputError("--cuda-graph-modules names what per-layer capture takes", field="--cuda-graph-modules",
+                             fix="add --cuda-graphs per-layer, or drop --cuda-graph-modules")
+    return names
+
+
 def _check_token_drop(m: ModelSpec, framework: str, capacity: float | None, padded: bool) -> None:
     from planner.inputs.frameworks import capabilities_for
 
@@ -226,6 +243,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
                           moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
+                          cuda_graph_modules=_graph_modules(o.cuda_graph_modules, o.cuda_graphs),
                           moe_force_balance=o.moe_force_balance,
                           moe_dispatcher=dispatcher, param_offload=bool(o.param_offload),
                           **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile, o.moe_router_fusion))

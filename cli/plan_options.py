@@ -166,6 +166,10 @@ class PlanOptions:
         "per-layer (attention, router and dispatch preprocessing of dropless MoE layers; whole dense layers) | "
         "full-iteration; removes the host time of what it captures, per-layer graphs keep static buffers", "str",
         _ALL)
+    cuda_graph_modules: str | None = _opt(
+        None, ("--cuda-graph-modules",), "with --cuda-graphs per-layer, the modules captured, comma-separated "
+        "(Megatron-Core --cuda-graph-modules): attn, mlp, moe (drop-and-pad MoE), moe_router, moe_preprocess, mamba; "
+        "default: whole layers, a dropless MoE layer's attn, moe_router and moe_preprocess", "str", _ALL)
 
     param_offload: bool = _opt(False, ("--param-offload",), "with ZeRO-3: keep the parameter partitions in host "
                                "memory and copy each layer's in before its gather (DeepSpeed offload_param); priced "

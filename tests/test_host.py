@@ -70,6 +70,46 @@ def test_cuda_graphs_remove_the_captured_modules_host_time() -> None:
     assert dense.fwd[0] == 0.0
 
 
+def test_per_layer_graphs_take_only_the_modules_the_run_names() -> None:
+    """Megatron-Core --cuda-graph-modules: Qwen3-30B-A3B's Blackwell presets capture moe_router and moe_preprocess
+    only, so the attention's ops stay on the host (and its static buffers are not kept); the recipes' usual list
+    (attn, moe_router, moe_preprocess) is the default's pricing."""
+    def graphed(modules: tuple[str, ...] | None) -> Problem:
+        return _problem("qwen3-30b-a3b", "gb200x8", framework="nemo", cuda_graphs="per-layer",
+                        cuda_graph_modules=modules)
+
+    usual, no_attn = graphed(None), graphed(("moe_router", "moe_preprocess"))
+    assert _host(graphed(("attn", "moe_router", "moe_preprocess"))).fwd[0] == pytest.approx(_host(usual).fwd[0])
+    attention = host.ATTENTION.cost(0.0) * current().host_op_s * host.GRACE_HOST_SLOWDOWN
+    assert _host(no_attn).fwd[0] - _host(usual).fwd[0] == pytest.approx(attention)
+    router_only = _host(graphed(("attn", "moe_router"))).fwd[0] - _host(usual).fwd[0]  # preprocessing is eager
+    assert router_only == pytest.approx(host.DISPATCH_ALLTOALL[0].cost(0.0) * current().host_op_s
+                                        * host.GRACE_HOST_SLOWDOWN)
+    tok, one = np.array([16384.0]), np.array([1.0])
+    surfaces = 4 * 16384 * usual.model.hidden_size * 2
+    assert (host.graph_buffer_bytes(usual, tok, one, one, deepep=True)[0]
+            - host.graph_buffer_bytes(no_attn, tok, one, one, deepep=True)[0]) == pytest.approx(surfaces)
+
+
+@pytest.mark.parametrize("modules, says", [(("moe_preprocess",), "add moe_router"),
+                                           (("moe",), "drop-and-pad"),
+                                           (("moe", "moe_router"), "drop moe_router")])
+def test_graph_module_lists_megatron_refuses_are_refused(modules: tuple[str, ...], says: str) -> None:
+    """The asserts of Megatron-Core's TransformerConfig (transformer_config.py cuda_graph_modules checks)."""
+    with pytest.raises(ValueError, match=says):
+        TrainingSpec(seq_len=4096, global_batch=512, cuda_graphs="per-layer", cuda_graph_modules=modules)
+    with pytest.raises(ValueError, match="per-layer"):
+        TrainingSpec(seq_len=4096, global_batch=512, cuda_graph_modules=("attn",))
+
+
+def test_validate_prices_the_graph_modules_the_runs_ran() -> None:
+    """MB-088 (Qwen3-30B-A3B on 8 GB200) captured moe_router and moe_preprocess only: its Grace host issues the
+    attention eagerly, which the model now prices (+8.2 % before, when every per-layer row counted it captured)."""
+    case = _validated()["MB-088"]
+    assert case["knobs"]["cuda_graphs"]["scope"] == ["moe_router", "moe_preprocess"]
+    assert case["error"]["throughput"] < 0.06
+
+
 def test_ep_overlap_issues_each_layer_as_schedule_nodes() -> None:
     p = _problem("qwen3-30b-a3b", "h100x8", framework="nemo")
     plain, combined = _host(p), _host(p, combined=True)

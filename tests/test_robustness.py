@@ -459,3 +459,12 @@ def test_time_limit_caps_search_and_says_not_proven():
     assert json.loads(r.stdout)["search"]["proven_best"] is False
     r = plan("--model", "mixtral-8x22b", "--cluster", "h100x1024", "--time-limit", "0.01", "--top", "1")
     assert r.returncode == 0 and "not proven best" in r.stdout
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--cuda-graph-modules", "attn"), ("--cuda-graph-modules", "--cuda-graphs per-layer")),
+    (("--cuda-graphs", "per-layer", "--cuda-graph-modules", "attn,router"), ("--cuda-graph-modules", "'router'")),
+    (("--cuda-graphs", "per-layer", "--cuda-graph-modules", "moe_preprocess"), ("add moe_router",)),
+])
+def test_cuda_graph_modules_errors_are_one_line(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    assert_one_line_error(plan("--model", "qwen3-30b-a3b", "--cluster", "h100x16", *args), *needles)

@@ -25,10 +25,12 @@ CUDA graphs replay captured kernels with one launch: a captured module costs no 
 docs/user-guide/features/cuda_graph.md). Per-layer capture (`--cuda-graph-impl transformer_engine|local`) takes the
 whole layer of a dense model or of a MoE model whose experts run padded to capacity, and only the attention, router
 and dispatch preprocessing of a dropless MoE layer (`--cuda-graph-modules attn moe_router moe_preprocess`: "MoE expert
-dispatch involves dynamic shapes and cannot be captured"); full-iteration capture (`--cuda-graph-impl
-full_iteration`) takes everything. Graphs are off unless the recipe turns them on: Megatron-Core's TransformerConfig
-defaults to cuda_graph_impl "none", and so do Megatron-Bridge's model recipes (recipes/qwen/qwen3_moe.py,
-gpt_oss/gpt_oss.py, deepseek/deepseek_v3.py set cuda_graph_impl = "none").
+dispatch involves dynamic shapes and cannot be captured"), unless the run names its modules
+(TrainingSpec.cuda_graph_modules: Qwen3-30B-A3B's Blackwell presets capture only moe_router and moe_preprocess and
+run the attention eagerly; `captured`); full-iteration capture (`--cuda-graph-impl full_iteration`) takes
+everything. Graphs are off unless the recipe turns them on: Megatron-Core's TransformerConfig defaults to
+cuda_graph_impl "none", and so do Megatron-Bridge's model recipes (recipes/qwen/qwen3_moe.py, gpt_oss/gpt_oss.py,
+deepseek/deepseek_v3.py set cuda_graph_impl = "none").
 """
 
 from __future__ import annotations
@@ -183,17 +185,32 @@ def _routed_expert_ops(problem: Problem) -> Ops:
     return experts
 
 
+def captured(problem: Problem, module: str) -> bool:
+    """Whether per-layer CUDA graphs capture `module` (Megatron-Core's CudaGraphModule names): the run's list
+    (TrainingSpec.cuda_graph_modules) where it names one; else the whole layer where its shapes are static, and a
+    dropless MoE layer's attention, router and dispatch preprocessing (moe_router, moe_preprocess), the scope
+    Megatron-Bridge's MoE recipes set ("MoE expert dispatch involves dynamic shapes and cannot be captured")."""
+    tr = problem.training
+    if tr.cuda_graphs != "per-layer":
+        return False
+    if tr.cuda_graph_modules is not None:
+        return module in tr.cuda_graph_modules
+    return module != "moe" or not dropless(problem)
+
+
 def moe_layer_ops(problem: Problem, router_fused: bool, deepep: bool) -> Ops:
-    """Host work of a MoE layer's forward left after the recipe's CUDA graphs (module docstring)."""
-    m, tr = problem.model, problem.training
+    """Host work of a MoE layer's forward left after the recipe's CUDA graphs (module docstring): `moe` takes the
+    whole layer (drop-and-pad only), `moe_router` the pre-MLP norm and the router, `moe_preprocess` the dispatcher's
+    preprocessing."""
+    m = problem.model
+    if captured(problem, "moe"):
+        return Ops()
     pre, rest = _dispatch(problem, deepep)
     experts = _routed_expert_ops(problem)
     if m.n_shared_experts or m.shared_expert_intermediate_size:
         experts = _add(experts, SHARED_EXPERT)
-    if tr.cuda_graphs == "per-layer":
-        # attn + moe_router + moe_preprocess captured; a padded layer is captured whole (`moe`, drop-and-pad only)
-        return Ops() if not dropless(problem) else _add(rest, experts)
-    return _add(MOE_FRAME, ROUTER_FUSED if router_fused else ROUTER, pre, rest, experts)
+    router = Ops() if captured(problem, "moe_router") else _add(MOE_FRAME, ROUTER_FUSED if router_fused else ROUTER)
+    return _add(router, Ops() if captured(problem, "moe_preprocess") else pre, rest, experts)
 
 
 def moe_extra_kernels(problem: Problem, router_fused: bool, deepep: bool) -> float:
@@ -217,13 +234,12 @@ def layer_host_time(problem: Problem, ep: np.ndarray, router_fused: bool, deepep
     if scope == "full-iteration":
         return LayerHost(zero, zero, zero)
     local = m.num_local_experts / np.maximum(ep, 1.0) if m.is_moe else zero
-    captured = scope == "per-layer"
-    attention = 0.0 if captured else (MLA_ATTENTION if m.is_mla else ATTENTION).cost(local)
-    dense = 0.0 if captured else DENSE_MLP.cost(local)
+    attention = 0.0 if captured(problem, "attn") else (MLA_ATTENTION if m.is_mla else ATTENTION).cost(local)
+    dense = 0.0 if captured(problem, "mlp") else DENSE_MLP.cost(local)
     f_moe = m.moe_layers / m.num_hidden_layers
     moe = moe_layer_ops(problem, router_fused, deepep).cost(local) if m.is_moe else zero
     syncs = f_moe * SYNC_BUBBLE_OPS if (m.is_moe and dropless(problem)) else 0.0
-    if m.is_moe and m.swiglu_limit and (dropless(problem) or not captured):  # the activation runs eagerly
+    if m.is_moe and m.swiglu_limit and not captured(problem, "moe"):  # the activation runs eagerly
         syncs = syncs + f_moe * CLAMPED_GLU_SYNCS * SYNC_BUBBLE_OPS
     per_pass = op_s * (attention + (1.0 - f_moe) * dense + f_moe * moe) + zero
     nodes = np.where(combined, f_moe * COMBINED_NODE_OPS * op_s, 0.0)
@@ -251,8 +267,15 @@ def graph_buffer_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, sp: np
         return np.zeros_like(np.asarray(tok, dtype=float))
     rows = tok / np.where(sp == 1, tp, 1.0)
     per_module = 4.0 * rows * m.hidden_size * 2.0
-    if not m.is_moe or not dropless(problem):
-        return per_module  # the whole layer is one captured module
-    f_moe = m.moe_layers / m.num_hidden_layers
+    f_moe = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
     permuted = 0.0 if deepep else 2.0 * rows * m.num_experts_per_tok * m.hidden_size * 2.0
-    return per_module + f_moe * (per_module + permuted)  # attn; moe_router + moe_preprocess
+    if tr.cuda_graph_modules is None:
+        if not m.is_moe or not dropless(problem):
+            return per_module  # the whole layer is one captured module
+        return per_module + f_moe * (per_module + permuted)  # attn; moe_router + moe_preprocess
+    mixer = per_module * captured(problem, "attn")
+    mlp = (1.0 - f_moe) * per_module * captured(problem, "mlp")
+    moe = f_moe * np.where(captured(problem, "moe"), per_module,
+                           (per_module + permuted * captured(problem, "moe_preprocess"))
+                           * captured(problem, "moe_router"))
+    return mixer + mlp + moe

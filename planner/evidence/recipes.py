@@ -24,6 +24,7 @@ from planner.inputs.catalog import data_dir
 from planner.inputs.files import read_structured_file
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, RECOMPUTE, Schedule, encode
 from planner.inputs.problem import Problem
+from planner.inputs.specs import GRAPH_MODULES
 
 DEFAULT_RECIPES = "case_recipes.yaml"
 RESOLVED_STATUSES = ("stated", "priced", "assumed", "approximate", "not priced")
@@ -276,8 +277,10 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             dropless = value == "dropless"
             training = training.model_copy(update={"moe_capacity_factor": None if dropless else float(value),
                                                    "moe_pad_to_capacity": not dropless and bool(k.get("padded"))})
-        elif knob == "cuda_graphs":
-            training = training.model_copy(update={"cuda_graphs": value})
+        elif knob == "cuda_graphs":  # the modules per-layer capture took, where the recipe lists them
+            modules = [m for m in (k.get("scope") or ()) if m in GRAPH_MODULES]
+            training = training.model_copy(update={"cuda_graphs": value, "cuda_graph_modules": tuple(modules)
+                                                   if value == "per-layer" and modules else None})
         elif knob == "attention_kernel":  # unfused overrides the stack's fused attention; fused is the stack's
             training = training.model_copy(update={"attention_kernel": "unfused" if value == "unfused" else "stack"})
         elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)

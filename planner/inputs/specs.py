@@ -32,6 +32,9 @@ GATED_ACTS = {"silu", "swiglu", "gelu_gated", "geglu", "swish", "swigluoai"}
 PLAIN_ACTS = {"gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "relu2", "squared_relu", "gelu_fast", "xielu"}
 Precision = Literal["bf16", "fp8", "fp4"]
 Fp8Recipe = Literal["tensorwise", "blockwise"]
+# Megatron-Core's per-layer CUDA graph capture regions (megatron/core/transformer/enums.py CudaGraphModule)
+GraphModule = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
+GRAPH_MODULES: tuple[str, ...] = get_args(GraphModule)
 FP8_RECIPES: tuple[str, ...] = get_args(Fp8Recipe)
 # What mixes tokens in one layer, and what follows it. Values of Hugging Face `layer_types` where HF has one ("conv":
 # LFM2's gated short convolution); "mamba" (Mamba-2 SSD), "mamba1" (Mamba-1 selective scan, Jamba), "linear" (a
@@ -395,6 +398,11 @@ class TrainingSpec(_Spec):
     cuda_graphs: Literal["none", "per-layer", "full-iteration"] = Field(default="none", description=(
         "CUDA graph capture: none (eager, Megatron-Core's default); per-layer (each layer, or a dropless MoE layer's "
         "attention + router + dispatch preprocessing); full-iteration (every micro-batch's forward and backward)"))
+    cuda_graph_modules: tuple[GraphModule, ...] | None = Field(default=None, description=(
+        "with per-layer capture, the modules captured (Megatron-Core --cuda-graph-modules, formerly "
+        "--cuda-graph-scope: attn, mlp (dense layers), moe (drop-and-pad MoE layers), moe_router, moe_preprocess "
+        "(needs moe_router), mamba); None = the whole layer where its shapes are static, a dropless MoE layer's "
+        "attention, router and dispatch preprocessing"))
     moe_dispatcher: Literal["stack", "alltoall", "flex"] = Field(default="stack", description=(
         "MoE token dispatcher: stack (the framework's: DeepEP where it ships it), alltoall, or flex (DeepEP/HybridEP, "
         "node-deduplicated)"))
@@ -426,5 +434,17 @@ class TrainingSpec(_Spec):
         if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
             # Megatron-Core TransformerConfig.__post_init__ raises the same (transformer_config.py)
             raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (padding is to each expert's capacity)")
+        modules = self.cuda_graph_modules
+        if modules is not None:
+            # Megatron-Core TransformerConfig.__post_init__ asserts these (transformer_config.py cuda_graph_modules)
+            if self.cuda_graphs != "per-layer":
+                raise ValueError("cuda_graph_modules name what per-layer capture takes; it needs cuda_graphs per-layer")
+            if "moe_preprocess" in modules and "moe_router" not in modules:
+                raise ValueError("moe_preprocess is captured with the router: add moe_router")
+            if "moe" in modules and ({"moe_router", "moe_preprocess"} & set(modules)):
+                raise ValueError("moe captures the whole MoE layer: drop moe_router and moe_preprocess")
+            if "moe" in modules and not self.moe_pad_to_capacity:
+                raise ValueError("moe captures only drop-and-pad MoE layers (static shapes): pad to capacity, or "
+                                 "capture moe_router and moe_preprocess")
         return self
 
