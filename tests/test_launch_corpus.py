@@ -86,7 +86,8 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
                       ("framework", "framework"), ("optimizer_offload", "optimizer_offload"),
                       ("capacity_factor", "moe_capacity_factor"), ("pad_to_capacity", "moe_pad_to_capacity"),
                       ("tp_comm_overlap", "tp_comm_overlap"), ("torch_compile", "torch_compile"),
-                      ("param_offload", "param_offload"), ("force_balance", "moe_force_balance")):
+                      ("param_offload", "param_offload"), ("force_balance", "moe_force_balance"),
+                      ("cuda_graphs", "cuda_graphs")):
         if key in want:
             assert getattr(cfg, attr) == want[key], (key, getattr(cfg, attr))
     if "fp8_recipe" in want:
@@ -95,6 +96,8 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
         assert (cfg.optimizer_moments or "fp32") == want["optimizer_moments"]
     if "recompute_modules" in want:
         assert list(cfg.recompute_modules) == want["recompute_modules"]
+    if "cuda_graph_modules" in want:
+        assert list(cfg.cuda_graph_modules or ()) == want["cuda_graph_modules"]
     if isinstance(want.get("model"), str):
         assert model is not None and model.name == load_model(want["model"]).name
     for key, field in SHAPE.items():

@@ -480,3 +480,87 @@ def test_a_megatron_deepspeed_script_whose_ds_config_is_not_an_object_is_one_err
                       "--deepspeed --deepspeed_config ds.json\n")
     with pytest.raises(PlanInputError, match="expected a JSON object"):
         read_launch_file(str(script))
+
+
+MOE_SCRIPT = """torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \\
+    --tensor-model-parallel-size 1 --expert-model-parallel-size 16 --num-layers 48 --hidden-size 2048 \\
+    --ffn-hidden-size 6144 --num-attention-heads 32 --group-query-attention --num-query-groups 4 --kv-channels 128 \\
+    --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 --swiglu --untie-embeddings-and-output-weights \\
+    --disable-bias-linear --micro-batch-size 1 --global-batch-size 1024 --seq-length 4096 --vocab-size 151936 \\
+    --moe-grouped-gemm --use-distributed-optimizer --bf16 {graphs}
+"""
+
+
+@pytest.mark.parametrize("graphs, priced, modules", [
+    ("--cuda-graph-impl transformer_engine --cuda-graph-scope moe_router moe_preprocess", "per-layer",
+     ["moe_router", "moe_preprocess"]),
+    ("--cuda-graph-impl local --cuda-graph-modules attn moe_router moe_preprocess", "per-layer",
+     ["attn", "moe_router", "moe_preprocess"]),
+    ("--external-cuda-graph", "per-layer", None),  # deprecated: transformer_engine, the whole layer where it can
+    ("--cuda-graph-impl full_iteration", "full-iteration", None),
+    ("--cuda-graph-impl local --cuda-graph-scope full_iteration", "full-iteration", None),  # the deprecated module
+    ("--cuda-graph-modules attn", "none", None),  # modules without an implementation capture nothing
+    ("", "none", None),
+])
+def test_megatron_cuda_graph_flags_are_priced(tmp_path, graphs, priced, modules):
+    """Megatron-LM's --cuda-graph-impl / --cuda-graph-modules (and their deprecated spellings) reach the plan's
+    training, so `explain --from` prices the host time the file's graphs remove."""
+    script = tmp_path / "moe.sh"
+    script.write_text(MOE_SCRIPT.format(graphs=graphs))
+    r = plan("explain", "--from", str(script), "--cluster", "h100x16", "--model", "qwen3-30b-a3b", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    training = json.loads(r.stdout)["inputs"]["training"]
+    assert training["cuda_graphs"] == priced
+    assert training["cuda_graph_modules"] == modules
+    assert "--cuda-graph" not in r.stderr and "external-cuda-graph" not in r.stderr  # read, not ignored
+
+
+def test_an_unknown_cuda_graph_implementation_is_one_line_exit_2(tmp_path):
+    script = tmp_path / "moe.sh"
+    script.write_text(MOE_SCRIPT.format(graphs="--cuda-graph-impl cudnn"))
+    r = plan("explain", "--from", str(script), "--cluster", "h100x16", "--model", "qwen3-30b-a3b")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "--cuda-graph-impl" in r.stderr
+
+
+@pytest.mark.parametrize("name, text, priced, modules", [
+    ("bridge.txt", "model.tensor_model_parallel_size=1 model.expert_model_parallel_size=16 "
+     "model.cuda_graph_impl=transformer_engine model.cuda_graph_scope=[moe_router,moe_preprocess]\n",
+     "per-layer", ["moe_router", "moe_preprocess"]),
+    ("bridge.txt", "model.expert_model_parallel_size=16 model.cuda_graph_impl=none\n", "none", None),
+    ("nemo1.yaml", "trainer: {num_nodes: 2, devices: 8, precision: bf16-mixed}\n"
+     "model: {micro_batch_size: 1, global_batch_size: 1024, encoder_seq_length: 4096, expert_model_parallel_size: 16,"
+     " enable_cuda_graph: true}\n", "per-layer", None),
+])
+def test_nemo_cuda_graph_keys_are_read(tmp_path, name, text, priced, modules):
+    path = tmp_path / name
+    path.write_text(text)
+    cfg = read_launch_file(str(path))
+    assert cfg.cuda_graphs == priced
+    assert (list(cfg.cuda_graph_modules) if cfg.cuda_graph_modules else None) == modules
+    assert not any("cuda_graph" in i for i in cfg.ignored)
+
+
+@pytest.mark.parametrize("fmt, framework", [("megatron", "megatron-core"), ("nemo", "nemo")])
+@pytest.mark.parametrize("graphs", [("--cuda-graphs", "per-layer", "--cuda-graph-modules", "moe_router,moe_preprocess"),
+                                    ("--cuda-graphs", "per-layer"), ("--cuda-graphs", "full-iteration"), ()])
+def test_launch_files_carry_the_cuda_graphs_they_were_priced_with(tmp_path, fmt, framework, graphs):
+    """What the plan priced (the host time graphs remove) is what the file launches: the launchers write
+    --cuda-graph-impl / --cuda-graph-modules (Bridge: model.cuda_graph_impl / model.cuda_graph_scope) and the
+    readers take them back."""
+    problem = ("--model", "qwen3-30b-a3b", "--cluster", "h100x16", "--seq-len", "4096", "--global-batch", "1024",
+               "--framework", framework)
+    made = plan(*problem, *graphs, "--format", fmt)
+    assert made.returncode == 0, made.stderr
+    path = tmp_path / ("run.sh" if fmt == "megatron" else "run.txt")
+    path.write_text(made.stdout)
+    back = plan("explain", "--from", str(path), "--cluster", "h100x16", "--model", "qwen3-30b-a3b", "--format", "json")
+    assert back.returncode in (0, 1), back.stderr
+    training = json.loads(back.stdout)["inputs"]["training"]
+    said = dict(zip(graphs[::2], graphs[1::2], strict=True))
+    assert training["cuda_graphs"] == said.get("--cuda-graphs", "none")
+    modules = said.get("--cuda-graph-modules")
+    if modules:
+        assert training["cuda_graph_modules"] == modules.split(",")
+    elif said.get("--cuda-graphs") == "per-layer":  # the default scope, written as the modules it prices
+        assert training["cuda_graph_modules"] == ["attn", "moe_router", "moe_preprocess"]

@@ -23,6 +23,12 @@ def prob(model="llama3-70b", cluster="h100x64", seq=8192, gbs=64, framework="gen
                    fixed=fixed or {})
 
 
+def graphed(model="llama3-70b", modules=None):
+    """A problem priced with per-layer CUDA graphs (`modules`: the captured ones, None: the default scope)."""
+    return Problem(load_model(model), load_cluster("h100x64"), TrainingSpec(
+        seq_len=8192, global_batch=64, framework="megatron-core", cuda_graphs="per-layer", cuda_graph_modules=modules))
+
+
 CASES = {
     # rule: (problem, breaking layout, keeping layout)
     "world_size": (prob(), dict(tp=8, pp=2, dp=2), dict(tp=8, pp=2, dp=4)),
@@ -128,6 +134,11 @@ CASES = {
     "rank_order_zero": (prob(framework="megatron-core"), dict(dp=64, zero=3, order=1), dict(dp=64, zero=1, order=1)),
     "rank_order_expert_data": (prob(framework="megatron-core"), dict(tp=8, cp=2, pp=2, dp=2, order=1),
                                dict(tp=8, cp=1, pp=2, dp=4, order=1)),
+    # Megatron-Core: full recompute only under the full-iteration graph; per-layer graphs keep selective or none
+    "per_layer_graphs_need_selective_recompute": (graphed(), dict(dp=64, recompute=2), dict(dp=64, recompute=1)),
+    # combined 1F1B schedules the MoE block itself: per-layer graphs may not take moe / mlp
+    "ep_overlap_graphs_skip_mlp": (graphed("mixtral-8x7b", modules=("attn", "mlp")),
+                                   dict(dp=64, ep=8, schedule=6), dict(dp=64, ep=8, schedule=0)),
 }
 
 

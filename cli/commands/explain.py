@@ -171,7 +171,9 @@ def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) 
             "optimizer_offload": cfg.optimizer_offload, "optimizer_moments": cfg.optimizer_moments,
             "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity,
             "param_offload": cfg.param_offload, "moe_dispatcher": cfg.moe_dispatcher,
-            "moe_force_balance": cfg.moe_force_balance, **switches}
+            "moe_force_balance": cfg.moe_force_balance, "cuda_graphs": cfg.cuda_graphs,
+            "cuda_graph_modules": None if cfg.cuda_graph_modules is None else ",".join(cfg.cuda_graph_modules),
+            **switches}
     # (a capacity factor the file states is taken as it is; the other figures only where they are set and not zero)
     merged = replace(options, **{k: v for k, v in file.items()
                                  if k not in stated and (v is not None if k == "moe_capacity_factor" else v)})

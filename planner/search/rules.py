@@ -182,6 +182,22 @@ RULES: tuple[Rule, ...] = (
          "parallelism", "use pp > 1 (and one MTP layer), or another schedule",
          "Megatron-Core transformer_config.py overlap_moe_expert_parallel_comm asserts: mtp_num_layers None or 1; "
          "with MTP, pipeline_model_parallel_size > 1"),
+    Rule("per_layer_graphs_need_selective_recompute", ("recompute",),
+         lambda c, p: (p.training.cuda_graphs != "per-layer")
+         | ~_among(c["recompute"], [int(Recompute.FULL), int(Recompute.OFFLOAD)]),
+         "per-layer CUDA graphs run neither with full recomputation nor with layer-level CPU activation offloading "
+         "(only the full-iteration graph captures those)",
+         "use recompute=none|selective|offload-modules, or --cuda-graphs full-iteration",
+         "Megatron-Core transformer_config.py __post_init__: \"full recompute is only supported with full iteration "
+         "CUDA graph\", \"CUDA graphs not supported with CPU offloading\""),
+    Rule("ep_overlap_graphs_skip_mlp", ("schedule",),
+         lambda c, p: (c["schedule"] != Schedule.COMBINED_1F1B) | (p.training.cuda_graphs != "per-layer")
+         | not_graphed_mlp(p),
+         "combined 1F1B (EP overlap) runs the MoE and MLP blocks as its own schedule nodes, so per-layer CUDA graphs "
+         "may not capture them (modules moe or mlp)", "drop moe and mlp from --cuda-graph-modules, or another "
+         "schedule",
+         "Megatron-Core transformer_config.py: \"CUDA graph scope on moe and mlp is not supported with "
+         "overlap_moe_expert_parallel_comm\""),
     Rule("offload_needs_one_stage", ("recompute", "pp", "schedule"),
          lambda c, p: (c["recompute"] != Recompute.OFFLOAD)
          | ((c["pp"] == 1) & (c["schedule"] != Schedule.COMBINED_1F1B) & (p.model.num_hidden_layers >= 3)),
@@ -338,3 +354,12 @@ RULES_BY_NAME = {r.name: r for r in (*RULES, *DOMINANCE)} | {MEMORY_RULE.name: M
 def broken_rules(cols: Cols, problem: Problem) -> list[Rule]:
     """Rules a single layout (columns of length 1) breaks."""
     return [rule for rule in RULES if not bool(rule.check(cols, problem)[0])]
+
+
+def not_graphed_mlp(p: Problem) -> bool:
+    """Per-layer CUDA graphs leave the MLP and MoE blocks eager: the run names its modules and neither is among them
+    (with no list a dense layer is captured whole)."""
+    modules = p.training.cuda_graph_modules
+    if modules is None:
+        return p.model.is_moe and (p.training.moe_capacity_factor is None or not p.training.moe_pad_to_capacity)
+    return not ({"mlp", "moe"} & set(modules))

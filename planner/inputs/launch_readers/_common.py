@@ -10,6 +10,7 @@ from typing import Any
 from planner.errors import PlanInputError
 from planner.inputs.frameworks import MCORE_OFFLOAD_MODULES, OFFLOAD_ATTENTION_MODULES, OFFLOAD_EXPERT_MODULES
 from planner.inputs.layout import ExpertTp, Recompute, encode
+from planner.inputs.specs import GRAPH_MODULES
 
 # First comment line of every commented launcher format (planner/report/launchers/_plan.py header()).
 _HEADER = re.compile(r"^#\s*plan \S+ \| (?P<model>\S+) on (?P<cluster>\S+) \((?P<gpus>\d+) GPUs\)", re.M)
@@ -41,6 +42,8 @@ class LaunchConfig:
     tp_comm_overlap: bool | None = None  # TP collectives overlapped with GEMMs, as the file runs it (None: not said)
     torch_compile: bool | None = None  # torch.compile of the model, as the file runs it (None: not said)
     moe_dispatcher: str | None = None  # "alltoall" | "flex" where the file names its MoE token dispatcher
+    cuda_graphs: str | None = None  # "none" | "per-layer" | "full-iteration" where the file sets CUDA graphs
+    cuda_graph_modules: tuple[str, ...] | None = None  # the modules per-layer capture takes (None: whole layers)
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)
     ignored: list[str] = field(default_factory=list)  # flags or keys not understood, named in one warning
@@ -170,3 +173,28 @@ def moments_dtype(first: str | None, second: str | None, where: str, cfg: Launch
         cfg.optimizer_moments = "bf16"
     elif any(n != "fp32" for n in names):
         cfg.ignored.append(f"{where}={'/'.join(names)} (priced as fp32 moments)")
+
+
+def cuda_graphs(cfg: LaunchConfig, impl: str | None, modules: list[str], impl_field: str, modules_field: str) -> None:
+    """CUDA graph capture as Megatron-Core reads it (megatron/training/arguments.py, transformer/cuda_graph_config.py):
+    implementation local | transformer_engine captures per layer, full_iteration the whole step, none nothing; the
+    modules list names the captured regions (CudaGraphModule), empty or `full` the whole layer, and the deprecated
+    module `full_iteration` means full-iteration capture. Modules without an implementation capture nothing."""
+    if impl is None and not modules:
+        return
+    if impl not in (None, "none", "local", "transformer_engine", "full_iteration"):
+        raise PlanInputError(f"'{str(impl)[:40]}' is not a CUDA graph implementation Megatron-Core has",
+                             field=impl_field, source=cfg.source,
+                             fix="use none, local, transformer_engine or full_iteration")
+    if impl == "full_iteration" or "full_iteration" in modules:
+        cfg.cuda_graphs = "full-iteration"
+        return
+    if impl in (None, "none"):
+        cfg.cuda_graphs = "none"
+        return
+    cfg.cuda_graphs = "per-layer"
+    unknown = [m for m in modules if m not in (*GRAPH_MODULES, "full")]
+    if unknown:
+        cfg.ignored.append(f"{modules_field} {' '.join(unknown)} (not a capture region Megatron-Core names)")
+    kept = tuple(m for m in modules if m in GRAPH_MODULES)
+    cfg.cuda_graph_modules = kept or None  # none named, or `full`: the whole layer

@@ -22,6 +22,7 @@ from planner.inputs.launch_readers._common import (
     LaunchConfig,
     as_int,
     as_share,
+    cuda_graphs,
     moments_dtype,
     read_fine_grained_offload,
     read_header,
@@ -146,6 +147,7 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
     _precision(cfg, flags)
     _memory(cfg, flags)
     _schedule(cfg, flags)
+    _cuda_graphs(cfg, flags)
     if "--deepspeed" in flags:
         cfg.framework = "megatron-deepspeed"
         _deepspeed(cfg, flags, script)
@@ -306,6 +308,16 @@ def _optimizer(cfg: LaunchConfig, flags: Flags) -> None:
     token_drop(cfg, flags.text(capacity) if capacity in flags else None, pad in flags, (capacity, pad))
     cfg.moe_force_balance = "--moe-router-force-load-balancing" in flags
     cfg.moe_router_fusion = "--moe-router-fusion" in flags  # store_true, off by default (arguments.py)
+
+
+def _cuda_graphs(cfg: LaunchConfig, flags: Flags) -> None:
+    """CUDA graph capture (Megatron-LM arguments.py): --cuda-graph-impl, or the deprecated --enable-cuda-graph (local)
+    and --external-cuda-graph (transformer_engine); --cuda-graph-modules, formerly --cuda-graph-scope."""
+    impl = flags.text("--cuda-graph-impl") if "--cuda-graph-impl" in flags else (
+        "local" if "--enable-cuda-graph" in flags else "transformer_engine" if "--external-cuda-graph" in flags
+        else None)
+    named = next((f for f in ("--cuda-graph-modules", "--cuda-graph-scope") if f in flags), "--cuda-graph-modules")
+    cuda_graphs(cfg, impl, flags.words(named) if named in flags else [], "--cuda-graph-impl", named)
 
 
 def _schedule(cfg: LaunchConfig, flags: Flags) -> None:

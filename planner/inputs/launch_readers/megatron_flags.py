@@ -57,6 +57,7 @@ OTHER_ENTRIES = ("pretrain_bert.py", "pretrain_t5.py", "pretrain_vlm.py", "pretr
 
 # Flags read by the Megatron reader's own code (beyond the tables above).
 HANDLED = {
+    "--cuda-graph-impl", "--enable-cuda-graph", "--external-cuda-graph", "--cuda-graph-modules", "--cuda-graph-scope",
     "--global-batch-size", "--seq-length", "--sequence-parallel", "--tp-comm-overlap", "--use-distributed-optimizer",
     "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",

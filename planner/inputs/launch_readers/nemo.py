@@ -18,6 +18,7 @@ from planner.inputs.launch_readers._common import (
     as_bool,
     as_int,
     as_share,
+    cuda_graphs,
     is_null,
     moments_dtype,
     read_fine_grained_offload,
@@ -54,7 +55,9 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length",
             "model.num_layers_in_last_pipeline_stage", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
             "ddp.grad_reduce_in_fp32", "mixed_precision.grad_reduce_in_fp32",
             "checkpoint.ckpt_format", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity",
-            "model.moe_router_force_load_balancing", "model.moe_router_fusion"}
+            "model.moe_router_force_load_balancing", "model.moe_router_fusion", "model.cuda_graph_impl",
+            "model.cuda_graph_scope", "model.cuda_graph_modules", "model.enable_cuda_graph",
+            "model.external_cuda_graph"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")
 
@@ -215,6 +218,14 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
     cfg.moe_force_balance = flag("model.moe_router_force_load_balancing")
     if "model.moe_router_fusion" in found:  # else the recipe's own setting decides
         cfg.moe_router_fusion = flag("model.moe_router_fusion")
+    impl = found.get("model.cuda_graph_impl")  # Megatron-Core TransformerConfig, as Bridge sets it (None: "none")
+    impl = ("none" if is_null(impl) else str(impl)) if impl is not None else (
+        "local" if flag("model.enable_cuda_graph") else "transformer_engine" if flag("model.external_cuda_graph")
+        else None)
+    named = next((k for k in ("model.cuda_graph_modules", "model.cuda_graph_scope") if k in found),
+                 "model.cuda_graph_modules")
+    raw = str(found.get(named, "null"))
+    cuda_graphs(cfg, impl, [] if is_null(raw) else _hydra_list(raw), "model.cuda_graph_impl", named)
     if flag("comm_overlap.overlap_moe_expert_parallel_comm"):  # Megatron-Core's combined 1F1B
         cfg.set_knob("schedule", "combined-1f1b", "comm_overlap.overlap_moe_expert_parallel_comm")
     if "model.sequence_parallel" in found:

@@ -23,7 +23,14 @@ import yaml
 from planner.errors import PlanInputError
 from planner.inputs.files import read_text
 from planner.inputs.launch_readers import megatron_flags as mf
-from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, is_null, token_drop
+from planner.inputs.launch_readers._common import (
+    LaunchConfig,
+    as_bool,
+    as_int,
+    cuda_graphs,
+    is_null,
+    token_drop,
+)
 from planner.inputs.launch_readers.shell import Script
 
 _KNOBS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp",
@@ -44,7 +51,8 @@ _READ = {"global_batch_size", "rampup_batch_size", "encoder_seq_length", "seq_le
          "moe_token_dispatcher_type", "moe_aux_loss_coeff", "moe_router_load_balancing_type", "normalization",
          "position_embedding_type", "rotary_base", "rotary_percentage", "seq_len_interpolation_factor",
          "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity", "precision",
-         "moe_router_force_load_balancing"}
+         "moe_router_force_load_balancing", "enable_cuda_graph", "external_cuda_graph", "cuda_graph_impl",
+         "cuda_graph_scope", "cuda_graph_modules"}
 _QUIET = {"resume_from_checkpoint", "init_method_std", "hidden_dropout", "attention_dropout", "ffn_dropout",
           "apply_query_key_layer_scaling", "layernorm_epsilon", "pre_process", "post_process", "persist_layer_norm",
           "gradient_as_bucket_view", "grad_div_ar_fusion", "gradient_accumulation_fusion", "bias_activation_fusion",
@@ -195,6 +203,23 @@ def read(doc: dict[str, Any], cfg: LaunchConfig) -> None:
     _precision(cfg, model, trainer)
     _memory(cfg, model)
     _shape(cfg, model)
+    _graphs(cfg, model)
+
+
+def _graphs(cfg: LaunchConfig, model: dict[str, Any]) -> None:
+    """CUDA graphs as Megatron-Core's TransformerConfig takes them (NeMo passes these model keys through):
+    cuda_graph_impl, or the older enable_cuda_graph (local) / external_cuda_graph (transformer_engine) switches, and
+    the captured modules (cuda_graph_modules, formerly cuda_graph_scope: a list or one name)."""
+    src = cfg.source
+    impl = model.get("cuda_graph_impl")
+    if is_null(impl):
+        impl = ("local" if as_bool(model.get("enable_cuda_graph", False), "model.enable_cuda_graph", src) else
+                "transformer_engine" if as_bool(model.get("external_cuda_graph", False), "model.external_cuda_graph",
+                                                src) else None)
+    key = next((k for k in ("cuda_graph_modules", "cuda_graph_scope") if k in model), "cuda_graph_modules")
+    raw = model.get(key)
+    modules = [] if is_null(raw) else [str(m) for m in (raw if isinstance(raw, list) else [raw])]
+    cuda_graphs(cfg, None if impl is None else str(impl), modules, "model.cuda_graph_impl", f"model.{key}")
 
 
 def _precision(cfg: LaunchConfig, model: dict[str, Any], trainer: dict[str, Any]) -> None:

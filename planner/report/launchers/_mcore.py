@@ -69,6 +69,21 @@ def deepep_dispatch(view: PlanView) -> bool:
     return view.moe_dispatcher == "flex" or lay.ep * (lay.expert_tp or lay.tp) > view.gpus_per_node
 
 
+def cuda_graphs(view: PlanView) -> tuple[str, list[str]] | None:
+    """(implementation, captured modules) of the CUDA graphs the plan was priced with (planner.cost.host.captured),
+    as Megatron-Core's cuda_graph_impl / cuda_graph_modules take them; None without graphs. Per-layer capture runs
+    Transformer Engine's graphs; with no list it takes whole layers, except a dropless MoE layer, whose attention,
+    router and dispatch preprocessing it names (the expert dispatch has dynamic shapes)."""
+    if view.cuda_graphs == "full-iteration":
+        return "full_iteration", []
+    if view.cuda_graphs != "per-layer":
+        return None
+    if view.cuda_graph_modules is not None:
+        return "transformer_engine", list(view.cuda_graph_modules)
+    dropless = view.model.is_moe and not (view.moe_capacity_factor is not None and view.moe_pad_to_capacity)
+    return "transformer_engine", ["attn", "moe_router", "moe_preprocess"] if dropless else []
+
+
 def token_drop(view: PlanView) -> list[tuple[str, str | float | bool]]:
     """(TransformerConfig field, value) of a token-dropping plan: moe_expert_capacity_factor and
     moe_pad_expert_input_to_capacity (transformer_config.py); empty for a dropless one."""

@@ -149,6 +149,8 @@ class PlanView:
     torch_compile: bool = False  # the model compiled with torch.compile (inputs.training.torch_compile)
     moe_dispatcher: str = "stack"  # MoE token dispatcher (inputs.training.moe_dispatcher): stack | alltoall | flex
     moe_router_fusion: bool = False  # the MoE router as TE's fused kernels (inputs.training.moe_router_fusion)
+    cuda_graphs: str = "none"  # CUDA graph capture priced (inputs.training.cuda_graphs)
+    cuda_graph_modules: tuple[str, ...] | None = None  # per-layer capture's modules (inputs.training)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -401,6 +403,8 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         torch_compile=_training.switch(training, "torch_compile"),
         moe_dispatcher=_training.dispatcher(training),
         moe_router_fusion=_training.switch(training, "moe_router_fusion"),
+        cuda_graphs=_training.graphs(training)[0],
+        cuda_graph_modules=_training.graphs(training)[1],
     )
     _check(view)
     return view

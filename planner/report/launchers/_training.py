@@ -4,7 +4,7 @@ one PlanInputError naming the field for a bad value."""
 from __future__ import annotations
 
 from planner.errors import PlanInputError
-from planner.inputs.specs import FP8_RECIPES
+from planner.inputs.specs import FP8_RECIPES, GRAPH_MODULES
 
 
 def offload(training: dict) -> float:
@@ -61,3 +61,14 @@ def switch(training: dict, key: str) -> bool:
 def dispatcher(training: dict) -> str:
     """moe_dispatcher: stack (the framework's), alltoall or flex; documents before the field say stack."""
     return _choice(training, "moe_dispatcher", ("stack", "alltoall", "flex"), "alltoall")
+
+
+def graphs(training: dict) -> tuple[str, tuple[str, ...] | None]:
+    """(cuda_graphs, cuda_graph_modules): none | per-layer | full-iteration, and the captured modules (None: whole
+    layers, a dropless MoE layer's attention, router and dispatch preprocessing). Documents before the fields: none."""
+    scope = _choice(training, "cuda_graphs", ("none", "per-layer", "full-iteration"), "per-layer")
+    modules = training.get("cuda_graph_modules") if isinstance(training, dict) else None
+    if modules is not None and (not isinstance(modules, list | tuple) or not all(m in GRAPH_MODULES for m in modules)):
+        raise PlanInputError(f"expected null or a list of {', '.join(GRAPH_MODULES)}, got {modules!r:.60}",
+                             field="inputs.training.cuda_graph_modules", fix="e.g. cuda_graph_modules: [attn]")
+    return scope, (None if modules is None else tuple(modules))

@@ -282,6 +282,11 @@ def _recompute(view: PlanView) -> list[Flag]:
         flags.append(("--cpu-offloading-num-layers", str(_mcore.offload_layers(view))))
     if _mcore.offload_modules(view):  # TransformerConfig fields, flags by argument_utils (list: nargs "+")
         flags += [("--fine-grained-activation-offloading",), ("--offload-modules", *_mcore.offload_modules(view))]
+    graphs = _mcore.cuda_graphs(view)
+    if graphs:  # arguments.py --cuda-graph-impl, --cuda-graph-modules (nargs "*"; none: the whole layer)
+        flags.append(("--cuda-graph-impl", graphs[0]))
+        if graphs[1]:
+            flags.append(("--cuda-graph-modules", *graphs[1]))
     return flags
 
 

@@ -103,11 +103,21 @@ def _model(view: PlanView) -> list[Item]:
         ("model.recompute_method", method),
         ("model.recompute_num_layers", num_layers),
         *_offload_items(view),
+        *_graph_items(view),
         # Bridge asserts model.seq_length == dataset.seq_length, so both are set.
         ("model.seq_length", view.seq_len),
         ("dataset.seq_length", view.seq_len),
     ]
     return items
+
+
+def _graph_items(view: PlanView) -> list[Item]:
+    """The CUDA graphs the plan was priced with, as Megatron-Core's TransformerConfig takes them (Bridge's performance
+    configs set cuda_graph_impl and cuda_graph_scope); written either way, since recipes differ in their own."""
+    graphs = _mcore.cuda_graphs(view)
+    if graphs is None:
+        return [("model.cuda_graph_impl", "none")]
+    return [("model.cuda_graph_impl", graphs[0]), ("model.cuda_graph_scope", "[" + ",".join(graphs[1]) + "]")]
 
 
 def _offload_items(view: PlanView) -> list[Item]:
