@@ -237,6 +237,9 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
                              field="--param-offload", fix="drop it, or plan for --framework deepspeed")
     _check_token_drop(m, framework, o.moe_capacity_factor, o.moe_pad_to_capacity)
     _check_cuda_graphs(o.cuda_graphs)
+    if o.cuda_graphs not in capabilities_for(framework).cuda_graphs:
+        raise PlanInputError(f"{framework} launches without CUDA graphs (it has no switch for them)",
+                             field="--cuda-graphs", fix="drop it, or plan for --framework megatron-core / nemo")
     dispatcher = _check_moe_dispatcher(o.moe_dispatcher, o.moe_capacity_factor)
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,

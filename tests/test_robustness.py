@@ -465,6 +465,7 @@ def test_time_limit_caps_search_and_says_not_proven():
     (("--cuda-graph-modules", "attn"), ("--cuda-graph-modules", "--cuda-graphs per-layer")),
     (("--cuda-graphs", "per-layer", "--cuda-graph-modules", "attn,router"), ("--cuda-graph-modules", "'router'")),
     (("--cuda-graphs", "per-layer", "--cuda-graph-modules", "moe_preprocess"), ("add moe_router",)),
+    (("--cuda-graphs", "per-layer", "--framework", "torchtitan"), ("--cuda-graphs", "torchtitan", "megatron-core")),
 ])
 def test_cuda_graph_modules_errors_are_one_line(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     assert_one_line_error(plan("--model", "qwen3-30b-a3b", "--cluster", "h100x16", *args), *needles)

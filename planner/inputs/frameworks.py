@@ -113,6 +113,9 @@ class Capabilities:
     # The MoE router as Transformer Engine's fused kernels (--moe-router-fusion, Megatron-Core transformer_config.py):
     # the stacks built on Megatron-Core's MoE layer; the others route with their own code.
     moe_router_fusion: bool = False
+    # CUDA graph capture the framework has a switch for (--cuda-graphs): Megatron-Core's cuda_graph_impl
+    # (transformer_engine / local per layer, full_iteration); the others launch eagerly.
+    cuda_graphs: tuple[str, ...] = ("none",)
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
@@ -139,9 +142,11 @@ class Capabilities:
 # ("context parallelism is not supported by DSAttention") and "gated_delta_net" ("does not support context parallel
 # for now").
 _MCORE_CP_EXCLUDES = ("sparse_attention", "linear_attention")
+_ALL_GRAPHS = ("none", "per-layer", "full-iteration")
 
 FRAMEWORKS: dict[str, Capabilities] = {
     "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True, moe_router_fusion=True,
+                            cuda_graphs=_ALL_GRAPHS,
                             source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
@@ -155,7 +160,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True, moe_router_fusion=True,
-        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
+        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
@@ -163,7 +168,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, moe_router_fusion=True,
-        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True,
+        rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
@@ -204,7 +209,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.
 for _name in ("automodel", "gpt-neox", "metaseq", "other"):
-    FRAMEWORKS[_name] = Capabilities(_name, blockwise_fp8=True,
+    FRAMEWORKS[_name] = Capabilities(_name, blockwise_fp8=True, cuda_graphs=_ALL_GRAPHS,
                                      source="validation cases only: no launcher; every knob allowed")
 
 # The stack `plan`, `plan report`, `plan explain` and `plan sweep` plan for when neither --framework nor a launcher
