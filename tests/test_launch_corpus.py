@@ -87,7 +87,7 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
                       ("capacity_factor", "moe_capacity_factor"), ("pad_to_capacity", "moe_pad_to_capacity"),
                       ("tp_comm_overlap", "tp_comm_overlap"), ("torch_compile", "torch_compile"),
                       ("param_offload", "param_offload"), ("force_balance", "moe_force_balance"),
-                      ("cuda_graphs", "cuda_graphs")):
+                      ("cuda_graphs", "cuda_graphs"), ("router_fusion", "moe_router_fusion")):
         if key in want:
             assert getattr(cfg, attr) == want[key], (key, getattr(cfg, attr))
     if "fp8_recipe" in want:

@@ -564,3 +564,28 @@ def test_launch_files_carry_the_cuda_graphs_they_were_priced_with(tmp_path, fmt,
         assert training["cuda_graph_modules"] == modules.split(",")
     elif said.get("--cuda-graphs") == "per-layer":  # the default scope, written as the modules it prices
         assert training["cuda_graph_modules"] == ["attn", "moe_router", "moe_preprocess"]
+
+
+def test_a_yaml_of_megatron_flags_reads_as_the_command_line_its_launcher_builds():
+    """Megatron-MoE-ModelZoo's model_configs: `true` is a bare switch, `false` is left out, a value of several words
+    is several arguments (sbatch_benchmarking.sh's yq), and variables stay for --set."""
+    from planner.inputs.launch_readers import megatron_flags_yaml
+
+    text = ("ENV_VARS:\n  CUDA_DEVICE_MAX_CONNECTIONS: 1\nMODEL_ARGS:\n  --tensor-model-parallel-size: ${TP}\n"
+            "  --use-distributed-optimizer: true\n  --moe-router-pre-softmax: false\n"
+            "  --recompute-modules: moe_act layernorm\n")
+    line = " ".join(megatron_flags_yaml(text).replace("\\\n", " ").split())
+    assert line == ("pretrain_gpt.py --tensor-model-parallel-size ${TP} --use-distributed-optimizer "
+                    "--recompute-modules moe_act layernorm")
+    assert megatron_flags_yaml("trainer: {devices: 8}\nmodel: {micro_batch_size: 1}\n") is None  # NeMo's YAML
+
+
+def test_a_script_without_an_entry_point_is_refused_for_that_not_for_its_quotes(tmp_path):
+    """A wrapper that builds its flags elsewhere (a multi-line quoted yq expression, then a sourced file) runs no
+    pretrain_gpt.py plan can read: the error says so, not that a quote is open (bash allows newlines in quotes)."""
+    script = tmp_path / "sbatch.sh"
+    script.write_text("#!/bin/bash\nPARAMS=$(yq '... comments=\"\" | .MODEL_ARGS | to_entries | .[] |\n"
+                      "    [.key + \" \" + .value] | join(\"\")' ${PATH_TO_YAML})\nsource ./runtime.conf\n")
+    r = plan("explain", "--from", str(script), "--cluster", "h100x8")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "cannot tell which launcher" in r.stderr and "pretrain_gpt.py" in r.stderr and "quote" not in r.stderr

@@ -43,7 +43,7 @@ def detect_dialect(path: Path, text: str) -> str:
     if suffix == ".toml" or any(re.fullmatch(r"\[[A-Za-z_][\w.]*\]", line.strip()) for line in text.splitlines()):
         return "torchtitan"
     if suffix in (".yaml", ".yml"):
-        return "nemo"
+        return "megatron" if megatron_flags_yaml(text) is not None else "nemo"
     scripts = ("--tensor-model-parallel-size", "pretrain_gpt", "pretrain_mamba")
     if any(s in text for s in scripts) or megatron.looks_like(text, str(path)):
         return "megatron"
@@ -51,10 +51,48 @@ def detect_dialect(path: Path, text: str) -> str:
         return "nemo"
     if re.search(r"--deepspeed\s", text):
         return "deepspeed"
-    if nemo.overrides(text, str(path)):
-        return "nemo"
-    raise PlanInputError("cannot tell which launcher wrote this file", source=str(path),
-                         fix=f"name it with --dialect ({', '.join(DIALECTS)})")
+    try:  # a script whose quoting spans lines is no overrides file: its split error is not this file's fault
+        if nemo.overrides(text, str(path)):
+            return "nemo"
+    except PlanInputError:
+        pass
+    raise PlanInputError("cannot tell which launcher wrote this file (a shell script must itself run the Megatron "
+                         "entry point, torchrun/srun ... pretrain_gpt.py)", source=str(path),
+                         fix=f"pass the script that runs it, or name the dialect: --dialect {'|'.join(DIALECTS)}")
+
+
+# A flags file's top-level sections whose entries are Megatron-LM flags (Megatron-MoE-ModelZoo model_configs).
+_FLAG_SECTIONS = ("MODEL_ARGS",)
+
+
+def megatron_flags_yaml(text: str) -> str | None:
+    """A YAML file of Megatron-LM flags, as the command line its launcher builds from it, else None.
+
+    NVIDIA's Megatron-MoE-ModelZoo keeps each model's flags as a MODEL_ARGS mapping of `--flag: value`, and its
+    sbatch_benchmarking.sh substitutes the environment into the file (envsubst), then turns each entry into
+    `--flag value` with yq, dropping `false` entries and giving `true` ones no value (`select(.value != "false") |
+    with(select(.value == "true"); .value = "")`), and appends them to `pretrain_gpt.py` unquoted, so a value of
+    several words is several arguments. Variables stay `${NAME}` here, for `--set NAME=VALUE` or an error naming
+    them."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    sections = [doc[k] for k in _FLAG_SECTIONS if isinstance(doc.get(k), dict)]
+    flags = {k: v for section in sections for k, v in section.items()}
+    if not flags or not all(isinstance(k, str) and k.startswith("--") for k in flags):
+        return None
+    words: list[str] = []
+    for flag, value in flags.items():
+        if value is False or str(value).strip().lower() == "false":
+            continue
+        words.append(flag if value is True or str(value).strip().lower() == "true" or value is None
+                     else f"{flag} {value}")
+    return "pretrain_gpt.py " + " \\\n    ".join(words) + "\n"
 
 
 def launch_block(text: str) -> str | None:
@@ -92,6 +130,9 @@ def read_launch_file(path: str, dialect: str | None = None, given: dict[str, str
                                  fix="pass the launch script itself")
         text = block
     try:
-        return _READERS[dialect or detect_dialect(file, text)](text, str(file), given)
+        chosen = dialect or detect_dialect(file, text)
+        if chosen == "megatron" and file.suffix.lower() in (".yaml", ".yml"):
+            text = megatron_flags_yaml(text) or text
+        return _READERS[chosen](text, str(file), given)
     except RecursionError:
         raise PlanInputError("nested too deeply to read", source=str(file), fix="flatten the file") from None

@@ -206,6 +206,9 @@ def _batch(cfg: LaunchConfig, flags: Flags) -> None:
     if "--num-layers-per-virtual-pipeline-stage" in flags:
         cfg.layers_per_stage = as_int(flags.text("--num-layers-per-virtual-pipeline-stage"),
                                       "--num-layers-per-virtual-pipeline-stage", src)
+        # arguments.py counts the embedding and the loss as a layer each before dividing into stages
+        cfg.split_extra_layers = sum(f in flags for f in ("--account-for-embedding-in-pipeline-split",
+                                                          "--account-for-loss-in-pipeline-split"))
 
 
 def _precision(cfg: LaunchConfig, flags: Flags) -> None:

@@ -220,9 +220,11 @@ def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> Knobs:
     lay = dict(cfg.layout)
     pp = lay.get("pp", 1)
     if cfg.layers_per_stage is not None and "vpp" not in lay:
-        chunks, rest = divmod(model.num_hidden_layers, pp * cfg.layers_per_stage)
+        counted = model.num_hidden_layers + cfg.split_extra_layers  # embedding / loss as layers where the file says
+        chunks, rest = divmod(counted, pp * cfg.layers_per_stage)
         if rest or not chunks:
-            raise PlanInputError(f"{model.num_hidden_layers} layers do not split into pp={pp} ranks of "
+            extra = f" (with the embedding and loss counted: {counted})" if cfg.split_extra_layers else ""
+            raise PlanInputError(f"{model.num_hidden_layers} layers{extra} do not split into pp={pp} ranks of "
                                  f"{cfg.layers_per_stage}-layer stages", source=cfg.source, field="layers per stage",
                                  fix="pick a stage size that divides layers / pp")
         lay["vpp"] = chunks
