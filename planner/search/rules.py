@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from planner.cost.groups import domain_group
+from planner.cost.host import dropless
 from planner.cost.memory import distinct_pairs
 from planner.cost.profiles import stack_profile, tp_mode
 from planner.cost.tensor import sp_never_slower
@@ -361,5 +362,5 @@ def not_graphed_mlp(p: Problem) -> bool:
     (with no list a dense layer is captured whole)."""
     modules = p.training.cuda_graph_modules
     if modules is None:
-        return p.model.is_moe and (p.training.moe_capacity_factor is None or not p.training.moe_pad_to_capacity)
+        return p.model.is_moe and dropless(p)
     return not ({"mlp", "moe"} & set(modules))

@@ -380,6 +380,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
                              fix=f"use one of {', '.join(PRECISIONS)}")
     doc = pd.raw
     capacity, padded = _training.token_drop(training)
+    graphs, graph_modules = _training.graphs(training)
     view = PlanView(
         planner_version=str(doc.get("planner_version") or __version__),
         rank=rank,
@@ -403,8 +404,8 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         torch_compile=_training.switch(training, "torch_compile"),
         moe_dispatcher=_training.dispatcher(training),
         moe_router_fusion=_training.switch(training, "moe_router_fusion"),
-        cuda_graphs=_training.graphs(training)[0],
-        cuda_graph_modules=_training.graphs(training)[1],
+        cuda_graphs=graphs,
+        cuda_graph_modules=graph_modules,
     )
     _check(view)
     return view
