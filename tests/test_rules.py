@@ -67,6 +67,9 @@ CASES = {
     "framework_context_parallel": (prob(framework="torchtitan"), dict(cp=2, dp=32, cp_comm=1),
                                    dict(cp=2, dp=32, cp_comm=0)),
     "framework_context_parallel_paper": (prob(framework="megatron"), dict(cp=2, dp=32), dict(dp=64)),
+    # gpt-oss's attention sinks under CP: Transformer Engine's fused attention with the all-to-all exchange only
+    "framework_sink_attention_cp": (prob("gpt-oss-120b", framework="nemo"), dict(cp=2, dp=32, ep=8, cp_comm=0),
+                                    dict(cp=2, dp=32, ep=8, cp_comm=1)),
     # DeepSpeed under a Trainer: AutoTP yes (ZeRO 0-2, no SP, not beside Ulysses), pipelines and experts no
     "framework_model_parallel": (prob(framework="deepspeed"), dict(pp=2, dp=32), dict(tp=2, dp=32)),
     "framework_zero_with_tensor_parallel": (prob(framework="deepspeed"), dict(tp=2, dp=32, zero=3),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost import flops
+from planner.cost import flops, mixers
 from planner.inputs.specs import GPUSpec, ModelSpec
 
 # FlashAttention's rate falls on short sequences: FA3 (Shah et al. 2024, arXiv 2407.08608 §4.1 Fig. 5, H100, d=128)
@@ -75,15 +75,11 @@ _WINDOWED = {"sliding_attention": "sliding_window", "chunked_attention": "attent
 _FLASH_KINDS = ("full_attention", *_WINDOWED)
 
 
-def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 1.0) -> np.ndarray:
-    """The mixer cores' rate relative to the catalog's ~8k-token rate: each layer kind's core FLOPs F_k at the rate of
-    the key range its kernel loops over (full attention: the sequence, ring_length_factor; a window or chunk w:
-    attention_length_factor(min(w, s))), combined as time-weighted: sum F_k / sum (F_k / f_k)."""
-    full = ring_length_factor(float(seq_len), ring)
+def _core_time(m: ModelSpec, seq_len: int, full: np.ndarray) -> tuple[float, np.ndarray]:
+    """(sum F_k, sum F_k / f_k) over the layer kinds, the kernels skipping the tiles their masks leave empty: each
+    kind's core FLOPs F_k at the rate f_k of the key range its kernel loops over (full attention: `full`, the
+    sequence or its ring steps; a window or chunk w: attention_length_factor(min(w, s)); other mixers: 1)."""
     by_kind = flops.core_flops_by_kind(m, seq_len)
-    total = sum(core for _, core in by_kind)
-    if total <= 0:
-        return full
     time = 0.0 * full
     for kind, core in by_kind:
         if m.index_topk or kind not in _FLASH_KINDS:
@@ -93,4 +89,32 @@ def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 
             time = time + core / attention_length_factor(float(min(keys, seq_len)))
         else:
             time = time + core / full
-    return total / time
+    return sum(core for _, core in by_kind), time
+
+
+def kernel_length_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 1.0) -> np.ndarray:
+    """The mixer cores' rate relative to the catalog's ~8k-token rate, time-weighted over the layer kinds:
+    sum F_k / sum (F_k / f_k) (`_core_time`)."""
+    full = ring_length_factor(float(seq_len), ring)
+    total, time = _core_time(m, seq_len, full)
+    return full if total <= 0 else total / time
+
+
+def all_tiles_factor(m: ModelSpec, seq_len: int, ring: np.ndarray | float = 1.0) -> np.ndarray:
+    """Time of the softmax layers' cores computing every tile of the s x s scores (masks applied to the scores, no
+    tile skipped) over their time with the masked tiles skipped (`_core_time`). Every tile is the non-causal core
+    (mixers.attention_core_flops, causal=False: twice the causal one, and sequence / window times a sliding one) at
+    the rate of a kernel looping over the whole sequence; other mixers are unchanged. For gpt-oss at 4,096 tokens,
+    half its layers full and half 128-token windows, this is about 3.5x (planner.cost.profiles
+    sink_attention_all_tiles)."""
+    full = ring_length_factor(float(seq_len), ring)
+    total, skipped = _core_time(m, seq_len, full)
+    if total <= 0:
+        return 1.0 + 0.0 * full
+    every = 0.0 * full
+    for i, kind in enumerate(m.mixer_kinds):
+        if m.index_topk or kind not in _FLASH_KINDS:
+            every = every + mixers.layer_core_flops(m, seq_len, i)
+        else:
+            every = every + mixers.attention_core_flops(m, seq_len, kind, causal=False) / full
+    return every / skipped

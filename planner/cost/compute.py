@@ -14,12 +14,13 @@ import numpy as np
 
 from planner.cost import expert, flops, host
 from planner.cost.attention_rate import (  # noqa: F401  (re-exported: the attention rates' older home)
+    all_tiles_factor,
     attention_length_factor,
     head_dim_factor,
     kernel_length_factor,
     ring_length_factor,
 )
-from planner.cost.profiles import fused_attention, kernel_efficiency, profile_for
+from planner.cost.profiles import fused_attention, kernel_efficiency, profile_for, sink_attention_all_tiles
 from planner.inputs.hardware import (
     FP4_OVER_FP8_KERNEL_RATE,
     FP8_CAST_BYTES,
@@ -168,7 +169,9 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: n
 def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
                    ring: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) time of one layer's attention core; `ring` is the ring context-parallel size (its steps
-    run shorter kernels, ring_length_factor), and narrow heads run below the d = 128 rate (head_dim_factor)."""
+    run shorter kernels, ring_length_factor), and narrow heads run below the d = 128 rate (head_dim_factor). Attention
+    with learnable sinks on a stack that runs it through cuDNN's composite graph computes every score tile
+    (profiles.sink_attention_all_tiles, all_tiles_factor)."""
     m, gpu, s = problem.model, problem.cluster.gpu, float(problem.training.seq_len)
     tf = flops.token_flops(m, problem.training.seq_len)
     # Fused attention runs in bf16 even in fp8 recipes (Transformer Engine keeps DPA in bf16 by default).
@@ -176,6 +179,8 @@ def attention_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray,
         length = kernel_length_factor(m, problem.training.seq_len, ring) * head_dim_factor(m, gpu)
         kernel = kernel_efficiency(problem.training)
         attn_f = tok * tf.attention / tp / (r.bf16_peak * gpu.attention_efficiency * kernel * length)
+        if sink_attention_all_tiles(problem.training, m):
+            attn_f = attn_f * all_tiles_factor(m, problem.training.seq_len, ring)
         attn_b = 2.5 * attn_f  # FlashAttention backward: 5 matmuls against the forward's 2 (Dao et al. 2022)
     else:
         # Unfused: QK^T and PV run as batched GEMMs over the full s x s scores (the causal mask is applied after),

@@ -101,7 +101,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from planner.cost import fitted
-from planner.inputs.specs import TrainingSpec
+from planner.inputs.specs import ModelSpec, TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,8 @@ class FrameworkProfile:
     params_in_host: bool = False
     compile_speedup: float = 1.0  # step rate compiled / eager (1.0: no torch.compile switch)
     compiles_by_default: bool = False  # torch.compile on unless the training says otherwise
+    # Attention with learnable sinks (gpt-oss) in bf16 computes every score tile (`sink_attention_all_tiles`).
+    sink_attention_all_tiles: bool = False
 
 
 COMPILE_SPEEDUP = (6667 / 5762 + 6514 / 5605) / 2  # torchtitan's eager -> compiled pairs (module docstring)
@@ -154,12 +156,13 @@ _STACKS: dict[str, FrameworkProfile] = {
     "megatron": FrameworkProfile("megatron", flash_attention=False, tp_comm_base="sp-backward", tp_comm_method=None),
     # Today's Megatron-LM (Megatron-Core + Transformer Engine fused attention): NeMo's kernels without NeMo's
     # recipe defaults (TP overlap and the distributed optimizer stay opt-in). No published run here to fit it.
-    "megatron-core": FrameworkProfile("megatron-core", deepep=True, moe_weighted_activation=True),
+    "megatron-core": FrameworkProfile("megatron-core", deepep=True, moe_weighted_activation=True,
+                                      sink_attention_all_tiles=True),
     # NeMo / Megatron-Bridge as NVIDIA's performance scripts run it: the fused MoE router on (module docstring).
     "nemo": FrameworkProfile("nemo", tp_comm_overlap=True, optimizer_always_sharded=True, deepep=True,
                              moe_router_fusion=True,
                              moe_weighted_activation=True, grad_bytes=2.0, grad_reduce_bytes=2.0,
-                             memory_reported="reserved"),
+                             memory_reported="reserved", sink_attention_all_tiles=True),
     "megatron-deepspeed": FrameworkProfile("megatron-deepspeed", flash_attention=False, dp_overlap=0.5,
                                            **_TP_BLOCKING),
     "torchtitan": FrameworkProfile("torchtitan", memory_reported="reserved", loss_bytes_per_logit=12.0,
@@ -202,6 +205,26 @@ def fused_attention(training: TrainingSpec) -> bool:
     """Whether the attention core runs fused (no s x s scores in HBM): the stack's kernels, unless the run fell back
     to the unfused path (TrainingSpec.attention_kernel)."""
     return profile_for(training.framework).flash_attention and training.attention_kernel != "unfused"
+
+
+def sink_attention_all_tiles(training: TrainingSpec, model: ModelSpec) -> bool:
+    """Whether the model's attention sinks make its fused attention compute every score tile
+    (planner.cost.attention_rate.all_tiles_factor): a model with learnable sinks, in bf16 attention, on a stack whose
+    profile says so (`sink_attention_all_tiles`).
+
+    Transformer Engine runs learnable-softmax attention (softmax_type "learnable") only through cuDNN, whose
+    composite SDPA graph carries the sink as pointwise and reduction nodes beside the causal and sliding-window
+    masks (NVIDIA/cudnn-frontend node/softmax.h, sdpa_support_surface.h: the unified engine takes sinks only from
+    cuDNN 9.21). That its kernel then skips no masked tile is inferred, not read: it is the one assumption that
+    reproduces Megatron-Bridge's controlled CUDA-graph pair of gpt-oss-20b on H100 (planner.evidence.anchors
+    BRIDGE_GRAPH_PAIR: the graphs' measured gain 1.25x, 1.26x priced so, 1.44x without) while the host-bound gpt-oss
+    rows keep their price, and it brings every published gpt-oss row priced 29-54 % fast to within about 20 %
+    (bench/gpt_oss_gap.py, docs/accuracy.md). Megatron-Core and NeMo run Transformer Engine's attention; fp8
+    attention (TrainingSpec.attention_kernel "fp8": Transformer Engine 2.15 on Blackwell with cuDNN 9.21 runs it on
+    the unified engine) skips them, as the one preset that ran it shows (validation case MB-044); torchtitan runs
+    gpt-oss's sinks through FlexAttention, whose block masks skip the masked tiles."""
+    return (model.attention_sinks and training.attention_kernel == "stack" and fused_attention(training)
+            and profile_for(training.framework).sink_attention_all_tiles)
 
 
 # Adam keeps two moments per parameter; bf16 moments (Megatron-Core precision-aware optimizer) hold 2 + 2 bytes

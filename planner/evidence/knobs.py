@@ -101,8 +101,9 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                  "(Megatron-Bridge cutedsl_fused_grouped_mlp with Transformer Engine's op fuser) "
                                  "instead of Transformer Engine's GroupedLinear and a separate activation; not priced",
                                  _flag, "true | false"),
-    "fp8_attention": KnobSpec("the attention core in fp8 (Transformer Engine fp8_dot_product_attention); the planner "
-                              "prices it in bf16, as Transformer Engine runs it by default", _flag, "true | false"),
+    "fp8_attention": KnobSpec("the attention core in fp8 (Transformer Engine fp8_dot_product_attention): priced at "
+                              "the bf16 rate, but attention sinks then run on cuDNN's unified engine "
+                              "(TrainingSpec.attention_kernel fp8)", _flag, "true | false"),
     "moe_rank_capacity": KnobSpec("each rank's expert buffers padded to this multiple of its mean load so that a "
                                   "full-iteration CUDA graph can capture dropless experts (Megatron-Core "
                                   "moe_expert_rank_capacity_factor with paged stashing); not priced",

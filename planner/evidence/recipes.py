@@ -177,7 +177,6 @@ def _model_assumes(knob: str, prof: FrameworkProfile) -> object:
 # Kernel choices a run may record that the cost model has no measured rate for, with what it prices instead.
 _KERNEL_KNOBS = {
     "fused_expert_mlp": "priced as Transformer Engine's GroupedLinear GEMMs with a separate activation kernel",
-    "fp8_attention": "priced as bf16 attention, Transformer Engine's default",
     "moe_rank_capacity": "priced at each rank's mean load, without the padded rows",
 }
 
@@ -197,7 +196,7 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
                 "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm", "moe_router_fusion",
-                "attention_kernel"):
+                "attention_kernel", "fp8_attention"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -282,7 +281,11 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
             training = training.model_copy(update={"cuda_graphs": value, "cuda_graph_modules": tuple(modules)
                                                    if value == "per-layer" and modules else None})
         elif knob == "attention_kernel":  # unfused overrides the stack's fused attention; fused is the stack's
-            training = training.model_copy(update={"attention_kernel": "unfused" if value == "unfused" else "stack"})
+            training = training.model_copy(update={
+                "attention_kernel": "unfused" if value == "unfused" else training.attention_kernel})
+        elif knob == "fp8_attention":  # Transformer Engine's fp8 attention, unless the run fell back to unfused
+            if value and training.attention_kernel != "unfused":
+                training = training.model_copy(update={"attention_kernel": "fp8"})
         elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)
             fixed["etp"] = encode("etp", "1" if value == 1 else "tp", "ran.expert_tp")[1]
         elif knob == "moe_dispatcher":

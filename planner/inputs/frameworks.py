@@ -119,6 +119,12 @@ class Capabilities:
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
+    # Context-parallel exchanges that run attention with learnable sinks (gpt-oss); None: every one the framework has.
+    # Transformer Engine takes a learnable softmax under context parallelism only in its fused attention with the
+    # all-to-all exchange (attention/dot_product_attention/utils.py get_attention_backend: FlashAttention never,
+    # unfused never with CP, FusedAttention only with cp_comm_type "a2a"; Megatron-Bridge's gpt-oss recipe sets
+    # cp_comm_type "a2a" for that reason, recipes/gpt_oss/gpt_oss.py).
+    sink_cp_comm: tuple[CpComm, ...] | None = None
     # Experts with biases only whole (expert TP 1): Megatron-Core asserts "Bias in Moe is only supported when ETP==1".
     moe_bias_whole_experts: bool = False
     # Token dropping with a capacity factor (Megatron-Core --moe-expert-capacity-factor, optionally padded with
@@ -161,6 +167,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
+        sink_cp_comm=(CpComm.A2A,),
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
@@ -169,6 +176,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
+        sink_cp_comm=(CpComm.A2A,),
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),

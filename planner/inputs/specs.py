@@ -420,10 +420,12 @@ class TrainingSpec(_Spec):
     tp_comm_overlap: bool | None = Field(default=None, description=(
         "TP collectives overlapped with the GEMMs beside them (Megatron --tp-comm-overlap / NeMo tp_comm_overlap: TE "
         "userbuffers; torchtitan async TP); None = as the framework's recipes ship it (planner.cost.profiles)"))
-    attention_kernel: Literal["stack", "unfused"] = Field(default="stack", description=(
-        "the attention core's kernel: stack (the framework's fused or flash attention where it has one), or "
-        "unfused (batched GEMMs over the s x s scores in HBM), which Transformer Engine 2.1-2.4 fell back to for "
-        "head dims above 128 on Blackwell (MLA's 192)"))
+    attention_kernel: Literal["stack", "unfused", "fp8"] = Field(default="stack", description=(
+        "the attention core's kernel: stack (the framework's fused or flash attention where it has one); unfused "
+        "(batched GEMMs over the s x s scores in HBM), which Transformer Engine 2.1-2.4 fell back to for head dims "
+        "above 128 on Blackwell (MLA's 192); or fp8 (Transformer Engine's fp8 attention, Megatron-Core "
+        "fp8_dot_product_attention, priced at the bf16 rate; with attention sinks it runs cuDNN's unified engine, "
+        "planner.cost.profiles.sink_attention_all_tiles)"))
     param_offload: bool = Field(default=False, description="ZeRO-3 parameters in host memory (offload_param)")
     torch_compile: bool | None = Field(default=None, description=(
         "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
@@ -431,6 +433,9 @@ class TrainingSpec(_Spec):
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:
+        if self.attention_kernel == "fp8" and self.precision not in ("fp8", "fp4"):
+            # Transformer Engine runs fp8 attention only inside an fp8 autocast (fp8_dpa of the fp8 recipe)
+            raise ValueError("attention_kernel fp8 (Transformer Engine's fp8 attention) needs an fp8 or fp4 recipe")
         if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
             # Megatron-Core TransformerConfig.__post_init__ raises the same (transformer_config.py)
             raise ValueError("moe_pad_to_capacity needs moe_capacity_factor (padding is to each expert's capacity)")

@@ -26,6 +26,13 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
          lambda c, p: (c["cp"] == 1) | _among(c["cp_comm"], [int(x) for x in _caps(p).cp_comm]) | _trusted("cp", p),
          "the chosen training framework has no context parallelism of this kind", "set cp=1 or another cp_comm",
          "paper-era Megatron-LM and DeepSpeed configs have no CP; torchtitan CP is ring attention only"),
+    Rule("framework_sink_attention_cp", ("cp", "cp_comm"),
+         lambda c, p: (c["cp"] == 1) | (not p.model.attention_sinks) | (_caps(p).sink_cp_comm is None)
+         | _among(c["cp_comm"], [int(x) for x in _caps(p).sink_cp_comm or ()]) | _trusted("cp", p),
+         "the chosen training framework runs attention sinks under context parallelism only with the all-to-all "
+         "exchange", "set cp_comm=a2a, or cp=1",
+         "Transformer Engine get_attention_backend: a learnable softmax with CP has only FusedAttention, and only "
+         "with cp_comm_type a2a (Megatron-Bridge recipes/gpt_oss/gpt_oss.py sets it)"),
     Rule("framework_model_parallel", ("tp", "pp", "ep"),
          lambda c, p: (((c["tp"] == 1) | _caps(p).tensor_parallel) | _trusted("tp", p))
          & (((c["pp"] == 1) | _caps(p).pipeline_parallel) | _trusted("pp", p))
