@@ -202,6 +202,22 @@ def recipe_switches(framework: str, tp_comm_overlap: str | None, torch_compile: 
     return {"tp_comm_overlap": overlap, "torch_compile": compile_, "moe_router_fusion": fused}
 
 
+def _attention_kernel(fp8_attention: str | None, precision: str, framework: str) -> str:
+    """--fp8-attention as TrainingSpec.attention_kernel: `fp8` where asked for, an fp8 recipe runs and the framework
+    has Transformer Engine's fp8 attention; else the stack's kernel."""
+    from planner.inputs.frameworks import capabilities_for
+
+    if not _on_off(fp8_attention, "--fp8-attention"):
+        return "stack"
+    if precision not in ("fp8", "fp4"):
+        raise PlanInputError("fp8 attention runs inside an fp8 recipe", field="--fp8-attention",
+                             fix="add --precision fp8, or drop --fp8-attention")
+    if not capabilities_for(framework).fp8_attention:
+        raise PlanInputError(f"{framework} runs its attention in bf16 (no fp8 attention switch)",
+                             field="--fp8-attention", fix="drop it, or plan for megatron-core, nemo or generic")
+    return "fp8"
+
+
 def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
     """The planning problem of `options` for a loaded model and cluster (`explain --from` reads them from a launch
     file; options.model and options.cluster are not read)."""
@@ -241,6 +257,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
         raise PlanInputError(f"{framework} launches without CUDA graphs (it has no switch for them)",
                              field="--cuda-graphs", fix="drop it, or plan for --framework megatron-core / nemo")
     dispatcher = _check_moe_dispatcher(o.moe_dispatcher, o.moe_capacity_factor)
+    attention = _attention_kernel(o.fp8_attention, o.precision, framework)
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
@@ -248,7 +265,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
                           moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
                           cuda_graph_modules=_graph_modules(o.cuda_graph_modules, o.cuda_graphs),
                           moe_force_balance=o.moe_force_balance,
-                          moe_dispatcher=dispatcher, param_offload=bool(o.param_offload),
+                          moe_dispatcher=dispatcher, param_offload=bool(o.param_offload), attention_kernel=attention,
                           **recipe_switches(framework, o.tp_comm_overlap, o.torch_compile, o.moe_router_fusion))
     except ValidationError as exc:
         raise pydantic_error(exc, "options") from None

@@ -188,6 +188,13 @@ class PlanOptions:
         "layer; default: as the framework's recipes ship it (on for nemo and generic, off for megatron-core)", "str",
         {"plan": None, "report": None,
          "explain": Variant(None, "on | off: the fused MoE router " + _FILE.format("the framework's default"))})
+    fp8_attention: str | None = _opt(
+        None, ("--fp8-attention",), "on | off: with an fp8 recipe, run the attention core in fp8 (Transformer "
+        "Engine's fp8 attention: Megatron-Core fp8_dot_product_attention, Megatron-Bridge "
+        "mixed_precision.fp8_dot_product_attention); priced at the bf16 rate, but a model with attention sinks "
+        "(gpt-oss) then runs them on cuDNN's unified engine instead of computing every score tile; default: off",
+        "str", {"plan": None, "report": None,
+                "explain": Variant(None, "on | off: fp8 attention " + _FILE.format("off"))})
     torch_compile: str | None = _opt(
         None, ("--torch-compile",), "on | off: compile the model with torch.compile (torchtitan [compile], Hugging "
         "Face --torch_compile), priced with the compiled kernel rate; default: on for torchtitan, off for deepspeed",

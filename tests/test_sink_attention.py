@@ -2,12 +2,13 @@
 (planner.cost.profiles.sink_attention_all_tiles), held against Megatron-Bridge's controlled CUDA-graph pair and the
 published gpt-oss rows; the framework rule that comes with sinks under context parallelism."""
 
+import json
 from dataclasses import replace
 from functools import cache
 
 import numpy as np
 import pytest
-from conftest import cols
+from conftest import cols, run_plan_in_process
 
 from planner.cost import compute, mixers
 from planner.cost.attention_rate import all_tiles_factor, attention_length_factor
@@ -113,3 +114,47 @@ def test_sinks_under_context_parallelism_need_the_all_to_all_exchange_on_transfo
     assert "framework_sink_attention_cp" not in broken(problem, CpComm.A2A)
     plain = replace(problem, model=problem.model.model_copy(update={"attention_sinks": False}))
     assert "framework_sink_attention_cp" not in broken(plain, CpComm.RING)
+
+
+_OSS = ("-m", "gpt-oss-120b", "-c", "gb200x64", "--seq-len", "4096", "--global-batch", "1280", "--framework", "nemo")
+
+
+def test_fp8_attention_is_an_option_of_fp8_recipes_on_transformer_engine_stacks():
+    """`--fp8-attention on` prices gpt-oss's sinks on the unified engine (faster than bf16 sink attention), needs an
+    fp8 recipe and a stack with Transformer Engine's fp8 attention; each refusal is one line, exit 2."""
+    on = run_plan_in_process(*_OSS, "--precision", "fp8", "--fp8-attention", "on", "--top", "1", "--format", "json")
+    off = run_plan_in_process(*_OSS, "--precision", "fp8", "--top", "1", "--format", "json")
+    assert on.returncode == off.returncode == 0
+    doc_on, doc_off = json.loads(on.stdout), json.loads(off.stdout)
+    assert doc_on["inputs"]["training"]["attention_kernel"] == "fp8"
+    assert doc_off["inputs"]["training"]["attention_kernel"] == "stack"
+    assert (doc_on["plans"][0]["metrics"]["tokens_per_s_per_gpu"]
+            > 1.1 * doc_off["plans"][0]["metrics"]["tokens_per_s_per_gpu"])
+    bf16 = run_plan_in_process(*_OSS, "--fp8-attention", "on")
+    assert bf16.returncode == 2 and "--fp8-attention" in bf16.stderr and "fp8 recipe" in bf16.stderr
+    titan = run_plan_in_process("-m", "llama3-8b", "-c", "h100x8", "--precision", "fp8", "--framework", "torchtitan",
+                                "--fp8-attention", "on")
+    assert titan.returncode == 2 and "--fp8-attention" in titan.stderr
+    assert len(titan.stderr.strip().splitlines()) == 1
+
+
+def test_fp8_attention_launches_with_bridge_and_reads_back(tmp_path):
+    """The NeMo launcher writes Bridge's mixed_precision.fp8_dot_product_attention and `explain --from` reads it
+    back; Megatron-LM has no flag for it, so its launcher refuses rather than drop it; a file that sets it without an
+    fp8 recipe keeps bf16 attention and says so."""
+    args = (*_OSS, "--precision", "fp8", "--fp8-attention", "on", "--top", "1")
+    nemo = run_plan_in_process(*args, "--format", "nemo")
+    assert nemo.returncode == 0 and "mixed_precision.fp8_dot_product_attention=true" in nemo.stdout
+    launch = tmp_path / "oss.sh"
+    launch.write_text(nemo.stdout)
+    back = run_plan_in_process("explain", "--from", str(launch), "-m", "gpt-oss-120b", "-c", "gb200x64",
+                               "--format", "json")
+    assert back.returncode == 0 and json.loads(back.stdout)["inputs"]["training"]["attention_kernel"] == "fp8"
+    megatron = run_plan_in_process(*args, "--framework", "megatron-core", "--format", "megatron")
+    assert megatron.returncode == 2 and "fp8 attention" in megatron.stderr
+    bf16 = tmp_path / "bf16.sh"
+    bf16.write_text(nemo.stdout.replace("bf16_with_fp8_delayed_scaling_mixed", "bf16_mixed"))
+    read = run_plan_in_process("explain", "--from", str(bf16), "-m", "gpt-oss-120b", "-c", "gb200x64",
+                               "--format", "json")
+    assert read.returncode == 0 and json.loads(read.stdout)["inputs"]["training"]["attention_kernel"] == "stack"
+    assert "mixed_precision.fp8_dot_product_attention=true (no fp8 recipe" in read.stderr

@@ -166,7 +166,7 @@ def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) 
     The fp8 recipe is always the file's (blockwise only where it says so and trains in fp8)."""
     switches = {k: None if v is None else ("on" if v else "off")
                 for k, v in (("tp_comm_overlap", cfg.tp_comm_overlap), ("torch_compile", cfg.torch_compile),
-                             ("moe_router_fusion", cfg.moe_router_fusion))}
+                             ("moe_router_fusion", cfg.moe_router_fusion), ("fp8_attention", cfg.fp8_attention))}
     file = {"seq_len": cfg.seq_len, "global_batch": cfg.global_batch, "precision": cfg.precision,
             "optimizer_offload": cfg.optimizer_offload, "optimizer_moments": cfg.optimizer_moments,
             "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity,

@@ -119,6 +119,9 @@ class Capabilities:
     # Token mixers whose kernels run no context parallelism here: "sparse_attention" (DeepSeek sparse attention's
     # indexer, index_topk), "linear_attention" (Gated DeltaNet).
     cp_excludes: tuple[str, ...] = ()
+    # The attention core in fp8 (Transformer Engine's fp8_dot_product_attention, an fp8 recipe's; Megatron-Bridge
+    # mixed_precision.fp8_dot_product_attention): the stacks on Transformer Engine's attention.
+    fp8_attention: bool = False
     # Context-parallel exchanges that run attention with learnable sinks (gpt-oss); None: every one the framework has.
     # Transformer Engine takes a learnable softmax under context parallelism only in its fused attention with the
     # all-to-all exchange (attention/dot_product_attention/utils.py get_attention_backend: FlashAttention never,
@@ -152,7 +155,7 @@ _ALL_GRAPHS = ("none", "per-layer", "full-iteration")
 
 FRAMEWORKS: dict[str, Capabilities] = {
     "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True, moe_router_fusion=True,
-                            cuda_graphs=_ALL_GRAPHS,
+                            cuda_graphs=_ALL_GRAPHS, fp8_attention=True,
                             source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
@@ -167,7 +170,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
-        sink_cp_comm=(CpComm.A2A,),
+        sink_cp_comm=(CpComm.A2A,), fp8_attention=True,
         source="Megatron-Core: distributed optimizer (ZeRO-1); ZeRO-2/3 only through Megatron-FSDP, which does not "
                "combine with PP (mcore_fsdp_adapter.py); no HSDP flag in core_v0.15; 1F1B and interleaved only"),
     "nemo": Capabilities(
@@ -176,7 +179,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
         selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
-        sink_cp_comm=(CpComm.A2A,),
+        sink_cp_comm=(CpComm.A2A,), fp8_attention=True,
         source="Megatron-Bridge recipes on Megatron-Core: the same parallelisms and limits"),
     "torchtitan": Capabilities(
         "torchtitan", zero=(Zero.NONE, Zero.GRADIENTS, Zero.PARAMETERS, Zero.HSDP),
@@ -217,7 +220,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
 }
 # Stacks that appear in published runs but are not planning targets: as permissive as the generic planner.
 for _name in ("automodel", "gpt-neox", "metaseq", "other"):
-    FRAMEWORKS[_name] = Capabilities(_name, blockwise_fp8=True, cuda_graphs=_ALL_GRAPHS,
+    FRAMEWORKS[_name] = Capabilities(_name, blockwise_fp8=True, cuda_graphs=_ALL_GRAPHS, fp8_attention=True,
                                      source="validation cases only: no launcher; every knob allowed")
 
 # The stack `plan`, `plan report`, `plan explain` and `plan sweep` plan for when neither --framework nor a launcher

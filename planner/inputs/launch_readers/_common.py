@@ -38,6 +38,7 @@ class LaunchConfig:
     moe_pad_to_capacity: bool = False  # experts' inputs padded to that capacity
     moe_force_balance: bool = False  # the router forced to spread tokens evenly (a benchmarking switch)
     moe_router_fusion: bool | None = None  # the MoE router as TE's fused kernels, as the file runs it (None: not said)
+    fp8_attention: bool | None = None  # Transformer Engine's fp8 attention, where the file sets it with an fp8 recipe
     param_offload: bool = False  # ZeRO-3 parameter partitions in host memory (DeepSpeed offload_param)
     tp_comm_overlap: bool | None = None  # TP collectives overlapped with GEMMs, as the file runs it (None: not said)
     torch_compile: bool | None = None  # torch.compile of the model, as the file runs it (None: not said)

@@ -57,7 +57,8 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length",
             "checkpoint.ckpt_format", "model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity",
             "model.moe_router_force_load_balancing", "model.moe_router_fusion", "model.cuda_graph_impl",
             "model.cuda_graph_scope", "model.cuda_graph_modules", "model.enable_cuda_graph",
-            "model.external_cuda_graph"}
+            "model.external_cuda_graph", "mixed_precision.fp8_dot_product_attention",
+            "model.fp8_dot_product_attention"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")
 
@@ -168,9 +169,23 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
         cfg.precision = _PRECISION.get(preset, "bf16")
         if "subchannel" in preset:  # Bridge's block-scaled fp8 presets (training/mixed_precision.py)
             cfg.fp8_recipe = "blockwise"
+    _fp8_attention(cfg, found)
     cfg.ignored += sorted(k for k in found if k not in _KNOBS and k not in _SHAPE and k not in _HANDLED
                           and not k.startswith(_QUIET_SECTIONS))
     return cfg
+
+
+def _fp8_attention(cfg: LaunchConfig, found: dict[str, str]) -> None:
+    """Bridge's MixedPrecisionConfig.fp8_dot_product_attention (copied onto the model's TransformerConfig field of
+    the same name): Transformer Engine's fp8 attention, which runs only inside an fp8 recipe."""
+    for key in ("mixed_precision.fp8_dot_product_attention", "model.fp8_dot_product_attention"):
+        if key not in found or is_null(found[key]):
+            continue
+        on = as_bool(found[key], key, cfg.source)
+        if on and cfg.precision not in ("fp8", "fp4"):
+            cfg.ignored.append(f"{key}=true (no fp8 recipe: the attention stays bf16)")
+        else:
+            cfg.fp8_attention = on
 
 
 def _hydra_list(raw: str) -> list[str]:

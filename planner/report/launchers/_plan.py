@@ -151,6 +151,7 @@ class PlanView:
     moe_router_fusion: bool = False  # the MoE router as TE's fused kernels (inputs.training.moe_router_fusion)
     cuda_graphs: str = "none"  # CUDA graph capture priced (inputs.training.cuda_graphs)
     cuda_graph_modules: tuple[str, ...] | None = None  # per-layer capture's modules (inputs.training)
+    attention_kernel: str = "stack"  # stack | unfused | fp8 (inputs.training.attention_kernel)
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -406,6 +407,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         moe_router_fusion=_training.switch(training, "moe_router_fusion"),
         cuda_graphs=graphs,
         cuda_graph_modules=graph_modules,
+        attention_kernel=_training.attention_kernel(training),
     )
     _check(view)
     return view

@@ -58,6 +58,12 @@ def switch(training: dict, key: str) -> bool:
     return bool(value)
 
 
+def attention_kernel(training: dict) -> str:
+    """attention_kernel: stack (the framework's fused attention), unfused (a fallback the software takes by itself)
+    or fp8 (Transformer Engine's fp8 attention, a switch the launch file has to set); documents before it: stack."""
+    return _choice(training, "attention_kernel", ("stack", "unfused", "fp8"), "fp8")
+
+
 def dispatcher(training: dict) -> str:
     """moe_dispatcher: stack (the framework's), alltoall or flex; documents before the field say stack."""
     return _choice(training, "moe_dispatcher", ("stack", "alltoall", "flex"), "alltoall")

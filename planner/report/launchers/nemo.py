@@ -37,6 +37,8 @@ def render(view: PlanView) -> str:
         preset = "bf16_with_fp8_subchannel_scaling_mixed"
     items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
                                                                   ("mixed_precision.grad_reduce_in_fp32", False)]
+    if view.attention_kernel == "fp8":  # Bridge MixedPrecisionConfig (training/mixed_precision.py)
+        items.append(("mixed_precision.fp8_dot_product_attention", True))
     if view.layout.dp_outermost:  # Bridge DistributedInitConfig: rank order tp-cp-ep-pp-dp
         items.append(("dist.use_tp_pp_dp_mapping", True))
     lines = [header(view, TARGET),
