@@ -158,3 +158,15 @@ def test_fp8_attention_launches_with_bridge_and_reads_back(tmp_path):
                                "--format", "json")
     assert read.returncode == 0 and json.loads(read.stdout)["inputs"]["training"]["attention_kernel"] == "stack"
     assert "mixed_precision.fp8_dot_product_attention=true (no fp8 recipe" in read.stderr
+
+
+def test_the_band_says_when_a_price_rests_on_the_sink_assumption():
+    """The assumption is inferred, not read from code, so a plan that rests on it says so beside its band."""
+    from planner.cost.bands import SINK_TILES_NOTE, throughput_band
+
+    one = {"tp": 1, "pp": 1, "dp": 64, "cp": 1, "ep": 8, "etp": 1, "vpp": 1, "mbs": 4, "zero": 1, "recompute": 0,
+           "sp": 0, "schedule": 0, "cp_comm": 0, "order": 0}
+    assert SINK_TILES_NOTE in throughput_band(_oss("nemo"), one).notes
+    assert SINK_TILES_NOTE not in throughput_band(_oss("nemo", "fp8", "fp8"), one).notes
+    llama = Problem(load_model("llama3-70b"), load_cluster("b300x64"), TrainingSpec(framework="nemo"))
+    assert SINK_TILES_NOTE not in throughput_band(llama, {**one, "ep": 1}).notes

@@ -190,11 +190,21 @@ def band_for(stack: str, is_moe: bool, gpu_key: str, features: tuple[str, ...]) 
     return Band(lo, hi, "; ".join(labels), n, notes)
 
 
+# Said beside the band of a plan whose price rests on an assumption inferred from measured runs, not read from code.
+SINK_TILES_NOTE = ("attention sinks priced as computing every score tile (inferred from Megatron-Bridge's measured "
+                   "gpt-oss runs, docs/accuracy.md; --fp8-attention on runs them on cuDNN's unified engine)")
+
+
 def throughput_band(problem: Any, layout: Mapping[str, int]) -> Band:
-    """The band of one plan of `problem` (a planner.inputs.problem.Problem)."""
+    """The band of one plan of `problem` (a planner.inputs.problem.Problem), with a note where its price rests on the
+    sink-attention assumption (planner.cost.profiles.sink_attention_all_tiles)."""
+    from planner.cost.profiles import sink_attention_all_tiles
+
     tr = problem.training
-    return band_for(tr.framework, problem.model.is_moe, problem.cluster.gpu.key,
-                    layout_features(layout, tr.precision))
+    band = band_for(tr.framework, problem.model.is_moe, problem.cluster.gpu.key, layout_features(layout, tr.precision))
+    if sink_attention_all_tiles(tr, problem.model):
+        band = Band(band.lo, band.hi, band.regime, band.cases, (*band.notes, SINK_TILES_NOTE), band.median)
+    return band
 
 
 def memory_band(stack: str) -> Band:
