@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from planner.cost.groups import domain_group
-from planner.cost.host import dropless
+from planner.cost.host import captured, dropless
 from planner.cost.memory import distinct_pairs
 from planner.cost.profiles import stack_profile, tp_mode
 from planner.cost.tensor import sp_never_slower
@@ -199,6 +199,14 @@ RULES: tuple[Rule, ...] = (
          "schedule",
          "Megatron-Core transformer_config.py: \"CUDA graph scope on moe and mlp is not supported with "
          "overlap_moe_expert_parallel_comm\""),
+    Rule("ep_overlap_graphs_skip_attention_bias", ("schedule", "dp"),
+         lambda c, p: (c["schedule"] != Schedule.COMBINED_1F1B) | (p.training.cuda_graphs != "per-layer")
+         | (c["dp"] == 1) | (not p.model.attention_bias) | (not captured(p, "attn")),
+         "combined 1F1B delays the weight gradients (delay_wgrad_compute), and with the gradient reduction overlapped "
+         "Megatron-Core's per-layer CUDA graphs may then capture no attention with biases (gpt-oss's q/k/v/o "
+         "biases)", "drop attn from --cuda-graph-modules, or another schedule",
+         "Megatron-LM arguments.py (NVIDIA/Megatron-LM@d98e8a64, since #3074): \"CUDA graph with delay_wgrad_compute "
+         "doesn't support attn bias for now\""),
     Rule("offload_needs_one_stage", ("recompute", "pp", "schedule"),
          lambda c, p: (c["recompute"] != Recompute.OFFLOAD)
          | ((c["pp"] == 1) & (c["schedule"] != Schedule.COMBINED_1F1B) & (p.model.num_hidden_layers >= 3)),
