@@ -33,8 +33,8 @@ def render(view: PlanView) -> str:
         refuse(view, NAME, "fsdp_shard_group", "hybrid sharding (ZeRO-3 inside a node, replicated across nodes) has "
                "no Megatron-FSDP flag in the targeted release", "re-plan with --fix zero=3, or use --format torchtitan")
     if view.attention_kernel == "fp8":  # arguments.py lists fp8_dot_product_attention among the fields without a flag
-        refuse(view, NAME, "inputs.training.attention_kernel", "Megatron-LM has no command-line flag for fp8 "
-               "attention (TransformerConfig.fp8_dot_product_attention)",
+        refuse(view, NAME, "inputs.training.attention_kernel", "no command-line flag sets fp8 attention "
+               "(TransformerConfig.fp8_dot_product_attention)",
                "use --format nemo (mixed_precision.fp8_dot_product_attention), or plan without --fp8-attention")
     if view.model.hidden_act not in ACTIVATION_FLAGS:
         refuse(view, NAME, "inputs.model.hidden_act", f"no Megatron-LM flag for activation {view.model.hidden_act!r}",
