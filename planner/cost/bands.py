@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.cost.profiles import sink_attention_all_tiles
 from planner.inputs.catalog import read_packaged_yaml
 from planner.inputs.layout import CpComm, Recompute, Schedule
 
@@ -198,8 +199,6 @@ SINK_TILES_NOTE = ("attention sinks priced as computing every score tile (inferr
 def throughput_band(problem: Any, layout: Mapping[str, int]) -> Band:
     """The band of one plan of `problem` (a planner.inputs.problem.Problem), with a note where its price rests on the
     sink-attention assumption (planner.cost.profiles.sink_attention_all_tiles)."""
-    from planner.cost.profiles import sink_attention_all_tiles
-
     tr = problem.training
     band = band_for(tr.framework, problem.model.is_moe, problem.cluster.gpu.key, layout_features(layout, tr.precision))
     if sink_attention_all_tiles(tr, problem.model):
