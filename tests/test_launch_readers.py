@@ -589,3 +589,41 @@ def test_a_script_without_an_entry_point_is_refused_for_that_not_for_its_quotes(
     r = plan("explain", "--from", str(script), "--cluster", "h100x8")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "cannot tell which launcher" in r.stderr and "pretrain_gpt.py" in r.stderr and "quote" not in r.stderr
+
+
+RUN_RECIPE_SCRIPT = """#!/bin/bash
+IMAGE=${IMAGE:-}
+if [ -z "$IMAGE" ]; then
+    echo "set IMAGE"
+    exit 1
+fi
+for CONFIG in "2,4" "4,2"; do
+    IFS=',' read -r TP PP <<< "$CONFIG"
+    OVERRIDES=" \\
+        model.tensor_model_parallel_size=$TP \\
+        model.pipeline_model_parallel_size=$PP \\
+        train.global_batch_size=128 train.micro_batch_size=1 \\
+        checkpoint.save=/results/tp${TP}_pp${PP} \\
+    "
+    CMD="python /opt/Megatron-Bridge/scripts/training/run_recipe.py --recipe llama3_8b_pretrain_config $OVERRIDES"
+    srun --container-image=$IMAGE bash -c "$CMD"
+done
+"""
+
+
+def test_a_bridge_script_is_read_as_bash_runs_its_run_recipe_command(tmp_path):
+    """Megatron-Bridge's examples build run_recipe.py's overrides in multi-line strings inside a loop and run them
+    through `srun ... bash -c` (examples/models/*/slurm_pretrain.sh, in the launch-file corpus): the reader follows
+    the script as bash would, says where it exits before launching, names the variable an override leaves unset,
+    and names the recipe whose own settings are not in the file."""
+    path = tmp_path / "pretrain.sh"
+    path.write_text(RUN_RECIPE_SCRIPT)
+    with pytest.raises(PlanInputError, match="exits at line 5"):
+        read_launch_file(str(path))
+    with pytest.raises(PlanInputError) as unset:
+        read_launch_file(str(path), given={"IMAGE": "x.sqsh"})
+    assert unset.value.field == "model.tensor_model_parallel_size" and "--set TP=" in unset.value.fix
+    cfg = read_launch_file(str(path), given={"IMAGE": "x.sqsh", "TP": "2", "PP": "4"})
+    assert cfg.dialect == "nemo" and cfg.layout["tp"] == 2 and cfg.layout["pp"] == 4 and cfg.global_batch == 128
+    assert any("llama3_8b_pretrain_config" in d for d in cfg.doubts)
+    assert not any("checkpoint.save" in i for i in cfg.ignored)  # a quiet section, whatever its variables

@@ -49,6 +49,8 @@ def detect_dialect(path: Path, text: str) -> str:
         return "megatron"
     if re.search(r"\bmain\.py\b", text) and "training" in text:
         return "nemo"
+    if re.search(r"\brun_recipe\.py\b", text):  # Megatron-Bridge's recipe runner (scripts/training)
+        return "nemo"
     if re.search(r"--deepspeed\s", text):
         return "deepspeed"
     try:  # a script whose quoting spans lines is no overrides file: its split error is not this file's fault

@@ -6,8 +6,9 @@ logger, checkpoint, ...) are accepted silently; unknown keys are named in a warn
 
 from __future__ import annotations
 
+import re
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from planner.errors import PlanInputError
@@ -78,6 +79,10 @@ def overrides(text: str, source: str) -> dict[str, str]:
     return out
 
 
+# Megatron-Bridge's recipe runner (scripts/training/run_recipe.py: `--recipe NAME` then `section.key=value` overrides).
+RUN_RECIPE = "run_recipe.py"
+
+
 def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchConfig:
     given = dict(given or {})
     if Path(source).suffix.lower() in (".yaml", ".yml"):
@@ -87,7 +92,58 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
         doc, _ = nemo_yaml.from_launcher_script(read_script(text, source, given), source, given)
         nemo_yaml.read(nemo_yaml.resolve(doc, source), cfg)
         return cfg
+    if RUN_RECIPE in text and _is_script(text):  # a shell script that builds and runs a run_recipe.py command
+        found, notes = _recipe_launch(text, source, given)
+        cfg = _overrides(text, source, {**found, **{k: v for k, v in given.items() if _is_override(k)}})
+        cfg.doubts += notes
+        return cfg
     return _overrides(text, source, {**overrides(text, source), **given})
+
+
+def _variables(value: str) -> list[str]:
+    """The shell variables a value still names, in order ($TP, ${PP})."""
+    return re.findall(r"\$\{?([A-Za-z_]\w*)", value)
+
+
+def _is_override(key: str) -> bool:
+    return not key.startswith("-") and (key == "mixed_precision" or "." in key)
+
+
+def _is_script(text: str) -> bool:
+    """More than a bare command line: the overrides it passes come from variables, loops or strings the shell builds
+    (Megatron-Bridge's examples/models/*/slurm_pretrain.sh), so they are read as bash would expand them."""
+    return "$" in text or text.lstrip().startswith("#!")
+
+
+def _recipe_launch(text: str, source: str, given: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The `section.key=value` overrides of the run_recipe.py command the script runs (planner.inputs.launch_readers
+    .shell expands its variables, loops and `bash -c` strings), and what the reader could not pin down."""
+    script = read_script(text, source, given)
+    runs = [c for c in script.commands if c.words and PurePosixPath(c.words[0]).name != "echo"
+            and any(PurePosixPath(w).name == RUN_RECIPE for w in c.words)]
+    if not runs:
+        where = f" (it exits at line {script.exit_line} first)" if script.exit_line else ""
+        raise PlanInputError(f"runs no Megatron-Bridge {RUN_RECIPE} on a path the reader can follow{where}",
+                             source=source, fix="pass --set NAME=VALUE for the variables the script checks before "
+                             "it launches (a container image, a data path), or pass the overrides themselves")
+    out: dict[str, str] = {}
+    for word in runs[0].argv:
+        key, eq, value = word.text.partition("=")
+        if not (eq and _is_override(key)):
+            continue
+        key = key.lstrip("+~")
+        unset = [d for d in _variables(value) if d in word.doubt and d in script.unresolved]
+        if unset and (key in _KNOBS or key in _SHAPE or key in _HANDLED):
+            raise PlanInputError(f"is {value[:40]}, which the file leaves unset", field=key, source=source,
+                                 fix=f"pass --set {unset[0]}=<value>")
+        out[key] = value
+    recipe = next((runs[0].words[i + 1] for i, w in enumerate(runs[0].words[:-1]) if w == "--recipe"), None)
+    notes = [f"what recipe {recipe} sets itself is not in the file: priced at Megatron-Core's defaults (pass a "
+             "setting as --set section.key=value)"] if recipe else []
+    launches = {tuple(w.text for w in run.argv) for run in runs}
+    if len(launches) > 1:
+        notes.append(f"the script launches {len(launches)} different {RUN_RECIPE} commands; the first is read")
+    return out, notes
 
 
 def _yaml(text: str, source: str, given: dict[str, str]) -> LaunchConfig:

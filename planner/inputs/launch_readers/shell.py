@@ -58,6 +58,7 @@ class Script:
     undecided: list[str] = field(default_factory=list)  # tests the reader could not decide (all branches read)
     sourced: list[str] = field(default_factory=list)  # files the script sources, not read
     used_given: set[str] = field(default_factory=set)
+    exit_line: int | None = None  # the line of an `exit` reached on a decided path (nothing after it runs)
 
     def why(self, doubt: frozenset[str]) -> str:
         """The doubts behind a value, in words: which variables, and whether they were unset or branch-dependent."""
@@ -78,6 +79,10 @@ class Script:
 
 class _Exit(Exception):
     """`exit` reached on a decided path: nothing after it runs."""
+
+    def __init__(self, line: int | None = None) -> None:
+        super().__init__(line)
+        self.line = line
 
 
 class _Return(Exception):
@@ -123,8 +128,8 @@ def read_script(text: str, source: str, given: Mapping[str, str] | None = None) 
         shell.vars.setdefault(name, Field(value))
     try:
         shell.run_text(text, 1)
-    except _Exit:
-        pass
+    except _Exit as stop:
+        shell.script.exit_line = stop.line
     except RecursionError:
         raise PlanInputError("the script nests too deeply to read", source=source, fix="flatten the script") from None
     shell.script.variables = dict(shell.vars)
@@ -332,7 +337,7 @@ class _Shell:
             return True
         if name in ("exit", "return"):
             if self.depth == 0:
-                raise _Exit() if name == "exit" else _Return()
+                raise _Exit(node.line) if name == "exit" else _Return()
             return True
         return False
 
