@@ -30,10 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's planner, not an installed one
 
 from planner.cost import compute, expert  # noqa: E402
-from planner.evidence import validate  # noqa: E402
-from planner.evidence.anchors import BRIDGE_GRAPH_PAIR, bridge_graph_metrics  # noqa: E402
-from planner.evidence.cases import case_problem, load_cases  # noqa: E402
-from planner.evidence.recipes import apply_knobs, case_knobs, default_recipes_path, load_recipes, recipe_entry  # noqa: E402
+from planner.evidence.anchors import BRIDGE_GRAPH_PAIR, bridge_graph_metrics, priced_case_metrics  # noqa: E402
+from planner.evidence.cases import load_cases  # noqa: E402
+from planner.evidence.recipes import default_recipes_path, load_recipes, recipe_entry  # noqa: E402
 
 GPT_OSS_ROWS = ("MB-086", "MB-044", "MB-046", "MB-130", "MB-174", "MB-172", "MB-129", "MB-175")
 EXPERT_GEMM_SLOWDOWN = 2.2
@@ -81,14 +80,7 @@ WHAT_IFS: dict[str, Callable[[], object]] = {
 
 def _row_error(cid: str, cases: dict, recipes: dict) -> float:
     case = cases[cid]
-    entry = recipe_entry(recipes, case)
-    bare = case_problem(case, "gap")
-    knobs = case_knobs(case, entry, bare)
-    problem, applied = apply_knobs(bare, knobs)
-    found = validate._search_case(problem, bare, applied, knobs)
-    if isinstance(found, str):
-        raise ValueError(f"{cid}: {found}")
-    priced = found[0].plans[0].metrics["tokens_per_s_per_gpu"]
+    priced = priced_case_metrics(case, recipe_entry(recipes, case))["tokens_per_s_per_gpu"]
     return priced / case["measured"]["tokens_per_s_per_gpu"] - 1.0
 
 

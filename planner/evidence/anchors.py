@@ -155,10 +155,11 @@ def bridge_overlap_metrics(ep_overlap: bool) -> dict[str, float]:
     return priced_case_metrics(bridge_overlap_case(ep_overlap))
 
 
-def priced_case_metrics(case: dict) -> dict[str, float]:
-    """A case as validate prices it (its stated layout, the knobs of its `ran` block): the first plan's metrics."""
+def priced_case_metrics(case: dict, recipe: dict | None = None) -> dict[str, float]:
+    """A case as validate prices it (its stated layout, the knobs of its `ran` block and of its recipe entry where
+    given): the first plan's metrics."""
     bare = case_problem(case, "anchors")
-    knobs = case_knobs(case, None, bare)
+    knobs = case_knobs(case, recipe, bare)
     problem, applied = apply_knobs(bare, knobs)
     found = validate._search_case(problem, bare, applied, knobs)
     if isinstance(found, str):

@@ -64,6 +64,11 @@ _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokeni
                    "comm_overlap.", "dataset.", "train.")
 
 
+def _is_override(key: str) -> bool:
+    """A Hydra-style `section.key` override name (or the bare `mixed_precision` preset), not a command-line flag."""
+    return not key.startswith("-") and (key == "mixed_precision" or "." in key)
+
+
 def overrides(text: str, source: str) -> dict[str, str]:
     """Every `section.key=value` token (comments and non-override tokens skipped); a later repeat wins."""
     out: dict[str, str] = {}
@@ -74,7 +79,7 @@ def overrides(text: str, source: str) -> dict[str, str]:
             raise PlanInputError(f"cannot split '{line[:60]}' ({exc})", source=source, fix="close the quote") from None
         for token in tokens:
             key, eq, value = token.partition("=")
-            if eq and not key.startswith("-") and (key == "mixed_precision" or "." in key):
+            if eq and _is_override(key):
                 out[key.lstrip("+~")] = value
     return out
 
@@ -103,10 +108,6 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
 def _variables(value: str) -> list[str]:
     """The shell variables a value still names, in order ($TP, ${PP})."""
     return re.findall(r"\$\{?([A-Za-z_]\w*)", value)
-
-
-def _is_override(key: str) -> bool:
-    return not key.startswith("-") and (key == "mixed_precision" or "." in key)
 
 
 def _is_script(text: str) -> bool:
