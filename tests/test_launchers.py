@@ -619,3 +619,23 @@ def test_golden(fmt: str, make_doc, name: str) -> None:
     if os.environ.get("PLAN_UPDATE_GOLDEN") == "1":
         path.write_text(text)
     assert text == path.read_text()
+
+
+def _ep_overlap_doc(ep: int) -> dict:
+    doc = moe_doc()
+    lay = layout(doc)
+    lay.update(pp=1, dp=512, ep=ep, num_microbatches=16, schedule="combined-1f1b", recompute="selective")
+    for key in ("first_stage_layers", "last_stage_layers"):
+        lay.pop(key)
+    return doc
+
+
+@pytest.mark.parametrize(("ep", "queues"), [(64, 32), (4, 8)])
+def test_megatron_ep_overlap_asks_for_several_hardware_queues(ep: int, queues: int) -> None:
+    """EP overlap needs CUDA_DEVICE_MAX_CONNECTIONS > 1 (Megatron-Core moe/README.md): the note gives Megatron-Bridge's
+    8, or 32 where the plan dispatches with DeepEP (EP 64 x expert TP 2 leaves the node), never the 1 that TP > 1
+    would otherwise ask for."""
+    text = render(_ep_overlap_doc(ep), "megatron")
+    assert "--overlap-moe-expert-parallel-comm" in megatron_args(text)
+    assert f"\n# env: export CUDA_DEVICE_MAX_CONNECTIONS={queues} " in text
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1 " not in text

@@ -128,3 +128,36 @@ def test_regret_with_preferences_picks_the_preferred_layout_inside_the_tie() -> 
     assert regret(predicted, measured, [(1, 0), (0, 0)], 0.05) == 0.0
     # outside the tie the price decides again
     assert regret(predicted, measured, [(1, 0), (0, 0)], 0.01) == pytest.approx(0.10)
+
+
+def test_sharded_experts_are_a_feature_only_where_the_stack_does_not_shard_by_default() -> None:
+    """ZeRO 2+ on a MoE model is a feature without published cases under Megatron-Core and NeMo (whose MoE recipes
+    shard only optimizer states), so it carries the widest band and the `wide` criterion; not for a dense model, ZeRO
+    1, or an FSDP-native stack (torchtitan), whose recipes always shard."""
+    moe, dense, h100 = load_model("qwen3-235b-a22b"), load_model("llama3-70b"), load_cluster("h100x256")
+    lay = {"recompute": 0, "cp": 1, "schedule": 0, "cp_comm": 0}
+    nemo = Problem(moe, h100, TrainingSpec(framework="nemo"))
+    assert _criteria(nemo, {**lay, "zero": 3}, 10.0)["wide"] == 1
+    assert _criteria(nemo, {**lay, "zero": 2}, 10.0)["wide"] == 1
+    assert _criteria(nemo, {**lay, "zero": 1}, 10.0)["wide"] == 0
+    assert _criteria(Problem(dense, h100, TrainingSpec(framework="nemo")), {**lay, "zero": 3}, 10.0)["wide"] == 0
+    assert _criteria(Problem(moe, h100, TrainingSpec(framework="torchtitan")), {**lay, "zero": 3}, 10.0)["wide"] == 0
+    assert bands.SHARDED_EXPERTS in bands.wide_features("nemo")
+    full = Layout.from_dict({"tp": 1, "pp": 1, "dp": 256, "cp": 1, "ep": 32, "etp": 1, "vpp": 1, "mbs": 1, "zero": 3,
+                             "recompute": 0, "sp": 0, "schedule": 0, "cp_comm": 0})
+    band = bands.throughput_band(nemo, full.as_dict())
+    assert "sharded-experts: 0 cases, so the widest band" in band.regime
+    assert (band.lo, band.hi) == bands.table().widest
+
+
+def test_a_moe_plan_that_shards_its_experts_gives_way_inside_the_tie() -> None:
+    """Kimi K2 on 256 GB300 (Megatron-Bridge 26.06's problem): ZeRO 2 without recompute is priced fastest, and the
+    #1 is the fastest layout that shards only optimizer states, priced inside the tie."""
+    problem = Problem(load_model("kimi-k2"), load_cluster("gb300x256"),
+                      TrainingSpec(seq_len=4096, global_batch=4096, precision="fp8", framework="nemo"))
+    pref, fast = search(problem, top=3), search(problem, top=3, rank_by="time")
+    assert fast.plans[0].layout.zero >= 2
+    first = pref.plans[0]
+    assert first.layout.zero <= 1
+    assert math.log(fast.plans[0].metrics["tokens_per_s_per_gpu"] / first.metrics["tokens_per_s_per_gpu"]) \
+        <= pref.tie_width

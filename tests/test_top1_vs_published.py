@@ -1,5 +1,6 @@
 """bench/top1_vs_published.py, issue 25's check of the free #1 against the best published run: its published figures
-are the case file's where a case holds them, and each problem plans a #1 that the check can compare."""
+are the case file's where a case holds them, the best of a problem's runs is the fastest, and each problem plans a #1
+that the check can compare."""
 
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ def _cases() -> dict[str, dict]:
 
 @pytest.mark.parametrize("run", check.RUNS, ids=[r.title for r in check.RUNS])
 def test_each_published_figure_is_its_case_and_the_problem_plans(run: check.Published) -> None:
-    named = re.search(r"validation case ([A-Z0-9]+-\d+)", run.source)
-    if named:  # the figure and the problem are the case's own
-        case = _cases()[named.group(1)]
-        assert case["measured"]["tokens_per_s_per_gpu"] == run.tokens_per_s_per_gpu
-        args = dict(zip(run.args[::2], run.args[1::2], strict=True))
-        assert args["--cluster"] == case["cluster"]
-        assert int(args["--seq-len"]) == case["training"]["seq_len"]
-        assert int(args["--global-batch"]) == case["training"]["global_batch"]
-        assert args["--precision"] == case["training"]["precision"]
+    args = dict(zip(run.args[::2], run.args[1::2], strict=True))
+    for one in run.runs:
+        named = re.search(r"validation case ([A-Z0-9]+-\d+)", one.source)
+        if named:  # the figure is the case's own, and so is the problem where it is the first run's
+            case = _cases()[named.group(1)]
+            assert case["measured"]["tokens_per_s_per_gpu"] == one.tokens_per_s_per_gpu
+            assert args["--cluster"] == case["cluster"]
+            assert int(args["--seq-len"]) == case["training"]["seq_len"]
+            if one is run.runs[0]:
+                assert int(args["--global-batch"]) == case["training"]["global_batch"]
+                assert args["--precision"] == case["training"]["precision"]
+    assert run.tokens_per_s_per_gpu == max(one.tokens_per_s_per_gpu for one in run.runs)
     best = check.top1(run.args)
     assert best["metrics"]["tokens_per_s_per_gpu"] > 0

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost.profiles import sink_attention_all_tiles
+from planner.cost.profiles import profile_for, sink_attention_all_tiles
 from planner.inputs.catalog import read_packaged_yaml
-from planner.inputs.layout import CpComm, Recompute, Schedule
+from planner.inputs.layout import CpComm, Recompute, Schedule, Zero
 
 BANDS_FILE = Path(__file__).with_name("bands.yaml")
 ANY = "*"
@@ -45,7 +45,14 @@ GENERATIONS = {"a100": "ampere", "a100-40g": "ampere", "h100": "hopper", "h800":
 # Schedules every pipelining stack runs; any other is a feature with its own band.
 BASE_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
 PRECISION_FEATURES = ("fp8", "fp4")
-LAYOUT_FEATURES = ("offload", "offload-modules", "cp", "cp-a2a",
+# A MoE model whose data-parallel ranks shard gradients or weights (ZeRO 2, 3 or HSDP: Megatron-FSDP) as well as
+# optimizer states, on a stack whose recipes otherwise shard only optimizer states (not FSDP-native,
+# FrameworkProfile.fsdp_native): none of Megatron-Bridge's MoE performance recipes does (their tables' FSDP column
+# is 0 on every MoE row, docs/performance-summary-archive.md @4ab94dfad; only dense Llama 3 70B runs FSDP there),
+# and the one such Megatron-Core run measured (Megatron-MoE-ModelZoo's Qwen3-235B FSDP row) is priced 50 % off
+# (tests/test_moe_anchors.py), so the model does not know its error there.
+SHARDED_EXPERTS = "sharded-experts"
+LAYOUT_FEATURES = ("offload", "offload-modules", "cp", "cp-a2a", SHARDED_EXPERTS,
                    *(s.label for s in Schedule if s not in BASE_SCHEDULES))
 FEATURES = (*LAYOUT_FEATURES, *PRECISION_FEATURES)
 
@@ -58,22 +65,31 @@ def model_kind(is_moe: bool) -> str:
     return "moe" if is_moe else "dense"
 
 
-def feature_columns(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per row, whether the layout uses each of LAYOUT_FEATURES."""
+def shards_experts_as_feature(stack: str, is_moe: bool) -> bool:
+    """Whether ZeRO 2+ is the SHARDED_EXPERTS feature for a model (MoE where `is_moe`) planned under `stack`."""
+    return is_moe and not profile_for(stack).fsdp_native
+
+
+def feature_columns(cols: Mapping[str, np.ndarray], sharded_experts: bool = False) -> dict[str, np.ndarray]:
+    """Per row, whether the layout uses each of LAYOUT_FEATURES (SHARDED_EXPERTS only where `sharded_experts`:
+    `shards_experts_as_feature`)."""
     rc, sched = cols["recompute"], cols["schedule"]
     cp = cols["cp"] > 1
     out = {"offload": rc == Recompute.OFFLOAD, "offload-modules": rc == Recompute.OFFLOAD_MODULES, "cp": cp,
-           "cp-a2a": cp & (cols.get("cp_comm", np.zeros_like(rc)) != CpComm.RING)}
+           "cp-a2a": cp & (cols.get("cp_comm", np.zeros_like(rc)) != CpComm.RING),
+           SHARDED_EXPERTS: (np.asarray(cols["zero"]) >= Zero.GRADIENTS) if sharded_experts
+           else np.zeros(np.shape(rc), dtype=bool)}
     for s in Schedule:
         if s not in BASE_SCHEDULES:
             out[s.label] = sched == s
     return out
 
 
-def layout_features(layout: Mapping[str, int], precision: str) -> tuple[str, ...]:
-    """The features (FEATURES, in that order) one layout trained at `precision` uses."""
+def layout_features(layout: Mapping[str, int], precision: str, sharded_experts: bool = False) -> tuple[str, ...]:
+    """The features (FEATURES, in that order) one layout trained at `precision` uses (`sharded_experts`: see
+    feature_columns)."""
     cols = {k: np.array([v]) for k, v in layout.items()}
-    used = {name for name, on in feature_columns(cols).items() if bool(on[0])}
+    used = {name for name, on in feature_columns(cols, sharded_experts).items() if bool(on[0])}
     if precision in PRECISION_FEATURES:
         used.add(precision)
     return tuple(f for f in FEATURES if f in used)
@@ -200,7 +216,9 @@ def throughput_band(problem: Any, layout: Mapping[str, int]) -> Band:
     """The band of one plan of `problem` (a planner.inputs.problem.Problem), with a note where its price rests on the
     sink-attention assumption (planner.cost.profiles.sink_attention_all_tiles)."""
     tr = problem.training
-    band = band_for(tr.framework, problem.model.is_moe, problem.cluster.gpu.key, layout_features(layout, tr.precision))
+    is_moe = problem.model.is_moe
+    feats = layout_features(layout, tr.precision, shards_experts_as_feature(tr.framework, is_moe))
+    band = band_for(tr.framework, is_moe, problem.cluster.gpu.key, feats)
     if sink_attention_all_tiles(tr, problem.model):
         band = Band(band.lo, band.hi, band.regime, band.cases, (*band.notes, SINK_TILES_NOTE), band.median)
     return band

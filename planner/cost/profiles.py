@@ -140,6 +140,10 @@ class FrameworkProfile:
     compiles_by_default: bool = False  # torch.compile on unless the training says otherwise
     # Attention with learnable sinks (gpt-oss) in bf16 computes every score tile (`sink_attention_all_tiles`).
     sink_attention_all_tiles: bool = False
+    # Data parallelism is FSDP (sharded weights and gradients) in the stack's own recipes, not a distributed
+    # optimizer beside replicated weights: sharding a MoE model's experts is its standard practice
+    # (planner.cost.bands.SHARDED_EXPERTS).
+    fsdp_native: bool = False
 
 
 COMPILE_SPEEDUP = (6667 / 5762 + 6514 / 5605) / 2  # torchtitan's eager -> compiled pairs (module docstring)
@@ -150,7 +154,7 @@ _GENERIC = FrameworkProfile("generic", deepep=True, fp8_dispatch=True, moe_weigh
 # Stacks whose TP collectives all block, with no switch to overlap them.
 _TP_BLOCKING = {"tp_comm_base": "none", "tp_comm_method": None}
 # FSDP keeps fp32 parameters (they are the master copy; bf16 copies are gathered per use) and the two Adam moments.
-_FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0}
+_FSDP = {"weight_bytes": 4.0, "optimizer_bytes": 8.0, "fsdp_native": True}
 _STACKS: dict[str, FrameworkProfile] = {
     "generic": _GENERIC,
     "megatron": FrameworkProfile("megatron", flash_attention=False, tp_comm_base="sp-backward", tp_comm_method=None),

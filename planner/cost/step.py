@@ -17,6 +17,7 @@ import numpy as np
 from planner.cost import (
     activation_offload,
     allocations,
+    bands,
     compute,
     context,
     data,
@@ -114,8 +115,15 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     gemm_f = lt.fwd - lt.attn_f - lt.elem_f - lt.launch_f
     gemms = tensor.block_gemms(m, tok, tp, rates.peak * rates.eff, gemm_f, lt.wgrad)
     shares = (fabric.collective_sm_share(problem.cluster), fabric.sm_share(problem.cluster, tensor.UB_COMM_SMS))
-    tp_all, tp_f = tensor.tp_exposed(fab, tp_mode(prof), act_bytes, tp, k["sp"], rc, gemms, moe_mlp, shares,
+    mode = tp_mode(prof)
+    tp_all, tp_f = tensor.tp_exposed(fab, mode, act_bytes, tp, k["sp"], rc, gemms, moe_mlp, shares,
                                      dense_mlp=1.0 - f_moe)
+    if mode != "none" and tensor.ep_overlap_serialises_tp(bands.generation(problem.cluster.gpu.key)):
+        combined = k["sched"] == Schedule.COMBINED_1F1B
+        if np.any(combined):
+            none_all, none_f = tensor.tp_exposed(fab, "none", act_bytes, tp, k["sp"], rc, gemms, moe_mlp, shares,
+                                                 dense_mlp=1.0 - f_moe)
+            tp_all, tp_f = np.where(combined, none_all, tp_all), np.where(combined, none_f, tp_f)
     cp_all, cp_f = context.cp_exposed(m, fab, tok, tp, u, r, lt.attn_f, lt.attn_b)
     share = expert.overlapped_share(k["sched"], micro, k["pp"], k["vpp"])
     ep_all, ep_f = expert.dispatch_exposed(m, fab, dispatcher, tok, tp, ep, etp,

@@ -62,6 +62,26 @@ UB_COMM_SMS = 16
 UB_PIPELINE_SPLITS = 4
 
 
+# On Hopper and older GPUs a communication kernel overlaps the GEMM beside it only when the GPU runs kernels in the
+# host's issue order, which one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1) enforces: Megatron-LM asserts it with
+# TP or CP > 1 below compute capability 10 (megatron/training/arguments.py), and Megatron-Bridge sets it there "to
+# schedule a communication kernel before the overlapping persistent GEMM kernel. Otherwise, communication kernel will
+# be pushed to the end of the GEMM kernel, failing to overlap the kernels" (NVIDIA-NeMo/Megatron-Bridge@0fbfe7d3e
+# scripts/performance/perf_plugins.py _set_num_cuda_device_max_connections). EP overlap needs several queues
+# (Megatron-Core moe/README.md: CUDA_DEVICE_MAX_CONNECTIONS > 1; arguments.py only warns "For Hopper and before, try
+# not to use tensor model parallelism or context parallelism with overlap_moe_expert_parallel_comm"), and Bridge's
+# plugin gives a run with it 8 queues (32 with DeepEP/HybridEP) on Hopper too. So on these generations a layout with
+# EP overlap (combined 1F1B) runs its TP collectives unhidden (`ep_overlap_serialises_tp`); Blackwell keeps its
+# overlaps with 32 queues (the same plugin).
+SINGLE_QUEUE_GENERATIONS = ("ampere", "hopper")
+
+
+def ep_overlap_serialises_tp(generation: str) -> bool:
+    """Whether EP overlap leaves TP's collectives unhidden on a GPU of `generation` (planner.cost.bands.generation):
+    SINGLE_QUEUE_GENERATIONS."""
+    return generation in SINGLE_QUEUE_GENERATIONS
+
+
 def activation_bytes(tok: np.ndarray, hidden: int) -> np.ndarray:
     """One bf16 activation tensor of the micro-batch's tokens: tok·h·2."""
     return tok * hidden * 2.0

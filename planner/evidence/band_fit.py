@@ -49,7 +49,8 @@ def case_regime(case: Mapping[str, Any], problem: Problem, layout: Layout,
     them: they say nothing about that feature's error)."""
     tr = problem.training
     stated = case.get("layout") or {}
-    feats = bands.layout_features(layout.as_dict(), tr.precision)
+    feats = bands.layout_features(layout.as_dict(), tr.precision,
+                                  bands.shards_experts_as_feature(tr.framework, problem.model.is_moe))
 
     def known(knob: str) -> bool:
         return (knobs.get(knob) or {}).get("status") in _KNOWN
@@ -61,6 +62,8 @@ def case_regime(case: Mapping[str, Any], problem: Problem, layout: Layout,
             return stated.get("recompute") is not None or known("recompute")
         if f == "cp":
             return stated.get("cp") is not None
+        if f == bands.SHARDED_EXPERTS:
+            return stated.get("zero") is not None
         if f == "cp-a2a":
             return known("cp_comm")  # the case format states no context-parallel exchange; a recipe may
         return stated.get("schedule") is not None or (f == "combined-1f1b" and known("ep_overlap"))

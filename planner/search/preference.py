@@ -76,7 +76,7 @@ def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray], memory_gi
     rc = cols["recompute"]
     offload = (rc == Recompute.OFFLOAD) | (rc == Recompute.OFFLOAD_MODULES)
     cp = cols["cp"]
-    feats = bands.feature_columns(cols)
+    feats = bands.feature_columns(cols, bands.shards_experts_as_feature(tr.framework, problem.model.is_moe))
     wide = bands.wide_features(tr.framework)
     typical = float(np.exp(bands.memory_band(tr.framework).median))
     room = gpu.memory_gib * (1.0 - problem.memory_headroom)

@@ -55,6 +55,14 @@ def render(view: PlanView) -> str:
 
 def _env_note(view: PlanView) -> str:
     lay = view.layout
+    if _mcore.ep_overlap(view):
+        # EP overlap needs several hardware queues (Megatron-Core moe/README.md), and validate_args only warns with TP
+        # or CP > 1 then. Megatron-Bridge's performance plugin gives it 8, or 32 with DeepEP/HybridEP
+        # (scripts/performance/perf_plugins.py _set_num_cuda_device_max_connections @0fbfe7d3e); on Hopper TP's
+        # collectives then run beside their GEMMs no more, which the plan prices (planner.cost.tensor).
+        queues = 32 if _mcore.deepep_dispatch(view) else 8
+        return (f"# env: export CUDA_DEVICE_MAX_CONNECTIONS={queues} (EP overlap needs more than one; with TP or CP "
+                "> 1 Megatron-LM warns on Hopper and older GPUs)")
     if lay.tp > 1 or lay.cp > 1:  # validate_args asserts it (arguments.py M31); this wins over FSDP's preference
         return "# env: export CUDA_DEVICE_MAX_CONNECTIONS=1 (asserted with TP or CP > 1 on Hopper and older GPUs)"
     if lay.zero >= 2:
