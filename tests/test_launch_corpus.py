@@ -1,4 +1,4 @@
-"""The launch-file corpus (tests/data/launch_files/MANIFEST.yaml): 35 real launch files from public repositories, each
+"""The launch-file corpus (tests/data/launch_files/MANIFEST.yaml): 36 real launch files from public repositories, each
 read by `plan explain --from`'s readers and checked knob by knob against what its framework reads from it; files that
 cannot say what plan needs are refused naming the field; where a throughput was published for the same
 configuration, the file's price lands within plan validate's 20 % band."""
@@ -30,7 +30,8 @@ BAND = 0.20  # plan validate's "within 20 %" column, the band the README's accur
 LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "dp", "mbs", "zero", "recompute", "sp", "schedule")
 SHAPE = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
          "ffn": "intermediate_size", "vocab": "vocab_size", "experts": "num_local_experts",
-         "topk": "num_experts_per_tok"}
+         "topk": "num_experts_per_tok", "sinks": "attention_sinks", "window": "sliding_window",
+         "swiglu_limit": "swiglu_limit"}
 
 
 def _ids(entry: dict) -> str:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_plan_in_process
 
 from cli.options import build_problem, framework_for
 from cli.plan_options import PlanOptions
@@ -627,3 +628,17 @@ def test_a_bridge_script_is_read_as_bash_runs_its_run_recipe_command(tmp_path):
     assert cfg.dialect == "nemo" and cfg.layout["tp"] == 2 and cfg.layout["pp"] == 4 and cfg.global_batch == 128
     assert any("llama3_8b_pretrain_config" in d for d in cfg.doubts)
     assert not any("checkpoint.save" in i for i in cfg.ignored)  # a quiet section, whatever its variables
+
+
+def test_zero_over_one_data_rank_is_run_anyway_and_a_bad_stage_split_is_not():
+    """Megatron-LM's gpt-oss example (the launch-file corpus) passes --use-distributed-optimizer with PP equal to the
+    world size: a ZeRO stage over one data-parallel rank, which shards nothing and runs (the search's canonical rule
+    is said met, not broken), and 12 layers on 8 stages, which Megatron refuses (still broken)."""
+    path = Path(__file__).resolve().parent / "data" / "launch_files" / "megatron" / "gptoss" / "02_train.sh"
+    out = run_plan_in_process("explain", "--from", str(path), "--cluster", "h100x8", "--format", "json")
+    assert out.returncode == 1, out.stderr  # the file's layout breaks a rule (README, exit codes)
+    yours = json.loads(out.stdout)["yours"]
+    assert [r["rule"] for r in yours["broken_rules"]] == ["stage_split_launchable"] and not yours["feasible"]
+    assert [m["rule"] for m in yours["met_by_file"]] == ["sharding_needs_replicas"]
+    text = run_plan_in_process("explain", "--from", str(path), "--cluster", "h100x8").stdout
+    assert "sharding_needs_replicas: met by the file's ZeRO stage over one data-parallel rank" in " ".join(text.split())

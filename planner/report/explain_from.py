@@ -34,14 +34,23 @@ def _follows(change_key: str, new: dict[str, Any]) -> bool:
             and new["tp"] == 1) or (change_key == "cp_comm" and new["cp"] == 1))
 
 
+# Rules that keep the search's layouts canonical rather than say what a framework refuses: a file that breaks one
+# still runs. ZeRO over a single data-parallel rank shards nothing (Megatron's distributed optimizer, DeepSpeed's
+# ZeRO and FSDP all run it as plain data parallelism, and it is priced as such), so Megatron-LM's own examples that
+# pass --use-distributed-optimizer on one data-parallel rank (examples/gptoss/02_train.sh) are not refused for it.
+_RUNS_ANYWAY = {"sharding_needs_replicas": "ZeRO stage over one data-parallel rank, which shards nothing (run as "
+                "plain data parallelism)"}
+
+
 def explain_from(problem: Problem, given: Knobs, cfg: LaunchConfig, top: int = 3) -> dict[str, Any]:
     """The file's layout priced, and up to `top` better (or equal) layouts with their changes and gains."""
     yours = explain(problem, given)
-    met = [r for r in yours["broken_rules"] if r["rule"] in cfg.runs_anyway]
+    runs_anyway = {**_RUNS_ANYWAY, **cfg.runs_anyway}
+    met = [r for r in yours["broken_rules"] if r["rule"] in runs_anyway]
     if met:  # the file states what the planner's own launcher could not (a custom stage split, trainer recompute)
-        yours["broken_rules"] = [r for r in yours["broken_rules"] if r["rule"] not in cfg.runs_anyway]
+        yours["broken_rules"] = [r for r in yours["broken_rules"] if r["rule"] not in runs_anyway]
         yours["feasible"] = not yours["broken_rules"]
-        yours["met_by_file"] = [{"rule": r["rule"], "by": cfg.runs_anyway[r["rule"]]} for r in met]
+        yours["met_by_file"] = [{"rule": r["rule"], "by": runs_anyway[r["rule"]]} for r in met]
     mine = _knobs(yours["layout"])
     mfu, step = yours["metrics"]["mfu"], yours["metrics"]["step_time_s"]
     alternatives: list[dict[str, Any]] = []
