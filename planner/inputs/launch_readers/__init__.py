@@ -1,5 +1,6 @@
 """Read an existing launch configuration back into a planning problem and a layout (`plan explain --from`): a
-Megatron-LM / Megatron-DeepSpeed command line or launch script, a torchtitan TOML, a DeepSpeed ds_config JSON (or the
+Megatron-LM / Megatron-DeepSpeed command line or launch script, a torchtitan TOML or config registry (Python, read
+without running it), a DeepSpeed ds_config JSON (or the
 deepspeed launch that names one), Megatron-Bridge (NeMo 2) overrides, or a NeMo 1.x / NeMo-Framework-Launcher YAML
 config and its launcher script. One module per framework reads what that framework reads; shell scripts are parsed
 (planner.inputs.launch_readers.shell), never run; this module picks the reader, and
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from planner.errors import PlanInputError
 from planner.inputs.files import read_text
-from planner.inputs.launch_readers import deepspeed, megatron, nemo, torchtitan
+from planner.inputs.launch_readers import deepspeed, megatron, nemo, torchtitan, torchtitan_registry
 from planner.inputs.launch_readers._common import LaunchConfig
 from planner.inputs.launch_readers.resolve import (
     layout_for,
@@ -34,10 +35,13 @@ __all__ = ["DIALECTS", "LaunchConfig", "detect_dialect", "layout_for", "read_lau
 
 
 def detect_dialect(path: Path, text: str) -> str:
-    """The dialect by file name, then by content: .json ds_config, .toml torchtitan, .yaml NeMo, a script running a
+    """The dialect by file name, then by content: a torchtitan config registry (.py), .json ds_config, .toml
+    torchtitan, .yaml NeMo, a script running a
     Megatron entry point or listing Megatron flags, a NeMo launcher or a deepspeed launch, `section.key=value`
     overrides."""
     suffix = path.suffix.lower()
+    if suffix == ".py" and torchtitan_registry.is_registry(text):
+        return "torchtitan"
     if suffix == ".json" or text.lstrip().startswith("{"):
         return "deepspeed"
     if suffix == ".toml" or any(re.fullmatch(r"\[[A-Za-z_][\w.]*\]", line.strip()) for line in text.splitlines()):

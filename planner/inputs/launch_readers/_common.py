@@ -52,7 +52,7 @@ class LaunchConfig:
     doubts: list[str] = field(default_factory=list)  # values the file leaves open (unset variables), one warning
     defaults: list[str] = field(default_factory=list)  # knobs left to the framework's default, where it matters
     # How the framework completes the batch once the data-parallel size is known (planner.inputs.launch_readers.batch)
-    batch_rule: str | None = None  # "megatron" | "torchtitan" | "deepspeed" | None (the file states everything)
+    batch_rule: str | None = None  # "megatron" | "torchtitan" | "torchtitan-registry" | "deepspeed" | None (all stated)
     micro_batch: int | None = None  # per-rank micro-batch as the file states it (None: the framework decides)
     grad_accum: int | None = None  # gradient-accumulation steps as the file states them
     world_in_doubt: str | None = None  # why num_gpus may not be what runs (a scheduler variable's default)

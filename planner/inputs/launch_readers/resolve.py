@@ -240,6 +240,12 @@ def layout_for(cfg: LaunchConfig, model: ModelSpec, num_gpus: int) -> Knobs:
     return lay
 
 
+# The key that sets torchtitan's global batch: the TOML job configs' (in sequences) and the config registries' (in
+# tokens, planner.inputs.launch_readers.torchtitan_registry).
+_TORCHTITAN_GLOBAL = {"torchtitan": "training.global_batch_size",
+                      "torchtitan-registry": "training.num_tokens_per_train_step"}
+
+
 def complete_batch(cfg: LaunchConfig, knobs: Knobs, dp: int) -> None:
     """The global batch (and micro-batch) the file's framework runs with `dp` data-parallel ranks."""
     src, rule = cfg.source, cfg.batch_rule
@@ -247,15 +253,15 @@ def complete_batch(cfg: LaunchConfig, knobs: Knobs, dp: int) -> None:
         cfg.global_batch = cfg.micro_batch * dp
         cfg.defaults.append(f"global batch {cfg.global_batch} = micro-batch {cfg.micro_batch} x data-parallel {dp} "
                             "(Megatron's default without --global-batch-size)")
-    elif rule == "torchtitan" and cfg.micro_batch is not None:
-        per_step = cfg.micro_batch * dp
+    elif rule in _TORCHTITAN_GLOBAL and cfg.micro_batch is not None:
+        per_step, key = cfg.micro_batch * dp, _TORCHTITAN_GLOBAL[rule]
         if cfg.global_batch is None:
             cfg.global_batch = per_step
             cfg.defaults.append(f"global batch {per_step} = local batch {cfg.micro_batch} x data-parallel {dp} "
-                                "(torchtitan's default without training.global_batch_size)")
+                                f"(torchtitan's default without {key})")
         elif cfg.global_batch % per_step:  # torchtitan train.py asserts the same before accumulating gradients
             raise PlanInputError(f"{cfg.global_batch} is not a multiple of local batch x data-parallel degree "
-                                 f"({cfg.micro_batch} x {dp})", field="training.global_batch_size", source=src,
+                                 f"({cfg.micro_batch} x {dp})", field=key, source=src,
                                  fix="torchtitan accumulates whole local batches; correct one of them")
     elif rule == "deepspeed":
         _deepspeed_batch(cfg, knobs, dp)

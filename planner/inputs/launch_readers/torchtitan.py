@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from planner.errors import PlanInputError
+from planner.inputs.launch_readers import torchtitan_registry
 from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, read_header
 from planner.inputs.launch_readers.torchtitan_models import FLAVORS
 
@@ -101,7 +102,10 @@ def _toml_value(raw: str) -> Any:
 def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchConfig:
     cfg = LaunchConfig("torchtitan", source)
     read_header(cfg, text)
-    doc = load(text, source, given)
+    if source.endswith(".py") or torchtitan_registry.is_registry(text):
+        doc = _registry_document(cfg, text, given)
+    else:
+        doc = load(text, source, given)
     _check_sections(cfg, doc)
     model = doc.get("model", {})
     name, flavor = str(model.get("name", "llama3")).lower(), str(model.get("flavor", "debugmodel"))
@@ -118,6 +122,19 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
     _parallelism(cfg, merged, text)
     _checkpointing(cfg, doc.get("activation_checkpoint", {}))
     return cfg
+
+
+def _registry_document(cfg: LaunchConfig, text: str, given: dict[str, str] | None) -> dict[str, Any]:
+    """A config registry (torchtitan after its TOML configs): the function --set CONFIG names, evaluated
+    (planner.inputs.launch_readers.torchtitan_registry), as the job-config document the rest of this reader reads."""
+    given = dict(given or {})
+    function = next((given.pop(k) for k in torchtitan_registry.CONFIG_KEYS if k in given), None)
+    config, name, doubts = torchtitan_registry.evaluate(text, cfg.source, function, given)
+    doc = torchtitan_registry.document(config, torchtitan_registry.module_name(cfg.source, name), doubts,
+                                       cfg.ignored, cfg.source)
+    cfg.doubts += [f"{d} in {name}()" for d in doubts]
+    cfg.batch_rule = "torchtitan-registry"
+    return doc
 
 
 def _check_sections(cfg: LaunchConfig, doc: dict[str, Any]) -> None:
@@ -148,14 +165,16 @@ def _precision(cfg: LaunchConfig, doc: dict[str, Any], model: dict[str, Any]) ->
     fp8 = any("float8" in c for c in converters) or as_bool(float8.get("enable_float8_linear", False),
                                                              "float8.enable_float8_linear", cfg.source)
     mx = any(c.endswith("mx") or "mx" in c.split(".") for c in converters)
-    cfg.precision = "fp8" if fp8 or mx else "bf16"
+    fp4 = any("nvfp4" in c for c in converters)  # the config registries' NVFP4LinearConverter
+    cfg.precision = "fp4" if fp4 else "fp8" if fp8 or mx else "bf16"
     recipe = (linear.get("float8", {}) if isinstance(linear, dict) else {}).get("recipe_name") \
         or float8.get("recipe_name")
     if fp8 and recipe not in (None, "tensorwise"):
         cfg.ignored.append(f"float8 recipe_name={recipe} (priced as tensorwise fp8)")
     if mx:
         cfg.ignored.append("MXFP8 converter (priced as tensorwise fp8)")
-    other = [c for c in converters if "float8" not in c and not (c.endswith("mx") or "mx" in c.split("."))]
+    other = [c for c in converters if "float8" not in c and "nvfp4" not in c
+             and not (c.endswith("mx") or "mx" in c.split("."))]
     if other:
         cfg.ignored.append(f"model.converters {', '.join(other)}")
     training = doc.get("training", {})
@@ -175,7 +194,7 @@ def _precision(cfg: LaunchConfig, doc: dict[str, Any], model: dict[str, Any]) ->
 
 def _training(cfg: LaunchConfig, training: dict[str, Any], par: dict[str, Any]) -> None:
     src = cfg.source
-    cfg.batch_rule = "torchtitan"
+    cfg.batch_rule = cfg.batch_rule or "torchtitan"
     key = "local_batch_size" if "local_batch_size" in training else "batch_size"
     if key in training:
         cfg.micro_batch = as_int(training[key], f"training.{key}", src)
@@ -244,8 +263,9 @@ def _parallelism(cfg: LaunchConfig, par: dict[str, Any], text: str) -> None:
                                   "parallelism.enable_async_tensor_parallel", src) and degree["tp"] > 1
     if par.get("enable_compiled_autograd") is True:
         cfg.ignored.append("parallelism.enable_compiled_autograd (not priced)")
-    if str(par.get("expert_parallel_comm_backend", "standard")) == "deepep":
-        cfg.ignored.append("expert_parallel_comm_backend=deepep (priced as the standard all-to-all)")
+    backend = str(par.get("expert_parallel_comm_backend", "standard"))
+    if backend != "standard":  # deepep (v0.2); hybridep, minimal_async_ep (the config registries' moe_comm_backend)
+        cfg.ignored.append(f"expert_parallel_comm_backend={backend} (priced as the standard all-to-all)")
     if degree["pp"] > 1:
         _pipeline(cfg, par, degree["pp"])
 
