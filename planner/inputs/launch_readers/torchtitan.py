@@ -19,7 +19,7 @@ from typing import Any
 from planner.errors import PlanInputError
 from planner.inputs.launch_readers import torchtitan_registry
 from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, read_header
-from planner.inputs.launch_readers.torchtitan_models import FLAVORS
+from planner.inputs.launch_readers.torchtitan_models import CATALOG, FLAVORS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -109,7 +109,9 @@ def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchC
     _check_sections(cfg, doc)
     model = doc.get("model", {})
     name, flavor = str(model.get("name", "llama3")).lower(), str(model.get("flavor", "debugmodel"))
-    if (name, flavor.lower()) in FLAVORS:
+    if (name, flavor.lower()) in CATALOG and cfg.model_name is None:
+        cfg.model_name, cfg.mtp_layers = CATALOG[(name, flavor.lower())], 0
+    elif (name, flavor.lower()) in FLAVORS:
         cfg.model_keys.update(FLAVORS[(name, flavor.lower())])
         cfg.complete_model, cfg.mtp_layers = True, 0  # torchtitan's models have no MTP module
         cfg.vocab_source = f"torchtitan's {name} {flavor} flavor"

@@ -30,6 +30,12 @@ def _qwen3(layers: int, dim: int, heads: int, ffn: int, tied: bool) -> dict[str,
             "tie_word_embeddings": tied}
 
 
+def _qwen3_moe(layers: int, dim: int, heads: int, moe_ffn: int) -> dict[str, Any]:
+    return {"num_hidden_layers": layers, "hidden_size": dim, "num_attention_heads": heads, "num_key_value_heads": 4,
+            "head_dim": 128, "intermediate_size": moe_ffn, "moe_intermediate_size": moe_ffn, "num_local_experts": 128,
+            "num_experts_per_tok": 8, "vocab_size": 151936, "hidden_act": "silu", "tie_word_embeddings": False}
+
+
 _DSV3_MLA = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
              "hidden_act": "silu", "tie_word_embeddings": False}
 
@@ -51,4 +57,13 @@ FLAVORS: dict[tuple[str, str], dict[str, Any]] = {
     ("qwen3", "0.6b"): _qwen3(28, 1024, 16, 3072, True),
     ("qwen3", "1.7b"): _qwen3(28, 2048, 16, 6144, True),
     ("qwen3", "32b"): _qwen3(64, 5120, 64, 25600, False),
+    # torchtitan@b5bcd76c torchtitan/models/qwen3/__init__.py (_14b, _30b_a3b, _235b_a22b): Qwen's published shapes.
+    ("qwen3", "14b"): _qwen3(40, 5120, 40, 17408, False),
+    ("qwen3", "30b-a3b"): _qwen3_moe(48, 2048, 32, 768),
+    ("qwen3", "235b-a22b"): _qwen3_moe(94, 4096, 64, 1536),
 }
+
+# Flavors that are a catalog model as published (same shape, attention sinks and windows included): torchtitan's
+# gpt-oss (torchtitan@b5bcd76c torchtitan/models/gpt_oss/__init__.py: 36 layers of 128 experts, top 4, hidden 2880,
+# a 128-token window on the even layers, sinks) is OpenAI's gpt-oss-120b.
+CATALOG: dict[tuple[str, str], str] = {("gpt_oss", "120b"): "gpt-oss-120b"}
