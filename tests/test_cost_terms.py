@@ -137,6 +137,26 @@ def test_step_time_decomposes_and_mfu_is_consistent(llama70b_h100x512):
     assert 0.2 < r["mfu"][0] < 0.7
 
 
+def test_the_step_decomposes_on_the_busiest_rank_under_dualpipe_too():
+    """compute_s counts the rank the stage times price: under DualPipe the rank holding the first and last stages,
+    which runs half the micro-batches through each (and the LM head with them), so compute + exposed communication
+    + bubble + optimizer still make the step (it had counted the whole head every micro-batch, more than the step)."""
+    from planner.inputs.catalog import load_cluster, load_model
+    from planner.inputs.layout import parse_pairs
+    from planner.inputs.problem import Problem
+    from planner.inputs.specs import TrainingSpec
+    from planner.report.explain import complete_layout
+    from planner.search.search import price_layout
+
+    problem = Problem(load_model("deepseek-v3"), load_cluster("h800x2048"),
+                      TrainingSpec(seq_len=4096, global_batch=15360, precision="fp8", framework="generic"))
+    for layout in ("tp=1,pp=16,ep=64,mbs=1,zero=1,recompute=selective,schedule=dualpipe",
+                   "tp=1,pp=16,vpp=2,ep=64,mbs=1,zero=1,recompute=selective,schedule=combined-1f1b"):
+        m = price_layout(problem, complete_layout(problem, parse_pairs([layout], "--layout")))
+        parts = m["compute_s"] + m["exposed_comm_s"] + m["bubble_s"] + m["optimizer_s"]
+        assert parts == pytest.approx(m["step_time_s"], rel=0.03), layout
+
+
 def test_more_recompute_is_slower_and_leaner(llama70b_h100x512):
     p = llama70b_h100x512
     rs = [evaluate(p, cols(tp=8, pp=4, dp=16, mbs=1, zero=1, recompute=rc, sp=1)) for rc in (0, 2)]

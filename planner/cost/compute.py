@@ -354,12 +354,6 @@ def head_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray) -> np
             + passes * tok * m.vocab_size * 6.0 / tp / r.hbm)
 
 
-def compute_time(micro: np.ndarray, layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray,
-                 head_f: np.ndarray) -> np.ndarray:
-    """Kernel time per step on the busiest stage: m·(L_stage·(t_f + t_b + recompute) + 3·head forward)."""
-    return micro * (layers * (lt.fwd + lt.bwd + recompute_b) + 3 * head_f)
-
-
 def tokens_per_step(problem: Problem) -> float:
     return float(problem.training.global_batch) * float(problem.training.seq_len)
 

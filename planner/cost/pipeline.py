@@ -218,6 +218,14 @@ def busiest_stage_time(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarr
     return np.where(schedule == Schedule.DUALPIPE, paired, single)
 
 
+def compute_time(micro: np.ndarray, layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray,
+                 head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
+    """compute_s: kernel time per step on the busiest rank, the rank stage_times prices: m·busiest(L·(t_f + t_b +
+    recompute), 3·head forward) (`busiest_stage_time`: under DualPipe the rank holding the first and last stages
+    runs half the micro-batches through each, and the head's share with them)."""
+    return micro * busiest_stage_time(layers, lt.fwd + lt.bwd + recompute_b, 3 * head_f, edges, schedule)
+
+
 def stage_forward_time(layers: np.ndarray, per_layer_f: np.ndarray, head_f: np.ndarray,
                        edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
     """stage_fwd_s, t_f: L·(layer forward + exposed forward communication) + LM head forward, on the busiest rank

@@ -167,7 +167,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "memory_allocated_gib": mem["memory_allocated_gib"],
         "memory_reserved_gib": mem["memory_reserved_gib"],
         "num_microbatches": micro,
-        "compute_s": compute.compute_time(micro, layers, lt, recompute_b, head_f),
+        "compute_s": pipeline.compute_time(micro, layers, lt, recompute_b, head_f, (first, last), k["sched"]),
         "exposed_comm_s": pipeline.exposed_comm_time(micro, p2p_exposed, layers, lc, dp_exposed),
         "bubble_s": bubble,
         "stage_fwd_s": st.fwd,  # one micro-batch through the busiest stage (for the timeline in `explain`)

@@ -39,9 +39,10 @@ TERMS: tuple[Term, ...] = (
          "max over first, second, last stage allocations, as torch.cuda.max_memory_allocated (Megatron's log)"),
     Term("num_microbatches", "micro-batches per step", "count", _C + "pipeline.microbatches",
          "global batch / (mbs·dp)"),
-    Term("compute_s", "kernel time per step", "s", _C + "compute.compute_time",
-         "m·(L·(t_f + t_b + recompute) + 3·head forward); t_b = 2x GEMMs, 2.5x flash attention (Dao et al. 2022); "
-         "each GEMM pass >= its weights (wgrad: fp32 accumulate) through HBM"),
+    Term("compute_s", "kernel time per step on the busiest rank", "s", _C + "pipeline.compute_time",
+         "m·max(L·(t_f + t_b + recompute), L_last·(t_f + t_b + recompute) + 3·head forward), under DualPipe "
+         "max(L·t, ((L_first + L_last)·t + 3·head forward)/2) (the rank the stage times price); t_b = 2x GEMMs, "
+         "2.5x flash attention (Dao et al. 2022); each GEMM pass >= its weights (wgrad: fp32 accumulate) through HBM"),
     Term("exposed_comm_s", "exposed communication per step", "s", _C + "pipeline.exposed_comm_time",
          "m·(p2p hand-offs + L·(TP + CP + EP + ZeRO-3 exposed)) + exposed DP reduction"),
     Term("bubble_s", "pipeline bubble", "s", _C + "pipeline.bubble_time",
