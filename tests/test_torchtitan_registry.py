@@ -71,6 +71,9 @@ def test_what_torchtitan_refuses_or_the_file_cannot_say_is_one_line_exit_2():
         (("--set", "CONFIG=llama3_1t"), "--set CONFIG"),
         (("--set", "CONFIG=llama3_70b", "--set", "parallelism.pipeline_parallel_degree=2"),
          "training.disable_cuda_graphs"),  # CUDA graphs on by default, refused with a pipeline
+        (("--set", "CONFIG=llama3_70b", "--set", "training.max_context_length=abc"), "training.max_context_length"),
+        (("--set", "CONFIG=llama3_70b", "--set", "training.num_tokens_per_microbatch_per_dp_rank=1000"),
+         "training.num_tokens_per_microbatch_per_dp_rank"),  # not whole sequences
     ):
         out = run_plan_in_process("explain", "--from", str(LLAMA3), "--cluster", "h100x64", *args)
         assert out.returncode == 2 and field in out.stderr and "Traceback" not in out.stderr, out.stderr

@@ -86,8 +86,9 @@ class _Evaluator:
         self.constants: dict[str, Any] = {}
         self.source = source
         self.doubts: list[str] = []
-        for node in tree.body:  # module-level constants (_NVFP4_BF16_TAIL_FRACTION = 0.15)
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        for node in tree.body:  # module-level constants (_NVFP4_BF16_TAIL_FRACTION = 0.15), calling nothing
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and not any(isinstance(n, ast.Call) for n in ast.walk(node.value)):
                 value = self.expr(node.value, {})
                 if not isinstance(value, Unknown):
                     self.constants[node.targets[0].id] = value
@@ -205,7 +206,7 @@ class _Evaluator:
             return args[1]
         if name == "len" and len(args) == 1 and isinstance(args[0], list):
             return len(args[0])
-        if name.endswith("Config") or name.endswith(".Config"):
+        if name.endswith("Config"):  # TrainingConfig(...), SelectiveAC.Config(...), Trainer.Config(...)
             return Record(name, kwargs, args)
         return Unknown(f"{name}()")
 
@@ -288,6 +289,14 @@ _CONVERTERS = (("nvfp4", "nvfp4"), ("mxfp8", "mx"), ("float8", "float8"))
 _AC_MODES = {"SelectiveAC.Config": "selective", "FullAC.Config": "full", "MemoryBudgetAC.Config": "memory_budget"}
 
 
+def _whole(raw: Any, where: str, source: str) -> int:
+    """A positive whole number (tokens per step run to billions, past the readers' usual bound)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw) or not 1 <= raw <= 1e13:
+        raise PlanInputError(f"expected a whole number >= 1, got '{str(raw)[:40]}'", field=where, source=source,
+                             fix="write the value as a plain number")
+    return int(raw)
+
+
 def _fields(record: Any) -> dict[str, Any]:
     return dict(record.fields) if isinstance(record, Record) else {}
 
@@ -302,8 +311,9 @@ def document(config: Record, module: str, doubts: list[str], ignored: list[str],
     price goes to `ignored`, what the file leaves open to `doubts`."""
     spec = config.fields.get("model_spec")
     doc: dict[str, Any] = {"model": {"name": module}}
-    if isinstance(spec, Record) and spec.kind == "model_registry" and spec.args and _known(spec.args[0]):
-        doc["model"]["flavor"] = str(spec.args[0])
+    flavor = (spec.args[0] if spec.args else spec.fields.get("flavor")) if isinstance(spec, Record) else None
+    if isinstance(spec, Record) and spec.kind == "model_registry" and flavor is not None and _known(flavor):
+        doc["model"]["flavor"] = str(flavor)
         converters = []
         for conv in spec.fields.get("converters") or []:
             kind = conv.kind.lower() if isinstance(conv, Record) else str(conv)
@@ -325,22 +335,27 @@ def document(config: Record, module: str, doubts: list[str], ignored: list[str],
                              field="training.num_tokens_per_microbatch_per_dp_rank", source=source,
                              fix="--set training.num_tokens_per_microbatch_per_dp_rank=... and "
                                  "training.max_context_length=...")
-    if int(tokens) % int(seq):
+    seq = _whole(seq, "training.max_context_length", source)
+    tokens = _whole(tokens, "training.num_tokens_per_microbatch_per_dp_rank", source)
+    step_tokens = -1 if step_tokens == -1 else _whole(step_tokens, "training.num_tokens_per_train_step", source)
+    counts = _whole(counts, "parallelism.num_pp_microbatches", source)
+    if tokens % seq:
         raise PlanInputError(f"{tokens} tokens per micro-batch is not a whole number of {seq}-token sequences",
                              field="training.num_tokens_per_microbatch_per_dp_rank", source=source,
                              fix="plan prices whole sequences per micro-batch")
-    mbs = int(tokens) // int(seq)
+    mbs = tokens // seq
     pp = par.get("pipeline_parallel_degree", 1)
+    pp = pp if _known(pp) else 1  # an unknown degree is named below and left to the default
     _cuda_graphs(training.pop("disable_cuda_graphs", False), pp, par.get("expert_parallel_degree", 1), spec,
                  ignored, source)
     backend = spec.fields.get("moe_comm_backend") if isinstance(spec, Record) else None
     if _known(backend) and backend:
         par["expert_parallel_comm_backend"] = backend
-    doc["training"] = {**training, "seq_len": int(seq), "local_batch_size": mbs * (int(counts) if pp != 1 else 1)}
+    doc["training"] = {**training, "seq_len": seq, "local_batch_size": mbs * (counts if pp != 1 else 1)}
     if pp != 1:
         par["pipeline_parallel_microbatch_size"] = mbs
-    if int(step_tokens) != -1:
-        doc["training"]["global_batch_size"] = int(step_tokens) // int(seq)
+    if step_tokens != -1:
+        doc["training"]["global_batch_size"] = step_tokens // seq
     compile_fields = _fields(config.fields.get("compile"))
     if compile_fields.pop("enable_async_tensor_parallel", False):
         par["enable_async_tensor_parallel"] = True
