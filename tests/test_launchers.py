@@ -639,3 +639,23 @@ def test_megatron_ep_overlap_asks_for_several_hardware_queues(ep: int, queues: i
     assert "--overlap-moe-expert-parallel-comm" in megatron_args(text)
     assert f"\n# env: export CUDA_DEVICE_MAX_CONNECTIONS={queues} " in text
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1 " not in text
+
+
+def test_ep_overlap_on_hopper_launches_without_tp_overlap(tmp_path):
+    """Priced with TP's collectives unhidden beside EP overlap on Hopper (planner.cost.tensor), the plan launches so:
+    Megatron-Bridge gets comm_overlap.tp_comm_overlap=false (as its own Qwen3-235B H100 recipe sets); the same TP 2
+    layout without EP overlap keeps NeMo's TP overlap, and so does EP overlap on Blackwell."""
+    from conftest import run_plan_in_process
+
+    base = ("--model", "qwen3-235b-a22b", "--seq-len", "4096", "--global-batch", "8192", "--precision", "fp8",
+            "--fix", "tp=2", "--fix", "pp=8", "--fix", "vpp=4")
+
+    def launched(cluster: str, schedule: str, fmt: str) -> str:
+        out = run_plan_in_process(*base, "--cluster", cluster, "--fix", f"schedule={schedule}", "--format", fmt,
+                                  "--framework", "nemo" if fmt == "nemo" else "megatron-core")
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert "comm_overlap.tp_comm_overlap=false" in launched("h100x256", "combined-1f1b", "nemo")
+    assert "comm_overlap.tp_comm_overlap=true" in launched("h100x256", "interleaved", "nemo")
+    assert "comm_overlap.tp_comm_overlap=true" in launched("gb200x256", "combined-1f1b", "nemo")

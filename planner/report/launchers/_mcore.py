@@ -7,6 +7,8 @@ Rule numbers refer to shared/reference/ecosystem.md section 1.3.
 
 from __future__ import annotations
 
+from planner.cost.bands import generation
+from planner.cost.tensor import ep_overlap_serialises_tp
 from planner.inputs.frameworks import offload_modules as _modules
 from planner.report.launchers._plan import ModelShape, PlanView, refuse, require_stage_split
 
@@ -50,7 +52,11 @@ def fp8_recipe(view: PlanView) -> str:
 
 def tp_comm_overlap(view: PlanView) -> bool:
     """The plan was priced with Transformer Engine's userbuffers TP overlap, which runs only with sequence
-    parallelism (Megatron-LM arguments.py asserts it) and TP > 1."""
+    parallelism (Megatron-LM arguments.py asserts it) and TP > 1, and not beside EP overlap on Hopper and older GPUs,
+    whose several hardware queues leave TP's communication beside no GEMM (planner.cost.tensor
+    SINGLE_QUEUE_GENERATIONS; Megatron-Bridge's Qwen3-235B H100 recipe turns it off for that reason)."""
+    if ep_overlap(view) and ep_overlap_serialises_tp(generation(view.gpu_key)):
+        return False
     return view.tp_comm_overlap and view.layout.sequence_parallel and view.layout.tp > 1
 
 

@@ -152,6 +152,7 @@ class PlanView:
     cuda_graphs: str = "none"  # CUDA graph capture priced (inputs.training.cuda_graphs)
     cuda_graph_modules: tuple[str, ...] | None = None  # per-layer capture's modules (inputs.training)
     attention_kernel: str = "stack"  # stack | unfused | fp8 (inputs.training.attention_kernel)
+    gpu_key: str = ""  # the catalog GPU (inputs.cluster.gpu.key): its generation decides what overlaps run
 
     def field(self, key: str) -> str:
         """Path of a layout key (or of an `inputs.` path given whole) in the document, for error messages."""
@@ -408,6 +409,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         cuda_graphs=graphs,
         cuda_graph_modules=graph_modules,
         attention_kernel=_training.attention_kernel(training),
+        gpu_key=str((cluster.get("gpu") or {}).get("key") or "") if isinstance(cluster.get("gpu"), dict) else "",
     )
     _check(view)
     return view
