@@ -13,7 +13,8 @@ from conftest import run_plan_in_process
 
 from planner.errors import PlanInputError
 from planner.inputs.launch_readers import layout_for, read_launch_file, resolve_cluster, resolve_model
-from planner.inputs.launch_readers.torchtitan_registry import document, evaluate
+from planner.inputs.launch_readers.torchtitan_registry import evaluate
+from planner.inputs.launch_readers.torchtitan_trainer_config import document
 from planner.inputs.layout import decode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from planner.errors import PlanInputError
-from planner.inputs.launch_readers import torchtitan_registry
+from planner.inputs.launch_readers import torchtitan_registry, torchtitan_trainer_config
 from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int, read_header
 from planner.inputs.launch_readers.torchtitan_models import CATALOG, FLAVORS
 
@@ -132,8 +132,8 @@ def _registry_document(cfg: LaunchConfig, text: str, given: dict[str, str] | Non
     given = dict(given or {})
     function = next((given.pop(k) for k in torchtitan_registry.CONFIG_KEYS if k in given), None)
     config, name, doubts = torchtitan_registry.evaluate(text, cfg.source, function, given)
-    doc = torchtitan_registry.document(config, torchtitan_registry.module_name(cfg.source, name), doubts,
-                                       cfg.ignored, cfg.source)
+    module = torchtitan_trainer_config.module_name(cfg.source, name)
+    doc = torchtitan_trainer_config.document(config, module, doubts, cfg.ignored, cfg.source)
     cfg.doubts += [f"{d} in {name}()" for d in doubts]
     cfg.batch_rule = "torchtitan-registry"
     return doc
