@@ -78,5 +78,6 @@ ClusterOpt = Annotated[str, typer.Option(*_declared("cluster").opt.flags, help=_
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="with --from: NAME=VALUE for what the file leaves open: a shell variable or positional argument "
     "(1=...), a torchtitan or NeMo key (training.local_batch_size=4; training=PATH for a NeMo launcher's base config), "
+    "the function of a torchtitan config registry (CONFIG=llama3_70b), "
     "a Trainer argument behind a ds_config's \"auto\" (per_device_train_batch_size=4); repeatable",
     show_default=False)]
