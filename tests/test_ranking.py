@@ -161,3 +161,7 @@ def test_a_moe_plan_that_shards_its_experts_gives_way_inside_the_tie() -> None:
     assert first.layout.zero <= 1
     assert math.log(fast.plans[0].metrics["tokens_per_s_per_gpu"] / first.metrics["tokens_per_s_per_gpu"]) \
         <= pref.tie_width
+    from planner.report.ranking import why_first
+
+    assert why_first(pref, lambda layout: "the fastest").endswith(
+        "preferred for fewer features that no published run prices (the fastest uses sharded-experts)")

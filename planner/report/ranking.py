@@ -63,5 +63,19 @@ def why_first(result: SearchResult, short: Any) -> str | None:
     crit = deciding_criterion(result.problem, first.layout, first.metrics["memory_peak_gib"], fastest.layout,
                               fastest.metrics["memory_peak_gib"])
     reason = f"preferred for {crit.prefers}" if crit else "preferred for a simpler layout"
+    if crit is not None and crit.name == "wide":
+        reason += f" (the fastest uses {', '.join(_wide_used(result.problem, fastest.layout, first.layout))})"
     return (f"why #1: priced {behind:.1%} slower than the fastest, {short(fastest.layout)} ({where}), inside the "
             f"{math.expm1(result.tie_width):.1%} the model cannot tell apart; {reason}")
+
+
+def _wide_used(problem: Problem, fastest: Layout, first: Layout) -> list[str]:
+    """The features without published cases that `fastest` uses and `first` does not."""
+    tr = problem.training
+    sharded = bands.shards_experts_as_feature(tr.framework, problem.model.is_moe)
+    wide = bands.wide_features(tr.framework)
+
+    def used(layout: Layout) -> set[str]:
+        return {f for f in bands.layout_features(layout.as_dict(), tr.precision, sharded) if f in wide}
+
+    return sorted(used(fastest) - used(first))
