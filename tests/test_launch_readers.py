@@ -642,3 +642,26 @@ def test_zero_over_one_data_rank_is_run_anyway_and_a_bad_stage_split_is_not():
     assert [m["rule"] for m in yours["met_by_file"]] == ["sharding_needs_replicas"]
     text = run_plan_in_process("explain", "--from", str(path), "--cluster", "h100x8").stdout
     assert "sharding_needs_replicas: met by the file's ZeRO stage over one data-parallel rank" in " ".join(text.split())
+
+
+@pytest.mark.parametrize(("tokenizer", "refused"), [("mistralai/Mistral-7B-v0.1", True),
+                                                    ("meta-llama/Meta-Llama-3-8B", False)])
+def test_a_shape_match_borrows_no_vocabulary_from_another_models_tokenizer(tmp_path, tokenizer, refused):
+    """Mistral 7B's trunk is Llama 3 8B's shape: a launch that names the Mistral tokenizer and no vocabulary size is
+    refused (field vocab_size) rather than priced with Llama 3's vocabulary; naming Llama 3's own tokenizer borrows
+    the catalog's, and says so (the NeMo-Framework-Launcher Mistral 7B config in the corpus is the real file)."""
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 1 --num-layers 32 --hidden-size 4096 "
+        "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size 14336 --swiglu "
+        "--seq-length 8192 --max-position-embeddings 8192 --micro-batch-size 1 --global-batch-size 64 --bf16 "
+        "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+        f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {tokenizer}\n")
+    cfg = read_launch_file(str(script))
+    if refused:
+        with pytest.raises(PlanInputError) as raised:
+            resolve_model(cfg, None)
+        assert raised.value.field == "vocab_size" and tokenizer in raised.value.message
+    else:
+        assert resolve_model(cfg, None).name == "llama3-8b"
+        assert any("vocabulary 128256 from the catalog's llama3-8b" in d for d in cfg.defaults)

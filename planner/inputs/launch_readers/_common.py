@@ -58,6 +58,7 @@ class LaunchConfig:
     world_in_doubt: str | None = None  # why num_gpus may not be what runs (a scheduler variable's default)
     complete_model: bool = False  # model_keys describe the whole model (the framework's defaults filled in)
     vocab_source: str | None = None  # where the vocabulary size came from, or why it is unknown
+    tokenizer_name: str | None = None  # a Hugging Face tokenizer the file names (org/name), where it names one
     vocab_unpadded: int | None = None  # the tokenizer's own size, before the framework pads it
     mtp_layers: int | None = None  # multi-token-prediction layers the file runs (None: it cannot say)
     recompute_modules: tuple[str, ...] | None = None  # Megatron-Core's selective-recompute modules, as the file runs

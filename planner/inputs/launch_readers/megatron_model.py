@@ -118,6 +118,13 @@ def _vocabulary(cfg: LaunchConfig, flags: Flags) -> None:
     else:
         cfg.vocab_source = f"tokenizer {tokenizer}, whose size the file does not state" if tokenizer \
             else "no tokenizer or --vocab-size named"
+        if tokenizer == "HuggingFaceTokenizer" and "--tokenizer-model" in flags:
+            try:  # a path left to a variable names nothing
+                named = flags.text("--tokenizer-model")
+            except PlanInputError:
+                named = ""
+            if re.fullmatch(r"[\w.-]+/[\w.-]+", named):
+                cfg.tokenizer_name = named
         return
     multiple = (flags.number("--make-vocab-size-divisible-by") if "--make-vocab-size-divisible-by" in flags
                 else 128) * tp

@@ -303,3 +303,5 @@ def _shape(cfg: LaunchConfig, model: dict[str, Any]) -> None:
     else:
         cfg.vocab_source = (f"tokenizer {tokenizer.get('library', '?')} {tokenizer.get('type') or ''}".strip()
                             + ", whose size the file does not state")
+        if str(tokenizer.get("library", "")) == "huggingface" and "/" in str(tokenizer.get("type") or ""):
+            cfg.tokenizer_name = str(tokenizer["type"])

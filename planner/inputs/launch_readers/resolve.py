@@ -12,6 +12,7 @@ _set_batch_related_parameters, _batch_assertion).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from planner.errors import PlanInputError
@@ -131,10 +132,25 @@ def _exact_match(cfg: LaunchConfig, built: ModelSpec) -> ModelSpec | None:
         if signature(model) == want and (not vocab_known or model.vocab_size in vocabs):
             matches.append(model)
     match = _one(matches, cfg)
+    if match is not None and not vocab_known and not _tokenizer_fits(match, cfg.tokenizer_name):
+        raise PlanInputError(f"has the shape of the catalog's {match.name} but names another model's tokenizer "
+                             f"({cfg.tokenizer_name}), and not its vocabulary size", source=cfg.source,
+                             field="vocab_size", fix="pass --model (that model's config.json), or state the vocabulary "
+                             "size in the file")
     if match is not None and not vocab_known:
         cfg.defaults.append(f"vocabulary {match.vocab_size} from the catalog's {match.name} (the file does not "
                             f"state it: {cfg.vocab_source or 'no tokenizer named'})")
     return match
+
+
+def _tokenizer_fits(model: ModelSpec, tokenizer: str | None) -> bool:
+    """Whether a Hugging Face tokenizer the file names can be `model`'s: its name holds the model's family, the
+    catalog name's leading word (meta-llama/Meta-Llama-3-8B for llama3-8b; mistralai/Mistral-7B-v0.1, whose trunk is
+    Llama 3 8B's shape, is not). A file that names no such tokenizer says nothing against the match."""
+    if not tokenizer:
+        return True
+    family = re.match(r"[a-z]+", model.name.lower())
+    return family is None or family.group(0) in tokenizer.lower().rsplit("/", 1)[-1].replace("-", "")
 
 
 def _built(cfg: LaunchConfig) -> ModelSpec:
