@@ -137,3 +137,24 @@ def opaque() -> Trainer.Config:
     with pytest.raises(PlanInputError) as raised:
         document(config, "llama3", doubts, [], "registry.py")
     assert raised.value.field == "training.num_tokens_per_microbatch_per_dp_rank"
+
+
+GRAPH_TRAINER = Path(__file__).resolve().parent / "data" / "torchtitan_graph_trainer" / "llama3" / "config_registry.py"
+
+
+def test_other_python_is_a_one_line_error_never_a_crash(tmp_path):
+    """torchtitan's graph_trainer registry (pytorch/torchtitan@b5bcd76c torchtitan/experiments/graph_trainer/llama3/
+    config_registry.py, byte for byte) wraps configs imported from another module: named, exit 2. Python that is no
+    registry at all is refused as such, and a shell script's top-level `return` ends it instead of crashing the
+    reader (all three were internal errors)."""
+    out = run_plan_in_process("explain", "--from", str(GRAPH_TRAINER), "--cluster", "h100x64",
+                              "--set", "CONFIG=graph_trainer_llama3_70b")
+    assert out.returncode == 2 and "to_graph_trainer_config()" in out.stderr, out.stderr
+    other = tmp_path / "train.py"
+    other.write_text("import os\nprint(os.getcwd())\n")
+    out = run_plan_in_process("explain", "--from", str(other), "--cluster", "h100x8")
+    assert out.returncode == 2 and "not a torchtitan config registry" in out.stderr
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\nTP=2\nreturn\ntorchrun pretrain_gpt.py --tensor-model-parallel-size $TP\n")
+    out = run_plan_in_process("explain", "--from", str(script), "--cluster", "h100x8")
+    assert out.returncode == 2 and "internal error" not in out.stderr and "Traceback" not in out.stderr

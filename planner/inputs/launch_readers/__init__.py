@@ -40,8 +40,11 @@ def detect_dialect(path: Path, text: str) -> str:
     Megatron entry point or listing Megatron flags, a NeMo launcher or a deepspeed launch, `section.key=value`
     overrides."""
     suffix = path.suffix.lower()
-    if suffix == ".py" and torchtitan_registry.is_registry(text):
-        return "torchtitan"
+    if suffix == ".py":
+        if torchtitan_registry.is_registry(text):
+            return "torchtitan"
+        raise PlanInputError("is Python but not a torchtitan config registry (functions returning Trainer.Config)",
+                             source=str(path), fix="pass the launch script, or a torchtitan config_registry.py")
     if suffix == ".json" or text.lstrip().startswith("{"):
         return "deepspeed"
     if suffix == ".toml" or any(re.fullmatch(r"\[[A-Za-z_][\w.]*\]", line.strip()) for line in text.splitlines()):

@@ -130,6 +130,8 @@ def read_script(text: str, source: str, given: Mapping[str, str] | None = None) 
         shell.run_text(text, 1)
     except _Exit as stop:
         shell.script.exit_line = stop.line
+    except _Return:
+        pass  # a `return` outside any function ends the script, as it ends a sourced one
     except RecursionError:
         raise PlanInputError("the script nests too deeply to read", source=source, fix="flatten the script") from None
     shell.script.variables = dict(shell.vars)

@@ -30,7 +30,7 @@ from planner.errors import PlanInputError
 
 # The run_train.sh variable that names the registry function (CONFIG=llama3_8b), as --set takes it.
 CONFIG_KEYS = ("CONFIG", "config")
-_REGISTRY = re.compile(r"^def\s+\w+\s*\([^)]*\)\s*->\s*Trainer\.Config\s*:", re.M)
+_REGISTRY = re.compile(r"^def\s+\w+\s*\([^)]*\)\s*->\s*\w*Trainer\.Config\s*:", re.M)  # GraphTrainer's too
 
 
 def is_registry(text: str) -> bool:
@@ -238,7 +238,7 @@ def evaluate(text: str, source: str, function: str | None,
                              fix="pass the registry file as torchtitan has it") from None
     ev = _Evaluator(tree, source)
     names = [n for n, f in ev.functions.items() if f.returns is not None
-             and ast.unparse(f.returns) == "Trainer.Config"]
+             and re.fullmatch(r"\w*Trainer\.Config", ast.unparse(f.returns))]
     if function is None:
         example = next((n for n in names if "debug" not in n), names[0] if names else "<name>")
         raise PlanInputError(f"a config registry of {len(names)} configs ({', '.join(names[:8])}"
@@ -250,8 +250,10 @@ def evaluate(text: str, source: str, function: str | None,
                              fix="pass one of the registry's config functions")
     config = ev.call_function(function, [], 0)
     if not isinstance(config, Record) or config.kind != "Trainer.Config":
-        raise PlanInputError(f"{function}() does not build a Trainer.Config the reader can follow", source=source,
-                             fix="pass a config function that returns Trainer.Config(...)")
+        what = f" (it returns {config.what})" if isinstance(config, Unknown) else ""
+        raise PlanInputError(f"{function}() does not build a Trainer.Config the reader can follow{what}",
+                             source=source, fix="pass the registry that builds it (a config in torchtitan/models/"
+                             "<model>/config_registry.py), or a config function that returns Trainer.Config(...)")
     for key, value in overrides.items():  # torchtitan's CLI: --section.key value (dataclass path)
         _override(config, key, value, source)
     return config, function, ev.doubts
