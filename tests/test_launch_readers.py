@@ -665,3 +665,19 @@ def test_a_shape_match_borrows_no_vocabulary_from_another_models_tokenizer(tmp_p
     else:
         assert resolve_model(cfg, None).name == "llama3-8b"
         assert any("vocabulary 128256 from the catalog's llama3-8b" in d for d in cfg.defaults)
+
+
+def test_llm_foundry_yaml_reads_as_composer_runs_it(tmp_path):
+    """llm-foundry's MPT-7B YAML (the corpus's, byte for byte) with --set: a variable reference resolves everywhere
+    it is used, SHARD_GRAD_OP is ZeRO-2, and `auto` micro-batches (settled at run time) are refused naming the key."""
+    path = Path(__file__).resolve().parent / "data" / "launch_files" / "llm-foundry" / "mpt-7b.yaml"
+    cfg = read_launch_file(str(path), given={"variables.max_seq_len": "4096",
+                                             "fsdp_config.sharding_strategy": "SHARD_GRAD_OP"})
+    assert (cfg.dialect, cfg.framework, cfg.seq_len, cfg.layout["zero"]) == ("llm-foundry", "llm-foundry", 4096, 2)
+    assert cfg.model_keys["max_position_embeddings"] == 4096
+    with pytest.raises(PlanInputError) as raised:
+        read_launch_file(str(path), given={"device_train_microbatch_size": "auto"})
+    assert raised.value.field == "device_train_microbatch_size"
+    out = run_plan_in_process("explain", "--from", str(path), "--cluster", "h100x64", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["inputs"]["training"]["framework"] == "llm-foundry"

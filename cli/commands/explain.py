@@ -41,7 +41,7 @@ def explain(
         "TOML, DeepSpeed ds_config JSON or Megatron-Bridge (NeMo) overrides; the best alternatives are shown "
         "with what changes")] = None,
     dialect: Annotated[str | None, typer.Option("--dialect", help="with --from: megatron | torchtitan | deepspeed | "
-                                                "nemo (default: detected)")] = None,
+                                                "nemo | llm-foundry (default: detected)")] = None,
     assign: SetOpt = None,
     osdp: Annotated[bool, typer.Option("--osdp", help="also solve per-layer sharded vs replicated parameters "
                                        "(OSDP, CP-SAT knapsack) for this data-parallel layout")] = False,

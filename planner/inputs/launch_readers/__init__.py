@@ -1,6 +1,6 @@
 """Read an existing launch configuration back into a planning problem and a layout (`plan explain --from`): a
 Megatron-LM / Megatron-DeepSpeed command line or launch script, a torchtitan TOML or config registry (Python, read
-without running it), a DeepSpeed ds_config JSON (or the
+without running it), an llm-foundry training YAML, a DeepSpeed ds_config JSON (or the
 deepspeed launch that names one), Megatron-Bridge (NeMo 2) overrides, or a NeMo 1.x / NeMo-Framework-Launcher YAML
 config and its launcher script. One module per framework reads what that framework reads; shell scripts are parsed
 (planner.inputs.launch_readers.shell), never run; this module picks the reader, and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from planner.errors import PlanInputError
 from planner.inputs.files import read_text
-from planner.inputs.launch_readers import deepspeed, megatron, nemo, torchtitan, torchtitan_registry
+from planner.inputs.launch_readers import deepspeed, llm_foundry, megatron, nemo, torchtitan, torchtitan_registry
 from planner.inputs.launch_readers._common import LaunchConfig
 from planner.inputs.launch_readers.resolve import (
     layout_for,
@@ -24,9 +24,10 @@ from planner.inputs.launch_readers.resolve import (
     resolve_model,
 )
 
-DIALECTS = ("megatron", "torchtitan", "deepspeed", "nemo")
+DIALECTS = ("megatron", "torchtitan", "deepspeed", "nemo", "llm-foundry")
 _READERS: dict[str, Callable[[str, str, dict[str, str] | None], LaunchConfig]] = {
     "megatron": megatron.read, "torchtitan": torchtitan.read, "deepspeed": deepspeed.read, "nemo": nemo.read,
+    "llm-foundry": llm_foundry.read,
 }
 _SHELL_FENCES = ("", "bash", "sh", "shell", "console", "zsh")
 
@@ -50,7 +51,9 @@ def detect_dialect(path: Path, text: str) -> str:
     if suffix == ".toml" or any(re.fullmatch(r"\[[A-Za-z_][\w.]*\]", line.strip()) for line in text.splitlines()):
         return "torchtitan"
     if suffix in (".yaml", ".yml"):
-        return "megatron" if megatron_flags_yaml(text) is not None else "nemo"
+        if megatron_flags_yaml(text) is not None:
+            return "megatron"
+        return "llm-foundry" if llm_foundry.looks_like(_yaml_or_none(text)) else "nemo"
     scripts = ("--tensor-model-parallel-size", "pretrain_gpt", "pretrain_mamba")
     if any(s in text for s in scripts) or megatron.looks_like(text, str(path)):
         return "megatron"
@@ -68,6 +71,15 @@ def detect_dialect(path: Path, text: str) -> str:
     raise PlanInputError("cannot tell which launcher wrote this file (a shell script must itself run the Megatron "
                          "entry point, torchrun/srun ... pretrain_gpt.py)", source=str(path),
                          fix=f"pass the script that runs it, or name the dialect: --dialect {'|'.join(DIALECTS)}")
+
+
+def _yaml_or_none(text: str) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
 
 
 # A flags file's top-level sections whose entries are Megatron-LM flags (Megatron-MoE-ModelZoo model_configs).
