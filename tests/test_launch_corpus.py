@@ -1,4 +1,4 @@
-"""The launch-file corpus (tests/data/launch_files/MANIFEST.yaml): 43 real launch files from public repositories, each
+"""The launch-file corpus (tests/data/launch_files/MANIFEST.yaml): 44 real launch files from public repositories, each
 read by `plan explain --from`'s readers and checked knob by knob against what its framework reads from it; files that
 cannot say what plan needs are refused naming the field; where a throughput was published for the same
 configuration, the file's price lands within plan validate's 20 % band."""

@@ -57,12 +57,12 @@ def detect_dialect(path: Path, text: str) -> str:
     scripts = ("--tensor-model-parallel-size", "pretrain_gpt", "pretrain_mamba")
     if any(s in text for s in scripts) or megatron.looks_like(text, str(path)):
         return "megatron"
+    if re.search(r"--deepspeed(\s|$)", text, re.M):  # before NeMo's main.py: DeepSpeed-Chat runs a main.py too
+        return "deepspeed"
     if re.search(r"\bmain\.py\b", text) and "training" in text:
         return "nemo"
     if re.search(r"\brun_recipe\.py\b", text):  # Megatron-Bridge's recipe runner (scripts/training)
         return "nemo"
-    if re.search(r"--deepspeed\s", text):
-        return "deepspeed"
     try:  # a script whose quoting spans lines is no overrides file: its split error is not this file's fault
         if nemo.overrides(text, str(path)):
             return "nemo"

@@ -47,6 +47,7 @@ _ZERO_QUIET = {"stage", "offload_optimizer", "offload_param", "overlap_comm", "c
 # Trainer arguments of a launch read here, and those that change nothing the planner prices (paths, schedules,
 # logging, evaluation); any other argument (a frozen backbone, LoRA, a vision tower, quantized weights) is named.
 _TRAINER_READ = {"deepspeed", "per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16",
+                 "zero_stage", "offload", "dtype", "max_seq_len",
                  "model_max_length", "gradient_checkpointing", "torch_compile", "config_file", "num_machines",
                  "num_processes", "machine_rank", "main_process_ip", "main_process_port"}
 _TRAINER_QUIET = {"model_name_or_path", "version", "data_path", "image_folder", "output_dir", "num_train_epochs",
@@ -205,12 +206,18 @@ def _launch(text: str, source: str, given: dict[str, str] | None) -> LaunchConfi
     script = read_script(text, source, given)
     for command in reversed(script.commands):
         words = command.words
-        if "--deepspeed" not in words or words.index("--deepspeed") + 1 >= len(words):
+        if "--deepspeed" not in words:
             continue
-        path = words[words.index("--deepspeed") + 1]
+        at = words.index("--deepspeed") + 1
         trainer = _trainer_args(words)
-        cfg = _config(load_ds_config(*_config_text(script.files, path, source)), source, {**trainer, **(given or {})},
-                      "--set")
+        if "zero_stage" in trainer and (at >= len(words) or words[at].startswith("--")):
+            cfg = _config(_chat_config(trainer, source), source, {**trainer, **(given or {})}, "--set")
+            cfg.seq_len = as_int(trainer.get("max_seq_len", 512), "--max_seq_len", source)
+        elif at >= len(words):
+            continue
+        else:
+            cfg = _config(load_ds_config(*_config_text(script.files, words[at], source)), source,
+                          {**trainer, **(given or {})}, "--set")
         if "--gradient_checkpointing" in words and trainer.get("gradient_checkpointing", "true").lower() == "true":
             cfg.set_knob("recompute", "full", "--gradient_checkpointing")  # HF checkpoints every decoder layer
             cfg.runs_anyway["framework_recompute"] = "--gradient_checkpointing (the Trainer's model code)"
@@ -227,6 +234,24 @@ def _launch(text: str, source: str, given: dict[str, str] | None) -> LaunchConfi
         return cfg
     raise PlanInputError("no command with --deepspeed CONFIG found", source=source,
                          fix="pass the ds_config JSON, or the deepspeed launch that names it")
+
+
+def _chat_config(args: dict[str, str], source: str) -> dict[str, Any]:
+    """The ds_config DeepSpeed-Chat's training scripts build from their arguments (`--deepspeed` a bare switch):
+    dschat/utils/ds_utils.py get_train_ds_config (microsoft/DeepSpeedExamples@83757d9c applications/DeepSpeed-Chat):
+    ZeRO `--zero_stage`, optimizer and parameters offloaded to the CPU with `--offload`, `--dtype` fp16 (default) or
+    bf16, the micro-batch `--per_device_train_batch_size` and `--gradient_accumulation_steps` (main.py sets
+    train_batch_size to their product with the world)."""
+    offload = {"device": "cpu" if "offload" in args and args["offload"].lower() != "false" else "none"}
+    dtype = args.get("dtype", "fp16")
+    if dtype not in ("fp16", "bf16"):
+        raise PlanInputError(f"--dtype {dtype[:20]} is not one DeepSpeed-Chat has", field="--dtype", source=source,
+                             fix="use --dtype fp16 or bf16")
+    return {"zero_optimization": {"stage": as_int(args["zero_stage"], "--zero_stage", source, minimum=0),
+                                  "offload_param": offload, "offload_optimizer": offload},
+            "train_micro_batch_size_per_gpu": args.get("per_device_train_batch_size", "16"),
+            "gradient_accumulation_steps": args.get("gradient_accumulation_steps", "1"),
+            dtype: {"enabled": True}}
 
 
 def _config_text(files: dict[str, str], path: str, source: str) -> tuple[str, str]:
