@@ -105,8 +105,9 @@ def read_header(cfg: LaunchConfig, text: str) -> None:
         cfg.model_name, cfg.cluster_name, cfg.num_gpus = match["model"], match["cluster"], int(match["gpus"])
 
 
-def as_int(raw: object, where: str, source: str, minimum: int = 1) -> int:
-    """A whole number from a flag or key; a float such as 8.0 is accepted, anything else is a bad file."""
+def as_int(raw: object, where: str, source: str, minimum: int = 1, maximum: float = 10_000_000) -> int:
+    """A whole number from a flag or key; a float such as 8.0 is accepted, anything else is a bad file. `maximum`:
+    a sanity bound (token counts per step run past the usual one)."""
     if isinstance(raw, bool):
         raw = str(raw)
     try:
@@ -114,7 +115,7 @@ def as_int(raw: object, where: str, source: str, minimum: int = 1) -> int:
     except ValueError:
         raise PlanInputError(f"expected a whole number, got '{str(raw)[:40]}'", field=where, source=source,
                              fix="write the value as a plain number") from None
-    if not number.is_integer() or number < minimum or number > 10_000_000:
+    if not number.is_integer() or number < minimum or number > maximum:
         raise PlanInputError(f"expected a whole number >= {minimum}, got '{str(raw)[:40]}'", field=where,
                              source=source, fix="write the value as a plain number")
     return int(number)

@@ -16,10 +16,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
 from planner.errors import PlanInputError
 from planner.inputs.launch_readers._common import LaunchConfig, as_bool, as_int
+from planner.inputs.launch_readers.nemo_yaml import load_yaml, override
 
 # Keys any llm-foundry training YAML has and a NeMo or Bridge config does not.
 SIGNATURE = ("global_train_batch_size", "device_train_microbatch_size")
@@ -58,14 +57,12 @@ def _resolve(value: Any, root: dict[str, Any], depth: int = 0) -> Any:
 def read(text: str, source: str, given: dict[str, str] | None = None) -> LaunchConfig:
     cfg = LaunchConfig("llm-foundry", source)
     cfg.framework = "llm-foundry"
-    raw = yaml.safe_load(text)
-    for key, value in (given or {}).items():
-        section, _, name = key.rpartition(".")
-        table = raw.setdefault(section, {}) if section else raw
-        if not isinstance(table, dict):
-            raise PlanInputError(f"'{section}' is not a mapping", field="--set", source=source,
-                                 fix="e.g. --set variables.max_seq_len=4096")
-        table[name] = yaml.safe_load(value)
+    raw = load_yaml(text, source)
+    if not isinstance(raw, dict):
+        raise PlanInputError("is not an llm-foundry training config (a mapping of keys)", source=source,
+                             fix="pass scripts/train/yamls/... as llm-foundry has it")
+    for key, value in (given or {}).items():  # Hydra-style dotted keys, as NeMo's overrides
+        override(raw, key, value, delete=False)
     doc = _resolve(raw, raw)
     _batch(cfg, doc)
     _model(cfg, doc.get("model") if isinstance(doc.get("model"), dict) else {})

@@ -16,19 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import PlanInputError
+from planner.inputs.launch_readers._common import as_int
 from planner.inputs.launch_readers.torchtitan_registry import Record, Unknown
 
 # Converter classes -> the job-config converter names the TOML reader prices (torchtitan/components/quantization).
 _CONVERTERS = (("nvfp4", "nvfp4"), ("mxfp8", "mx"), ("float8", "float8"))
 _AC_MODES = {"SelectiveAC.Config": "selective", "FullAC.Config": "full", "MemoryBudgetAC.Config": "memory_budget"}
-
-
-def _whole(raw: Any, where: str, source: str) -> int:
-    """A positive whole number (tokens per step run to billions, past the readers' usual bound)."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw) or not 1 <= raw <= 1e13:
-        raise PlanInputError(f"expected a whole number >= 1, got '{str(raw)[:40]}'", field=where, source=source,
-                             fix="write the value as a plain number")
-    return int(raw)
 
 
 def _fields(record: Any) -> dict[str, Any]:
@@ -69,10 +62,11 @@ def document(config: Record, module: str, doubts: list[str], ignored: list[str],
                              field="training.num_tokens_per_microbatch_per_dp_rank", source=source,
                              fix="--set training.num_tokens_per_microbatch_per_dp_rank=... and "
                                  "training.max_context_length=...")
-    seq = _whole(seq, "training.max_context_length", source)
-    tokens = _whole(tokens, "training.num_tokens_per_microbatch_per_dp_rank", source)
-    step_tokens = -1 if step_tokens == -1 else _whole(step_tokens, "training.num_tokens_per_train_step", source)
-    counts = _whole(counts, "parallelism.num_pp_microbatches", source)
+    seq = as_int(seq, "training.max_context_length", source)
+    tokens = as_int(tokens, "training.num_tokens_per_microbatch_per_dp_rank", source, maximum=1e13)
+    step_tokens = -1 if step_tokens == -1 else as_int(step_tokens, "training.num_tokens_per_train_step", source,
+                                                      maximum=1e13)  # tokens per step run to billions
+    counts = as_int(counts, "parallelism.num_pp_microbatches", source)
     if tokens % seq:
         raise PlanInputError(f"{tokens} tokens per micro-batch is not a whole number of {seq}-token sequences",
                              field="training.num_tokens_per_microbatch_per_dp_rank", source=source,
