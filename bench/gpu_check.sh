@@ -33,4 +33,10 @@ real_step tt_compiled --blocks torchtitan --framework torchtitan --mbs 1 2 --rec
 real_step tt8b_eager --shape llama3-8b-4l --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none selective
 real_step tt8b_compiled --shape llama3-8b-4l --blocks torchtitan --framework torchtitan --mbs 1 2 \
     --recompute none selective --compile
+# Qwen3-30B-A3B's MoE layers (4 layers, all 128 experts local) as torchtitan runs them: grouped GEMMs, host issue time
+real_step moe_eager --shape qwen3-30b-a3b-4l --blocks torchtitan --framework torchtitan --mbs 1 2 --recompute none full
+real_step moe_seq1024 --shape qwen3-30b-a3b-4l --blocks torchtitan --framework torchtitan --seq 1024 --mbs 1 2 \
+    --recompute none
+real_step moe_compiled --shape qwen3-30b-a3b-4l --blocks torchtitan --framework torchtitan --mbs 1 \
+    --recompute none full --compile
 "$py" bench/host_overhead.py --out "$out/host_overhead.json" 2>&1 | tee "$out/host_overhead.txt"

@@ -9,7 +9,8 @@ autocast makes for the GEMMs (2 B/param), bf16 activations, fused (flash) causal
 the bf16 logits. Usage:
 
     python bench/real_step.py [--steps 10] [--mbs 1 2] [--recompute none full] [--gpu h100]
-                              [--shape llama-1b] [--blocks fused] [--framework generic] [--compile]
+                              [--shape llama-1b|llama3-8b-4l|qwen3-30b-a3b-4l] [--seq 4096] [--blocks fused]
+                              [--framework generic] [--compile]
                               [--profile profile.yaml] [--out real_step.json]
     python bench/real_step.py --reprice REPORT.json [--framework X] [--profile profile.yaml]   (no GPU)
 
@@ -18,7 +19,8 @@ PyTorch-native stacks describe (torchtitan's profile: 12 bytes per logit at an e
 stack the prediction is priced for, and the JSON report carries the prediction of every stack in PRICED_STACKS.
 `--compile` compiles each block and the loss with torch.compile, as torchtitan's [compile] does.
 Besides the step's peaks it records what the allocator holds just before the forward pass (weights and optimizer
-states) and just after it (plus everything the forward pass saved for backward).
+states) and just after it (plus everything the forward pass saved for backward), the host's time to issue a step (a
+step issued much faster than it runs is GPU-bound), and for the MoE shape how unevenly the router spread the tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import gc
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,6 +48,18 @@ SHAPES: dict[str, dict[str, Any]] = {
         "name": "llama3-8b-4-layers-real-step", "hidden_size": 4096, "num_hidden_layers": 4,
         "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
         "hidden_act": "silu", "tie_word_embeddings": True, "max_position_embeddings": 131072,
+    },
+    # Qwen3-30B-A3B's shapes with 4 of its 48 layers (huggingface.co/Qwen/Qwen3-30B-A3B config.json): 128 experts of
+    # width 768, 8 per token, softmax router with renormalised top-k, QK-norm, untied head. Every layer is a MoE layer,
+    # run as torchtitan's MoE runs it without expert parallelism (see make_model), so one GPU shows what a small
+    # fine-grained MoE layer costs when all of its experts are local: grouped GEMMs at a few hundred tokens per expert
+    # and the router's and token shuffle's eager ops.
+    "qwen3-30b-a3b-4l": {
+        "name": "qwen3-30b-a3b-4-layers-real-step", "model_type": "qwen3_moe", "hidden_size": 2048,
+        "intermediate_size": 6144, "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 4,
+        "head_dim": 128, "vocab_size": 151936, "hidden_act": "silu", "tie_word_embeddings": False,
+        "max_position_embeddings": 40960, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
     },
 }
 MODEL: dict[str, Any] = SHAPES["llama-1b"]  # the shape this run trains (use_shape)
@@ -72,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "= torchtitan's op-level policy, with --blocks torchtitan)")
     ap.add_argument("--blocks", choices=BLOCKS, default="fused", help="the block's projections (see BLOCKS)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="llama-1b", help="the model shapes to train")
+    ap.add_argument("--seq", type=int, default=SEQ_LEN, help="sequence length (tokens per sample)")
     ap.add_argument("--gpu", default=None, help="catalog GPU key for the prediction (default: detected; h100 if "
                     "the device is not in the catalog)")
     ap.add_argument("--framework", default=None, help="stack the printed prediction is priced for (default: generic, "
@@ -94,10 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def use_shape(name: str) -> None:
-    """Train and price SHAPES[name] in this process (one shape per run)."""
-    global MODEL
-    MODEL = SHAPES[name]
+def use_shape(name: str, seq_len: int = SEQ_LEN) -> None:
+    """Train and price SHAPES[name] at seq_len tokens per sample in this process (one shape per run)."""
+    global MODEL, SEQ_LEN
+    MODEL, SEQ_LEN = SHAPES[name], seq_len
 
 
 def _fail(msg: str, code: int = 2) -> NoReturn:
@@ -146,17 +162,20 @@ def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str =
 
     h, layers, heads = MODEL["hidden_size"], MODEL["num_hidden_layers"], MODEL["num_attention_heads"]
     kv_heads, ffn, vocab = MODEL["num_key_value_heads"], MODEL["intermediate_size"], MODEL["vocab_size"]
-    d = h // heads
+    d = MODEL.get("head_dim") or h // heads
+    qk_norm = str(MODEL.get("model_type", "")).startswith("qwen3")  # Qwen3 norms each head's q and k before RoPE
+    tied = MODEL.get("tie_word_embeddings", True)
 
     class RMSNorm(nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, dim: int = h) -> None:
             super().__init__()
-            self.weight = nn.Parameter(torch.ones(h))
+            self.dim = dim
+            self.weight = nn.Parameter(torch.ones(dim))
 
         def forward(self, x: Any) -> Any:
             # Outside autocast: it would run the norm in fp32 and keep fp32 activations, which bf16 stacks do not.
             with torch.autocast("cuda", enabled=False):
-                return F.rms_norm(x, (h,), self.weight.to(x.dtype), RMS_EPS)
+                return F.rms_norm(x, (self.dim,), self.weight.to(x.dtype), RMS_EPS)
 
     def rope(x: Any, cos: Any, sin: Any) -> Any:
         x1, x2 = x.chunk(2, dim=-1)
@@ -172,6 +191,8 @@ def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str =
                 self.wk = nn.Linear(h, kv_heads * d, bias=False)
                 self.wv = nn.Linear(h, kv_heads * d, bias=False)
             self.out = nn.Linear(heads * d, h, bias=False)
+            if qk_norm:
+                self.q_norm, self.k_norm = RMSNorm(d), RMSNorm(d)
 
         def forward(self, x: Any, cos: Any, sin: Any) -> Any:
             b, s, _ = x.shape
@@ -179,8 +200,11 @@ def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str =
                 q, k, v = self.qkv(x).split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
             else:
                 q, k, v = self.wq(x), self.wk(x), self.wv(x)
-            q = rope(q.view(b, s, heads, d).transpose(1, 2), cos, sin)
-            k = rope(k.view(b, s, kv_heads, d).transpose(1, 2), cos, sin)
+            q, k = q.view(b, s, heads, d), k.view(b, s, kv_heads, d)
+            if qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q = rope(q.transpose(1, 2), cos, sin)
+            k = rope(k.transpose(1, 2), cos, sin)
             v = v.view(b, s, kv_heads, d).transpose(1, 2)
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # K/V not materialised x4
             return self.out(o.transpose(1, 2).reshape(b, s, heads * d))
@@ -202,10 +226,54 @@ def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str =
                 gate, up = self.w1(x), self.w3(x)
             return self.fc2(F.silu(gate) * up)
 
+    class MoE(nn.Module):
+        """torchtitan's MoE layer without expert parallelism (torchtitan/models/common/moe.py and
+        token_dispatcher.py LocalTokenDispatcher at pytorch/torchtitan@b5bcd76c): the router's gate in fp32, softmax
+        scores, top-k and their renormalisation, the routing map and per-expert counts (kept on the GPU: no host
+        sync), a stable argsort of the expert ids, the gather of token copies, three grouped GEMMs
+        (torch._grouped_mm over all experts, bf16, no padding of token groups), the scores applied in fp32 and the
+        scatter-add back to the tokens."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            n, self.k, f = MODEL["num_experts"], MODEL["num_experts_per_tok"], MODEL["moe_intermediate_size"]
+            self.gate = nn.Linear(h, n, bias=False)
+            self.w1 = nn.Parameter(torch.empty(n, f, h))
+            self.w3 = nn.Parameter(torch.empty(n, f, h))
+            self.w2 = nn.Parameter(torch.empty(n, h, f))
+            for w in (self.w1, self.w2, self.w3):
+                nn.init.normal_(w, std=0.02)
+            self.register_buffer("tokens_per_expert", torch.zeros(n), persistent=False)
+
+        def forward(self, x: Any) -> Any:
+            b, s, _ = x.shape
+            x = x.reshape(-1, h)
+            with torch.autocast("cuda", enabled=False):  # the gate in fp32 (torchtitan: autocast to float32)
+                scores = F.linear(x.float(), self.gate.weight)
+            scores = F.softmax(scores, dim=-1)
+            _, ids = torch.topk(scores, k=self.k, dim=-1, sorted=False)
+            top = scores.gather(dim=-1, index=ids)
+            top = top / (top.sum(dim=-1, keepdim=True) + 1e-20)  # norm_topk_prob (torchtitan's route_norm)
+            counts = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, ids, True).sum(dim=0)
+            with torch.no_grad():
+                self.tokens_per_expert.add_(counts)
+            order = torch.argsort(ids.view(-1), stable=True)
+            top_sorted = top.view(-1)[order]
+            token = order // self.k
+            xs = x[token].bfloat16()
+            offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
+            hid = F.silu(torch._grouped_mm(xs, self.w1.bfloat16().transpose(-2, -1), offs=offs))
+            hid = hid * torch._grouped_mm(xs, self.w3.bfloat16().transpose(-2, -1), offs=offs)
+            ys = torch._grouped_mm(hid, self.w2.bfloat16().transpose(-2, -1), offs=offs).type_as(x)
+            ys = (ys.to(torch.float32) * top_sorted.reshape(-1, 1)).to(ys.dtype)
+            out = torch.zeros_like(x).scatter_add(0, token.reshape(-1, 1).expand(-1, h), ys)
+            return out.view(b, s, h)
+
     class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.norm1, self.attn, self.norm2, self.mlp = RMSNorm(), Attention(), RMSNorm(), MLP()
+            self.norm1, self.attn, self.norm2 = RMSNorm(), Attention(), RMSNorm()
+            self.mlp = MoE() if MODEL.get("num_experts") else MLP()
 
         def forward(self, x: Any, cos: Any, sin: Any) -> Any:
             x = x + self.attn(self.norm1(x), cos, sin)
@@ -232,6 +300,8 @@ def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str =
             self.layers = nn.ModuleList(Block() if recompute == "none" else Checkpointed(Block())
                                         for _ in range(layers))
             self.norm = RMSNorm()
+            if not tied:
+                self.head = nn.Linear(h, vocab, bias=False)
             inv = 1.0 / ROPE_THETA ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
             angles = torch.outer(torch.arange(SEQ_LEN, dtype=torch.float32), inv)
             angles = torch.cat((angles, angles), dim=-1)
@@ -242,7 +312,8 @@ def make_model(torch: Any, recompute: str, compiled: bool = False, blocks: str =
             x = self.embed(ids).to(torch.bfloat16)  # bf16 residual stream (autocast leaves embeddings in fp32)
             for layer in self.layers:
                 x = layer(x, self.cos, self.sin)
-            logits = F.linear(self.norm(x), self.embed.weight)  # tied LM head (Llama-3.2-1B ties embeddings)
+            # tied LM head (Llama-3.2-1B ties embeddings); Qwen3-30B-A3B has its own
+            logits = F.linear(self.norm(x), self.embed.weight if tied else self.head.weight)
             return loss_fn(logits, labels)
 
     def cross_entropy(logits: Any, labels: Any) -> Any:  # in fp32, as autocast runs it and torchtitan casts it
@@ -298,16 +369,34 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
 
     for _ in range(warmup):
         step()
-    times = []
+    for buf in model.buffers():  # MoE layers' routed-token counts: from the measured steps only
+        if buf.dtype == torch.float32 and buf.dim() == 1 and buf.numel() == MODEL.get("num_experts"):
+            buf.zero_()
+    times, issue = [], []
     for _ in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         start.record()
         step()
         end.record()
+        issue.append(time.perf_counter() - t0)  # the host's time to issue the step, the GPU still running behind
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return {"oom": False, "step_time_s": statistics.median(times), "step_times_s": times, **memory_readings(torch),
-            **held, "params": sum(p.numel() for p in model.parameters())}
+    return {"oom": False, "step_time_s": statistics.median(times), "step_times_s": times,
+            "host_issue_s": statistics.median(issue), **memory_readings(torch), **held,
+            "params": sum(p.numel() for p in model.parameters()), **expert_load(torch, model)}
+
+
+def expert_load(torch: Any, model: Any) -> dict[str, float]:
+    """How unevenly the router spread the measured steps' tokens: the busiest expert's count over the mean, per MoE
+    layer (their median and maximum); nothing for a dense model."""
+    ratios = [float(buf.max() / buf.mean()) for buf in model.buffers()
+              if buf.dtype == torch.float32 and buf.dim() == 1 and buf.numel() == MODEL.get("num_experts")
+              and float(buf.mean()) > 0]
+    if not ratios:
+        return {}
+    return {"busiest_expert_over_mean_median": statistics.median(ratios), "busiest_expert_over_mean_max": max(ratios)}
 
 
 def memory_readings(torch: Any) -> dict[str, float]:
@@ -378,6 +467,11 @@ def report(rows: list[dict[str, Any]], with_profile: bool) -> str:
                 line += f" {row['predicted_profile'][key]:10.3f} {row['error_pct_profile'][key]:+7.1f}%"
             lines.append(line)
             name = ""
+        if "host_issue_s" in row["measured"]:  # recorded since the MoE shape; older reports lack it
+            lines.append(f"{'':22s} {'host issue time (s)':22s} {row['measured']['host_issue_s']:10.3f}")
+        if "busiest_expert_over_mean_median" in row["measured"]:
+            lines.append(f"{'':22s} {'busiest expert / mean':22s} "
+                         f"{row['measured']['busiest_expert_over_mean_median']:10.2f}")
     return "\n".join(lines)
 
 
@@ -412,9 +506,9 @@ def reprice(path: str, profile: Any, profile_path: str | None, framework: str | 
     except (OSError, ValueError) as exc:
         _fail(f"--reprice: cannot read {path} ({exc})")
     shape = next((name for name, spec in SHAPES.items() if spec == doc.get("model")), None)
-    if shape is None or doc.get("seq_len") != SEQ_LEN:
-        _fail(f"--reprice: {path} measured another model or sequence length than this script trains")
-    use_shape(shape)
+    if shape is None or not isinstance(doc.get("seq_len"), int):
+        _fail(f"--reprice: {path} measured another model than this script trains")
+    use_shape(shape, doc["seq_len"])
     doc["framework"] = framework or doc.get("framework", "generic")
     doc["profile"] = profile_path
     doc["runs"] = [price_row(r, doc["gpu_key"], doc["framework"], bool(doc.get("compile")), profile)
@@ -424,7 +518,9 @@ def reprice(path: str, profile: Any, profile_path: str | None, framework: str | 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    use_shape(args.shape)
+    if args.seq < 16 or args.seq % 16:
+        _fail(f"--seq: {args.seq} is not a positive multiple of 16 (fix: e.g. --seq 4096)")
+    use_shape(args.shape, args.seq)
     if str(ROOT) not in sys.path:  # run as `python bench/real_step.py` from a checkout without installing
         sys.path.insert(0, str(ROOT))
     from planner.errors import PlanInputError

@@ -247,3 +247,32 @@ def test_an_unfused_attention_kernel_prices_the_scores_through_hbm() -> None:
     assert compute.attention_time(unfused, r, tok, one)[0][0] > 2 * compute.attention_time(fused, r, tok, one)[0][0]
     one_layout = layout(tp=2, pp=4, dp=32, ep=64, mbs=1, zero=1, etp=1, recompute=0)
     assert price_layout(unfused, one_layout)["memory_peak_gib"] > price_layout(fused, one_layout)["memory_peak_gib"]
+
+
+def test_a_grouped_gemm_stack_issues_no_ops_per_local_expert() -> None:
+    """torchtitan runs each expert matrix as one torch._grouped_mm over all local experts: its MoE layer's host time
+    does not grow with the experts a GPU holds, while Transformer Engine's GroupedLinear (nemo) splits per expert.
+    Measured on one H100 (bench/real_step.py --shape qwen3-30b-a3b-4l, 128 local experts): the host issued the
+    whole eager step in 29 ms of a 104 ms step, where per-expert counts would have priced 11 ms per layer forward."""
+    from planner.cost.profiles import profile_for
+
+    assert profile_for("torchtitan").grouped_expert_gemm and not profile_for("nemo").grouped_expert_gemm
+    eps = np.array([1.0, 8.0, 64.0])
+    titan = _host(_problem("qwen3-30b-a3b", "h100x64", framework="torchtitan"), eps)
+    nemo = _host(_problem("qwen3-30b-a3b", "h100x64", framework="nemo"), eps)
+    assert np.ptp(titan.fwd) == pytest.approx(0.0, abs=1e-12)
+    assert nemo.fwd[0] > nemo.fwd[1] > nemo.fwd[2]
+    assert titan.fwd[0] < nemo.fwd[0] / 3  # 128 local experts: 256 split/allocate ops gone
+
+
+def test_a_grouped_gemm_stack_pays_one_launch_per_expert_matrix() -> None:
+    """GPU-side launch gaps: one per local expert and matrix for GroupedLinear, one per matrix for a grouped kernel."""
+    from planner.cost import expert
+
+    m = load_model("qwen3-30b-a3b")
+    eps = np.array([1.0, 8.0])
+    per_expert = expert.moe_launch_time(m, eps)
+    grouped = expert.moe_launch_time(m, eps, grouped=True)
+    assert per_expert[0] / per_expert[1] == pytest.approx(8.0)
+    assert grouped[0] == pytest.approx(grouped[1])
+    assert grouped[0] == pytest.approx(per_expert[0] * m.mlp_matrices / (m.mlp_matrices * 128))

@@ -259,3 +259,19 @@ def test_a_domain_receives_its_ranks_average_excess_over_the_network():
     dropless = expert.a2a_pass_time(m, fab, deepep, tok, one, np.array([64.0]), one, fp8=False, load=1.25)[0]
     balanced = expert.a2a_pass_time(m, fab, deepep, tok, one, np.array([64.0]), one, fp8=False, load=1.0)[0]
     assert dropless / balanced == pytest.approx(1 + 0.25 / 8 ** 0.5, rel=0.02)
+
+
+def test_a_rank_holding_every_expert_waits_for_no_busier_rank():
+    """Dropless imbalance is the busiest EP rank's excess over the mean; with EP 1 each rank computes all of its own
+    tokens' copies, so its load is the mean however unevenly the router spread them (measured on one H100: the
+    busiest of 128 experts got 3.7-6.4x the mean, bench/results/h100-2026-11-27-s11). Padded capacity is what it
+    is at any EP, and a capacity below 1 still caps the single rank."""
+    current = fitted.current
+    eps = np.array([1.0, 2.0, 64.0])
+    free = TrainingSpec(seq_len=4096, global_batch=64)
+    assert list(expert.busiest_rank_load(free, eps)) == pytest.approx([1.0] + [current().expert_imbalance] * 2)
+    assert expert.busiest_rank_load(free) == pytest.approx(current().expert_imbalance)
+    padded = TrainingSpec(seq_len=4096, global_batch=64, moe_capacity_factor=1.5, moe_pad_to_capacity=True)
+    assert list(expert.busiest_rank_load(padded, eps)) == pytest.approx([1.5] * 3)
+    capped = TrainingSpec(seq_len=4096, global_batch=64, moe_capacity_factor=0.8)
+    assert list(expert.busiest_rank_load(capped, eps)) == pytest.approx([0.8] * 3)

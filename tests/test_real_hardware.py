@@ -118,3 +118,48 @@ def test_activation_slope_of_torchtitan_blocks(real_step):
         slope = {w: runs[(2, "none")][w]["peak_allocated_gib"] - runs[(1, "none")][w]["peak_allocated_gib"]
                  for w in ("measured", "predicted")}
         assert slope["predicted"] == pytest.approx(slope["measured"], rel=0.03), (name, slope)
+
+
+# A second lease the same day (another H100 machine, session 11): the same eager step again, Llama 3 8B's layer
+# shapes under torchtitan's blocks, and Qwen3-30B-A3B's MoE layers with all 128 experts on the one GPU.
+RESULTS_S11 = ROOT / "bench" / "results" / "h100-2026-11-27-s11"
+
+
+def priced_s11(real_step, name: str, framework: str = "torchtitan") -> dict:
+    from planner.inputs.profile import load_profile
+
+    profile_path = RESULTS_S11 / "profile.yaml"
+    doc = real_step.reprice(str(RESULTS_S11 / f"{name}.json"), load_profile(str(profile_path)), str(profile_path),
+                            framework)
+    return {(r["mbs"], r["recompute"]): r for r in doc["runs"]}
+
+
+def test_the_eager_step_repeats_on_another_machine(real_step):
+    """The same script, shapes and settings on a second H100 machine: every configuration's step within 4 % of the
+    first lease's (measured: within 1.6 %), so the bounds above are not one machine's luck."""
+    first = {(r["mbs"], r["recompute"]): r for r in priced(real_step, "real_step", "generic")}
+    second = priced_s11(real_step, "real_step", "generic")
+    assert set(first) == set(second)
+    for key, row in second.items():
+        assert row["measured"]["step_time_s"] == pytest.approx(first[key]["measured"]["step_time_s"], rel=0.04), key
+
+
+@pytest.mark.parametrize("name", ["tt8b_eager", "tt8b_compiled"])
+def test_torchtitan_fitted_efficiency_is_slow_on_one_gpu(real_step, name):
+    """Llama 3 8B's layer shapes on one GPU: torchtitan's kernel efficiency, fitted on its published multi-GPU rows,
+    prices the step 15-23 % slower than it ran (eager and compiled), as on the 1B shapes: what the fit absorbs is
+    not the kernels (docs/accuracy.md, "Real hardware"). Held here so a change that moves it is seen."""
+    for key, row in priced_s11(real_step, name).items():
+        assert 0.05 <= err(row, "step_time_s") <= 0.35, (key, err(row, "step_time_s"))
+
+
+@pytest.mark.parametrize(("name", "configs"), [("moe_eager", 4), ("moe_seq1024", 2), ("moe_compiled", 2)])
+def test_moe_layers_with_every_expert_local(real_step, name, configs):
+    """Qwen3-30B-A3B's layers (128 experts, 8 per token, 4 layers) on one GPU as torchtitan runs them: priced within
+    20 % (measured -15 to +5 %; with Transformer Engine's per-expert host ops and launches, and the EP imbalance at
+    EP 1, it was priced 36-141 % slow). The step was GPU-bound: the host issued it in well under the step's time."""
+    runs = priced_s11(real_step, name)
+    assert len(runs) == configs and not any(r["measured"]["oom"] for r in runs.values())
+    for key, row in runs.items():
+        assert abs(err(row, "step_time_s")) <= 0.20, (key, err(row, "step_time_s"))
+        assert row["measured"]["host_issue_s"] < 0.6 * row["measured"]["step_time_s"]

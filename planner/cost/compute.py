@@ -155,7 +155,7 @@ def gemm_time(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, ep: n
     m = problem.model
     tf = flops.token_flops(m, problem.training.seq_len)
     frac_moe = moe_fraction(m)
-    load = expert.busiest_rank_load(problem.training)
+    load = expert.busiest_rank_load(problem.training, ep)
     moe_layer = expert.moe_layer_flops(m, tf, load)
     if m.is_moe:
         routed = load * flops.routed_flops(m)
@@ -216,11 +216,11 @@ def launch_time(problem: Problem, ep: np.ndarray) -> np.ndarray | float:
     launches and its router's, dispatcher's and experts' other kernels."""
     m = problem.model
     launch_f = KERNEL_OVERHEAD_S * KERNELS_PER_LAYER_FWD
-    if m.is_moe:  # grouped GEMM: each local expert's GEMMs pay a launch/tail (Megatron-Core GroupedMLP)
+    if m.is_moe:  # expert GEMMs: a launch/tail per local expert, or per grouped kernel (expert.moe_launch_time)
         prof = profile_for(problem.training.framework)
         deepep = expert.dispatcher_profile(prof, problem.training).deepep
-        launch_f = launch_f + expert.moe_launch_time(m, ep, host.moe_extra_kernels(problem, host.router_fused(problem),
-                                                                                    deepep))
+        extra = host.moe_extra_kernels(problem, host.router_fused(problem), deepep)
+        launch_f = launch_f + expert.moe_launch_time(m, ep, extra, prof.grouped_expert_gemm)
     return launch_f
 
 
@@ -290,7 +290,8 @@ def layer_times(problem: Problem, r: Rates, tok: np.ndarray, tp: np.ndarray, sp:
     moe_f = expert.moe_block_time(problem.model, problem.training, tok, tp, ep, r.peak * r.eff, r.hbm,
                                   elementwise_bytes_per_token(problem.model)[2]
                                   + clamped_glu_bytes_per_token(problem.model)[0],
-                                  expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision))
+                                  expert.gemm_depth_half(problem.cluster.gpu, problem.training.precision),
+                                  prof.grouped_expert_gemm)
     return LayerTimes(layer_f, layer_b, wgrad, attn_f, attn_b, elem_f, launch_f, moe_f)
 
 

@@ -26,7 +26,7 @@ COMM_SM_SHARE = 20 / 132
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 
 
-def busiest_rank_load(training: TrainingSpec) -> float:
+def busiest_rank_load(training: TrainingSpec, ep: np.ndarray | None = None) -> np.ndarray | float:
     """Routed tokens the busiest expert-parallel rank computes, in units of the even share k·tokens/E.
 
     Dropless: the fitted expert imbalance I of learned routing (fitted.yaml: the busiest rank gets more than the even
@@ -35,12 +35,22 @@ def busiest_rank_load(training: TrainingSpec) -> float:
     benchmarking switch hands every expert the same count, so every rank carries the mean). With a
     capacity factor c each expert keeps at most c times its share and drops the rest (Megatron-Core get_capacity,
     moe_utils.py), so min(I, c); padded to capacity every expert computes exactly c times its share, however the
-    router spread the tokens (token_dispatcher.py drop_and_pad: num_tokens_per_local_expert = capacity x tp x ep)."""
+    router spread the tokens (token_dispatcher.py drop_and_pad: num_tokens_per_local_expert = capacity x tp x ep).
+
+    With `ep` given, a rank that holds every expert (EP 1) carries exactly the mean, whatever the router did: its
+    tokens' k copies all stay on it, so no rank waits on a busier one (measured on one H100, bench/real_step.py
+    --shape qwen3-30b-a3b-4l: the busiest of 128 experts got 3.7-6.4x the mean while the layer's time followed the
+    total, bench/results/h100-2026-11-27-s11). Capacity still caps each expert there."""
     c = training.moe_capacity_factor
     imbalance = 1.0 if training.moe_force_balance else fitted.current().expert_imbalance
-    if c is None:
-        return imbalance
-    return c if training.moe_pad_to_capacity else min(imbalance, c)
+    if c is not None and training.moe_pad_to_capacity:
+        load, single = c, c
+    else:
+        load = imbalance if c is None else min(imbalance, c)
+        single = 1.0 if c is None else min(1.0, c)
+    if ep is None:
+        return load
+    return np.where(np.asarray(ep) > 1, load, single)
 
 
 def routed_memory_load(training: TrainingSpec) -> float:
@@ -65,7 +75,7 @@ def dispatcher_profile(prof: FrameworkProfile, training: TrainingSpec) -> Framew
     return prof
 
 
-def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops, load: float) -> float:
+def moe_layer_flops(m: ModelSpec, tf: flops.TokenFlops, load: np.ndarray | float) -> np.ndarray | float:
     """Forward GEMM FLOPs per token of a MoE layer as the busiest rank sees them:
     moe_gemm + (load - 1)·routed, routed = 2·k·(expert MLP params), load = `busiest_rank_load`."""
     routed = 2.0 * m.num_experts_per_tok * flops.mlp_params(m, m.expert_ffn) if m.is_moe else 0.0
@@ -148,16 +158,20 @@ def expert_depth_rate(m: ModelSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndar
     return 3.0 / time
 
 
-def moe_launch_time(m: ModelSpec, ep: np.ndarray, extra_kernels: float = 0.0) -> np.ndarray:
-    """GPU-side launch gaps per average layer and pass: f_moe·launch·(matrices·E/ep + extra) (Megatron-Core
-    GroupedMLP, one launch and tail per local expert's GEMM; `extra`: the router's, dispatcher's and experts' other
-    kernels, planner.cost.host.moe_extra_kernels). The host's time to issue them is planner.cost.host's."""
+def moe_launch_time(m: ModelSpec, ep: np.ndarray, extra_kernels: float = 0.0, grouped: bool = False) -> np.ndarray:
+    """GPU-side launch gaps per average layer and pass: f_moe·launch·(matrices·E/ep + extra) (Megatron-Core's
+    Transformer Engine GroupedLinear, one GEMM launch and tail per local expert; `extra`: the router's, dispatcher's
+    and experts' other kernels, planner.cost.host.moe_extra_kernels); f_moe·launch·(matrices + extra) where one
+    grouped-GEMM kernel runs every local expert (`grouped`, FrameworkProfile.grouped_expert_gemm). The host's time to
+    issue them is planner.cost.host's."""
     frac_moe = m.moe_layers / m.num_hidden_layers
-    return frac_moe * KERNEL_OVERHEAD_S * (m.mlp_matrices * m.num_local_experts / ep + extra_kernels)
+    per_matrix = np.ones_like(np.asarray(ep, dtype=float)) if grouped else m.num_local_experts / ep
+    return frac_moe * KERNEL_OVERHEAD_S * (m.mlp_matrices * per_matrix + extra_kernels)
 
 
 def moe_block_time(m: ModelSpec, training: TrainingSpec, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
-                   gemm_rate: float, hbm: float, moe_bytes: float, depth_half: float = GEMM_DEPTH_HALF) -> np.ndarray:
+                   gemm_rate: float, hbm: float, moe_bytes: float, depth_half: float = GEMM_DEPTH_HALF,
+                   grouped: bool = False) -> np.ndarray:
     """Forward GPU time of an average layer's MoE block (router, routed and shared experts, the permutations and the
     grouped GEMMs' launches): f_moe·tok·((router/shared GEMMs + load·routed/grouped rate)/gemm_rate + (permutation
     bytes `moe_bytes` + activation bytes)/hbm)/tp + launches. Combined 1F1B schedules the attention and the MoE block
@@ -166,9 +180,9 @@ def moe_block_time(m: ModelSpec, training: TrainingSpec, tok: np.ndarray, tp: np
         return np.zeros_like(tok)
     frac_moe = m.moe_layers / m.num_hidden_layers
     rate = grouped_gemm_rate(m, tok, tp, ep) * expert_depth_rate(m, tok, tp, ep, depth_half)
-    gemm = flops.moe_mlp_shared_gemm(m) + busiest_rank_load(training) * flops.routed_flops(m) / rate
+    gemm = flops.moe_mlp_shared_gemm(m) + busiest_rank_load(training, ep) * flops.routed_flops(m) / rate
     act = 2.0 * (3 if m.gated_mlp else 2) * m.expert_ffn * (m.num_experts_per_tok + m.n_shared_experts)
-    return frac_moe * tok * (gemm / gemm_rate + (moe_bytes + act) / hbm) / tp + moe_launch_time(m, ep)
+    return frac_moe * tok * (gemm / gemm_rate + (moe_bytes + act) / hbm) / tp + moe_launch_time(m, ep, grouped=grouped)
 
 
 def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:

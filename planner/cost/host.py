@@ -18,6 +18,8 @@ NVIDIA/Megatron-LM@3bec9aa97 (the code of the NeMo 26.02-26.04 containers' Megat
 - per local expert (`per_expert`): TE's GroupedLinear splits its input and allocates each expert's outputs before
   each GEMM launch (TransformerEngine issue #1499: torch.split and 2 x num_gemms torch.empty calls), counted as one
   eager op per expert and GroupedLinear.
+A stack that runs each expert matrix as one grouped GEMM over all local experts (FrameworkProfile.grouped_expert_gemm:
+torchtitan's torch._grouped_mm) has no per-expert ops: its experts are EXPERTS_GROUPED, the rest is counted as above.
 The backward pass runs each op's gradient through autograd, two GEMMs for each forward one: BACKWARD_OVER_FORWARD
 times the forward's host work, the same ratio the GPU-side launch count uses (planner.inputs.hardware).
 
@@ -115,6 +117,11 @@ DISPATCH_FLEX = (Ops(ops=4), Ops(ops=6))
 # one eager op per local expert each, see the module docstring), the fused weighted activation; fp8/fp4 add the
 # padding of tokens and probabilities to the quantisation tile and the unpadding (Fp8Padding / Fp8Unpadding, 4 ops).
 EXPERTS = Ops(ops=2, te=2, per_expert=2)
+# Experts as one grouped GEMM per matrix (FrameworkProfile.grouped_expert_gemm; torchtitan's GroupedExperts.forward,
+# torchtitan/models/common/moe.py at pytorch/torchtitan@b5bcd76c): the offsets' cumsum, each weight's bf16 cast,
+# transpose and torch._grouped_mm (3 x 3), the activation, the product and the output cast: 13 eager ops whatever
+# the number of local experts. A stack that runs them so also adds its per-expert bias by indexing, not per expert.
+EXPERTS_GROUPED = Ops(ops=13)
 EXPERTS_LOW_PRECISION_EXTRA = Ops(ops=4)
 # Biased experts (gpt-oss): the fc2 bias is added per expert on the unpadded output (TEGroupedMLP._apply_bias: two
 # splits, a product and a sum per local expert, the concatenation and its cast).
@@ -174,12 +181,14 @@ def _dispatch(problem: Problem, deepep: bool) -> tuple[Ops, Ops]:
 
 
 def _routed_expert_ops(problem: Problem) -> Ops:
-    """The routed experts' eager ops, with the low-precision casts and the per-expert bias where the run has them."""
-    experts = EXPERTS
+    """The routed experts' eager ops, with the low-precision casts and the per-expert bias where the run has them;
+    none per local expert where the stack runs one grouped GEMM per matrix (EXPERTS_GROUPED)."""
+    grouped = profile_for(problem.training.framework).grouped_expert_gemm
+    experts = EXPERTS_GROUPED if grouped else EXPERTS
     if problem.training.precision in ("fp8", "fp4"):
         experts = _add(experts, EXPERTS_LOW_PRECISION_EXTRA)
     if problem.model.mlp_bias:
-        experts = _add(experts, EXPERT_BIAS)
+        experts = _add(experts, Ops(ops=EXPERT_BIAS.ops) if grouped else EXPERT_BIAS)
     if problem.model.swiglu_limit:
         experts = _add(experts, CLAMPED_GLU)
     return experts

@@ -133,6 +133,10 @@ class FrameworkProfile:
     # activation_func_fp8_input_store, off by default and not set by the Megatron-Bridge recipes).
     fp8_activation_store: bool = False
     moe_router_fusion: bool = False  # fused router kernels: fewer host ops per MoE layer (planner.cost.host)
+    # One grouped-GEMM kernel, issued by one eager op, runs each expert matrix for all local experts
+    # (torch._grouped_mm: torchtitan's GroupedExperts), instead of Transformer Engine's GroupedLinear, which splits
+    # its input and launches one GEMM per local expert (planner.cost.host, expert.moe_launch_time).
+    grouped_expert_gemm: bool = False
     # ZeRO-3 parameter partitions live in host memory (DeepSpeed offload_param; set from the training's
     # param_offload by stack_profile): no persistent weights on the GPU, each layer's partition copied in per gather
     params_in_host: bool = False
@@ -172,7 +176,7 @@ _STACKS: dict[str, FrameworkProfile] = {
     "torchtitan": FrameworkProfile("torchtitan", memory_reported="reserved", loss_bytes_per_logit=12.0,
                                    selective_saves="alternate-mm", fsdp_root_gathered=True, tp_comm_base="none",
                                    tp_comm_method="async-tp", compile_speedup=COMPILE_SPEEDUP,
-                                   compiles_by_default=True, **_FSDP),
+                                   compiles_by_default=True, grouped_expert_gemm=True, **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", grad_reduce_bytes=2.0, **_FSDP, **_TP_BLOCKING),
     "automodel": FrameworkProfile("automodel", deepep=True, **_FSDP, **_TP_BLOCKING),
     # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
