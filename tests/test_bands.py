@@ -125,3 +125,12 @@ def test_accuracy_doc_shows_the_bands_file() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "accuracy.md").read_text()
     block = doc.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
     assert block == render_markdown(yaml.safe_load(BANDS_FILE.read_text())), "run python bench/fit_bands.py --write"
+
+
+def test_every_catalog_gpu_has_a_generation():
+    """A catalog GPU without one would back off to every generation's band and, for EP overlap, to the wrong TP
+    pricing (planner.cost.tensor): each key of clusters/gpus.yaml is listed."""
+    from planner.cost.bands import GENERATIONS
+    from planner.inputs.catalog import gpu_catalog
+
+    assert set(gpu_catalog()) <= set(GENERATIONS)

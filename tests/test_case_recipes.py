@@ -60,6 +60,7 @@ def test_every_knob_is_a_legal_value_with_a_pinned_source_or_unresolved_with_a_r
     ({"stack": {"value": "fairscale", "source": "a/b@abcdef1:x.py#L1"}}, "a framework name plan knows"),
     ({"schedules": {"value": ["1f1b", "gpipe"], "source": "a/b@abcdef1:x.py#L1"}}, "a list of schedule names"),
     ({"schedules": {"value": "zb-h1", "source": "a/b@abcdef1:x.py#L1"}}, "a list of schedule names"),
+    ({"gpu": {"value": "h100-500w", "source": "a/b@abcdef1:x.md#L1"}}, "a GPU key of clusters/gpus.yaml"),
 ])
 def test_bad_knob_blocks_are_one_line_errors(ran, fragment):
     with pytest.raises(PlanInputError) as err:
@@ -347,3 +348,23 @@ def test_mla_on_blackwell_before_transformer_engine_2_5_runs_unfused_attention(r
     del bare["ran"]["attention_kernel"]
     fused = run_case(cases["DGXC-213"], "test", {"DGXC-213": bare})
     assert out["predicted"]["tokens_per_s_per_gpu"] < 0.9 * fused["predicted"]["tokens_per_s_per_gpu"]
+
+
+def test_torchtitan_h100_rows_are_priced_on_the_gpus_they_ran(recipes, cases):
+    """torchtitan's H100 benchmarks ran on Grand Teton H100s (96 GB HBM2e at 2.4 TB/s, 500 W, a peak its authors put
+    between SXM and NVL): the `gpu` knob prices them there, slower than on the catalog's 700 W H100, and leaves the
+    cluster's size and network as the case states them."""
+    from planner.inputs.catalog import load_gpu
+
+    gt = load_gpu("h100-hbm2e-500w", "test")
+    nvl, sxm = 835, 989  # H100 NVL and SXM dense BF16 (datasheets)
+    assert nvl < gt.bf16_tflops < sxm and gt.hbm_tbps == 2.4
+    on_gt = run_case(cases["TT-001"], "test", recipes)
+    assert on_gt["knobs"]["gpu"] == {**on_gt["knobs"]["gpu"], "value": "h100-hbm2e-500w", "status": "priced"}
+    bare = copy.deepcopy(recipes)
+    del bare["TT-001"]["ran"]["gpu"]
+    on_catalog = run_case(cases["TT-001"], "test", bare)
+    assert "gpu" not in on_catalog["knobs"]
+    slower = on_catalog["predicted"]["tokens_per_s_per_gpu"] / on_gt["predicted"]["tokens_per_s_per_gpu"]
+    assert 1.05 < slower < sxm / nvl + 0.05
+    assert on_gt["layout"] == on_catalog["layout"]

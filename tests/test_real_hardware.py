@@ -147,10 +147,13 @@ def test_the_eager_step_repeats_on_another_machine(real_step):
 @pytest.mark.parametrize("name", ["tt8b_eager", "tt8b_compiled"])
 def test_torchtitan_fitted_efficiency_is_slow_on_one_gpu(real_step, name):
     """Llama 3 8B's layer shapes on one GPU: torchtitan's kernel efficiency, fitted on its published multi-GPU rows,
-    prices the step 15-23 % slower than it ran (eager and compiled), as on the 1B shapes: what the fit absorbs is
-    not the kernels (docs/accuracy.md, "Real hardware"). Held here so a change that moves it is seen."""
-    for key, row in priced_s11(real_step, name).items():
-        assert 0.05 <= err(row, "step_time_s") <= 0.35, (key, err(row, "step_time_s"))
+    prices the step slower than it ran (measured: 2-20 %, median 13 % eager and 16 % compiled), as on the 1B shapes.
+    Pricing six of those rows on the GPUs they ran (500 W Grand Teton H100s) raised the fit from 0.675 to 0.70 and
+    narrowed this from 15-23 %; the rest is not kernel speed (docs/accuracy.md, "Real hardware"). Held here so a
+    change that moves it is seen."""
+    errors = [err(row, "step_time_s") for row in priced_s11(real_step, name).values()]
+    assert all(0.0 <= e <= 0.30 for e in errors), errors
+    assert sorted(errors)[len(errors) // 2] >= 0.10
 
 
 @pytest.mark.parametrize(("name", "configs"), [("moe_eager", 4), ("moe_seq1024", 2), ("moe_compiled", 2)])

@@ -39,8 +39,8 @@ ANY = "*"
 
 # GPU generations (catalog keys of clusters/gpus.yaml): one kernel library and one interconnect era each. A GPU not
 # listed (a cluster YAML's inline GPU) has an unknown generation and backs off to the bands of every generation.
-GENERATIONS = {"a100": "ampere", "a100-40g": "ampere", "h100": "hopper", "h800": "hopper", "h200": "hopper",
-               "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell", "gb300": "blackwell",
+GENERATIONS = {"a100": "ampere", "a100-40g": "ampere", "h100": "hopper", "h100-hbm2e-500w": "hopper", "h800": "hopper",
+               "h200": "hopper", "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell", "gb300": "blackwell",
                "mi300x": "cdna3"}
 # Schedules every pipelining stack runs; any other is a feature with its own band.
 BASE_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)

@@ -27,6 +27,12 @@ def _word(*words: str) -> Callable[[object], bool]:
     return lambda value: isinstance(value, str) and value in words
 
 
+def _catalog_gpu(value: object) -> bool:
+    from planner.inputs.catalog import gpu_catalog  # the catalog reads package data: only when a file names a GPU
+
+    return isinstance(value, str) and value in gpu_catalog()
+
+
 @dataclass(frozen=True)
 class KnobSpec:
     """One cost-relevant knob a published row may leave unstated: what it means and the values a recipe may give."""
@@ -109,8 +115,11 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                   "moe_expert_rank_capacity_factor with paged stashing); not priced",
                                   lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 1,
                                   "a number >= 1"),
+    "gpu": KnobSpec("the GPU variant the run's machines had where the case's cluster names only its family (a "
+                    "catalog key, clusters/gpus.yaml: e.g. H100s with HBM2e at a 500 W power limit): priced in place "
+                    "of the cluster's GPU", _catalog_gpu, "a GPU key of clusters/gpus.yaml"),
 }
 OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion", "attention_kernel", "fused_expert_mlp",
-                  "fp8_attention", "moe_rank_capacity")
+                  "fp8_attention", "moe_rank_capacity", "gpu")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")
