@@ -201,7 +201,7 @@ def domains_reached(m: ModelSpec, domains: np.ndarray) -> np.ndarray:
     return np.minimum(uniform, d)
 
 
-def domain_load(load: float, ranks: np.ndarray) -> np.ndarray:
+def domain_load(load: np.ndarray | float, ranks: np.ndarray) -> np.ndarray:
     """Tokens the busiest NVLink domain receives over the network, in units of the even share, when its busiest rank
     receives `load` times the even share: node-deduplicated kernels (DeepEP normal kernels) send a token to the
     same-index GPU of each remote domain it is routed to, so one GPU's network receive carries its whole domain's
@@ -212,7 +212,7 @@ def domain_load(load: float, ranks: np.ndarray) -> np.ndarray:
 
 
 def a2a_parts(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
-              ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> tuple[np.ndarray, np.ndarray]:
+              ep: np.ndarray, etp: np.ndarray, fp8: bool, load: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
     """(dispatch, combine) of one pass of one MoE layer (`a2a_pass_time` is their sum)."""
     tokens = tok / tp
     dispatch_elt = FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
@@ -229,7 +229,7 @@ def a2a_parts(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray
 
 
 def nic_bytes_per_pass(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
-                       ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> np.ndarray:
+                       ep: np.ndarray, etp: np.ndarray, fp8: bool, load: np.ndarray | float) -> np.ndarray:
     """Bytes one GPU's NIC carries each way in one pass of one MoE layer (dispatch + combine): the routed copies bound
     for expert ranks outside its NVLink domain, (ep - g)/ep of its k copies under uniform routing with a plain
     all-to-all, or one copy per remote domain reached with node-deduplicated kernels (`a2a_parts`); g the EP ranks
@@ -247,7 +247,7 @@ def nic_bytes_per_pass(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: n
 
 
 def a2a_pass_time(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
-                  ep: np.ndarray, etp: np.ndarray, fp8: bool, load: float) -> np.ndarray:
+                  ep: np.ndarray, etp: np.ndarray, fp8: bool, load: np.ndarray | float) -> np.ndarray:
     """Dispatch + combine of one pass (forward or backward) of one MoE layer: each GPU's tok/tp tokens, k copies of
     h values each, received (dispatch) and sent back (combine) by the busiest rank at `load` times the mean
     (`busiest_rank_load`; padded capacity buffers travel whole): the exchange ends when that rank's share has crossed
@@ -303,7 +303,7 @@ def combined_pair_time(attn_f: np.ndarray, moe_f: np.ndarray, attn_b: np.ndarray
 def dispatch_exposed(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray,
                      ep: np.ndarray, etp: np.ndarray, fp8: bool, share: np.ndarray | float = 0.0,
                      pair_compute: np.ndarray | float = 0.0,
-                     load: float | None = None,
+                     load: np.ndarray | float | None = None,
                      combined: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) exposed all-to-all per average layer and micro-batch.

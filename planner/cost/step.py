@@ -110,7 +110,7 @@ def _layer_comm(problem: Problem, k: dict[str, np.ndarray], prof: FrameworkProfi
     act_bytes = tensor.activation_bytes(tok, m.hidden_size)
     f_moe = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
     tr = problem.training
-    dispatcher, load = expert.dispatcher_profile(prof, tr), expert.busiest_rank_load(tr)
+    dispatcher, load = expert.dispatcher_profile(prof, tr), expert.busiest_rank_load(tr, ep)
     moe_mlp = f_moe * tensor.moe_tp_passes(m, etp, dispatcher.deepep, load)
     gemm_f = lt.fwd - lt.attn_f - lt.elem_f - lt.launch_f
     gemms = tensor.block_gemms(m, tok, tp, rates.peak * rates.eff, gemm_f, lt.wgrad)

@@ -182,7 +182,7 @@ def tp_exposed(fab: Fabric, mode: str, act_bytes: np.ndarray, tp: np.ndarray, sp
     return fwd + bwd + np.where(rc == Recompute.FULL, fwd, 0.0), fwd
 
 
-def moe_tp_passes(m: ModelSpec, etp: np.ndarray, deepep: bool, load: float) -> np.ndarray:
+def moe_tp_passes(m: ModelSpec, etp: np.ndarray, deepep: bool, load: np.ndarray | float) -> np.ndarray:
     """TP collective passes (an all-gather and a reduce-scatter of the layer's hidden states, or one all-reduce, each
     way) per MoE layer, in units of the dense MLP's: a TP-split shared expert gathers and scatters the layer's tokens
     once (its own sequence-parallel linears), and experts split over an expert-TP group (etp > 1) gather the routed
