@@ -50,8 +50,16 @@ ATTENTION_HEAD_DIM = 128
 ATTENTION_TOKENS = 16384  # batch = tokens / seq, so every sequence length does comparable work
 COPY_BYTES = (256 * 2**20, 2**30, 4 * 2**30)  # well past the L2 (50 MB on H100), so HBM is what is measured
 QUICK_COPY_BYTES = (2**30,)
-WARMUP, REPEATS = 5, 20
+WARMUP, REPEATS = 5, 10
 QUICK_WARMUP, QUICK_REPEATS = 2, 5
+# Each timing covers BURST back-to-back calls queued behind a GPU sleep of SLEEP_CYCLES (about 2.5 ms at H100's
+# 1.98 GHz), long enough for the host to issue the whole burst first. An event pair around one call started from an
+# idle GPU adds the host's launch latency to the kernel: on two H100 machines (bench/results/h100-2026-11-27*)
+# that put a fixed 23-39 us on every GEMM timed so (a least-squares fit of t = FLOPs / rate + t0 over the 96 shapes),
+# tracking each host's CPU time per eager call (20.9 and 28.4 us for a Linear forward), and understated the small
+# shapes' rates by up to half.
+BURST = 4
+SLEEP_CYCLES = 5_000_000
 FP8_ALIGN = 16  # torch._scaled_mm needs every dimension divisible by 16
 
 # Substrings of torch.cuda.get_device_name() -> catalog key, most specific first. PCIe/NVL H100 parts have other
@@ -111,19 +119,25 @@ def detect_gpu_key(device_name: str) -> str | None:
     return None
 
 
-def median_ms(torch: Any, fn: Callable[[], object], warmup: int, repeats: int) -> float:
-    """Median milliseconds of fn() over `repeats` calls, each bracketed by CUDA events, after `warmup` calls."""
+def median_ms(torch: Any, fn: Callable[[], object], warmup: int, repeats: int, burst: int = BURST) -> float:
+    """Median milliseconds per fn() call over `repeats` timings of `burst` back-to-back calls, after `warmup` calls.
+    Each timing is queued behind a GPU sleep (torch.cuda._sleep where this torch has it), so the GPU runs the calls
+    as a training step does, kernel after kernel, not each after the host's launch latency (see BURST)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    sleep = getattr(torch.cuda, "_sleep", None)
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if sleep is not None:
+            sleep(SLEEP_CYCLES)
         start.record()
-        fn()
+        for _ in range(burst):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / burst)
     return statistics.median(times)
 
 
