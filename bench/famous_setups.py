@@ -143,11 +143,12 @@ SETUPS: tuple[Setup, ...] = (
                  "tp=2,pp=16,ep=32,etp=1,mbs=1,zero=1,recompute=selective", None,
                  "NVIDIA-NeMo/Megatron-Bridge@8a5031e6d:src/megatron/bridge/recipes/kimi/h100/kimi_k2.py (Adam "
                  "priced; the recipe's Muon is not modelled)"),)),
-    Setup("Llama 3 8B, 8 H100, torchtitan", ("--model", "llama3-8b", *_h("h100x8", 8192, 16,
-                                                                          "--framework", "torchtitan")), (
+    # On the GPUs the row ran: Grand Teton H100s, 96 GB HBM2e, 500 W (clusters/gpus.yaml [GT-H100])
+    Setup("Llama 3 8B, 8 H100 (500 W), torchtitan", ("--model", "llama3-8b", *_h("h100-hbm2e-500wx8", 8192, 16,
+                                                                                  "--framework", "torchtitan")), (
         # Table 1's 5,762 is the eager FSDP row (its compiled row is 6,667): priced eager, as TT-001 ran
         Practice("torchtitan FSDP, selective recompute, eager", ("--model", "llama3-8b", *_h(
-                     "h100x8", 8192, 16, "--framework", "torchtitan", "--torch-compile", "off")),
+                     "h100-hbm2e-500wx8", 8192, 16, "--framework", "torchtitan", "--torch-compile", "off")),
                  "tp=1,pp=1,dp=8,mbs=2,zero=3,recompute=selective", ("tokens_per_s_per_gpu", 5762.0),
                  "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 1 (validation case TT-001)"),)),
 )

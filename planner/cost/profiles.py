@@ -134,8 +134,11 @@ class FrameworkProfile:
     fp8_activation_store: bool = False
     moe_router_fusion: bool = False  # fused router kernels: fewer host ops per MoE layer (planner.cost.host)
     # One grouped-GEMM kernel, issued by one eager op, runs each expert matrix for all local experts
-    # (torch._grouped_mm: torchtitan's GroupedExperts), instead of Transformer Engine's GroupedLinear, which splits
-    # its input and launches one GEMM per local expert (planner.cost.host, expert.moe_launch_time).
+    # (torch._grouped_mm: torchtitan's GroupedExperts; grouped_gemm's ops.gmm: AutoModel's GroupedExpertsDeepEP, the
+    # experts it builds with DeepEP, NVIDIA-NeMo/Automodel@89e3a9fdd nemo_automodel/components/moe/layers.py L478-L492),
+    # instead of Transformer Engine's GroupedLinear, which splits its input and launches one GEMM per local expert
+    # (planner.cost.host, expert.moe_launch_time). AutoModel without DeepEP loops over its experts in Python (same
+    # file, GroupedExperts.forward), which this flag does not describe.
     grouped_expert_gemm: bool = False
     # ZeRO-3 parameter partitions live in host memory (DeepSpeed offload_param; set from the training's
     # param_offload by stack_profile): no persistent weights on the GPU, each layer's partition copied in per gather
@@ -178,7 +181,7 @@ _STACKS: dict[str, FrameworkProfile] = {
                                    tp_comm_method="async-tp", compile_speedup=COMPILE_SPEEDUP,
                                    compiles_by_default=True, grouped_expert_gemm=True, **_FSDP),
     "llm-foundry": FrameworkProfile("llm-foundry", grad_reduce_bytes=2.0, **_FSDP, **_TP_BLOCKING),
-    "automodel": FrameworkProfile("automodel", deepep=True, **_FSDP, **_TP_BLOCKING),
+    "automodel": FrameworkProfile("automodel", deepep=True, grouped_expert_gemm=True, **_FSDP, **_TP_BLOCKING),
     # DeepSpeed on a PyTorch (Hugging Face) model: eager kernels like torchtitan's, whose fitted efficiency it
     # borrows in fitted.yaml (no published ds_config run to fit); overlap_comm reduces early buckets during backward
     # but leaves the last ones exposed, as in Megatron-DeepSpeed.
