@@ -19,7 +19,8 @@ NVIDIA/Megatron-LM@3bec9aa97 (the code of the NeMo 26.02-26.04 containers' Megat
   each GEMM launch (TransformerEngine issue #1499: torch.split and 2 x num_gemms torch.empty calls), counted as one
   eager op per expert and GroupedLinear.
 A stack that runs each expert matrix as one grouped GEMM over all local experts (FrameworkProfile.grouped_expert_gemm:
-torchtitan's torch._grouped_mm) has no per-expert ops: its experts are EXPERTS_GROUPED, the rest is counted as above.
+torchtitan's torch._grouped_mm, AutoModel's grouped_gemm with DeepEP) has no per-expert ops: its experts are
+EXPERTS_GROUPED (torchtitan's count), the rest is counted as above.
 The backward pass runs each op's gradient through autograd, two GEMMs for each forward one: BACKWARD_OVER_FORWARD
 times the forward's host work, the same ratio the GPU-side launch count uses (planner.inputs.hardware).
 
