@@ -69,16 +69,18 @@ GRAPH_SCOPES = ("none", "per-layer", "full-iteration")
 
 @dataclass(frozen=True)
 class Ops:
-    """Host work of one forward pass of a module: eager ops, Transformer Engine module calls, eager ops per local
-    expert."""
+    """Host work of one forward pass of a module: eager ops that launch a kernel each, eager ops that launch none of
+    their own (views, or GEMMs whose launches expert.moe_launch_time counts), Transformer Engine module calls, eager
+    ops per local expert."""
 
     ops: float = 0.0
     te: float = 0.0
     per_expert: float = 0.0
+    no_kernel: float = 0.0
 
     def cost(self, local_experts: np.ndarray | float) -> np.ndarray | float:
         """In eager-op equivalents."""
-        return self.ops + self.te * TE_MODULE_OPS + self.per_expert * local_experts
+        return self.ops + self.no_kernel + self.te * TE_MODULE_OPS + self.per_expert * local_experts
 
 
 # Attention block (transformer_layer.py _forward_attention with the TE spec): linear_qkv (norm fused), core_attention,
@@ -121,8 +123,10 @@ EXPERTS = Ops(ops=2, te=2, per_expert=2)
 # Experts as one grouped GEMM per matrix (FrameworkProfile.grouped_expert_gemm; torchtitan's GroupedExperts.forward,
 # torchtitan/models/common/moe.py at pytorch/torchtitan@b5bcd76c): the offsets' cumsum, each weight's bf16 cast,
 # transpose and torch._grouped_mm (3 x 3), the activation, the product and the output cast: 13 eager ops whatever
-# the number of local experts. A stack that runs them so also adds its per-expert bias by indexing, not per expert.
-EXPERTS_GROUPED = Ops(ops=13)
+# the number of local experts, of which the 3 transposes (views) and the 3 GEMMs (their launches are
+# expert.moe_launch_time's) launch no kernel of their own. A stack that runs them so also adds its per-expert bias
+# by indexing, not per expert.
+EXPERTS_GROUPED = Ops(ops=7, no_kernel=6)
 EXPERTS_LOW_PRECISION_EXTRA = Ops(ops=4)
 # Biased experts (gpt-oss): the fc2 bias is added per expert on the unpadded output (TEGroupedMLP._apply_bias: two
 # splits, a product and a sum per local expert, the concatenation and its cast).
@@ -160,7 +164,8 @@ class LayerHost:
 
 
 def _add(*parts: Ops) -> Ops:
-    return Ops(sum(p.ops for p in parts), sum(p.te for p in parts), sum(p.per_expert for p in parts))
+    return Ops(sum(p.ops for p in parts), sum(p.te for p in parts), sum(p.per_expert for p in parts),
+               sum(p.no_kernel for p in parts))
 
 
 def router_fused(problem: Problem) -> bool:
