@@ -39,4 +39,5 @@ real_step moe_seq1024 --shape qwen3-30b-a3b-4l --blocks torchtitan --framework t
     --recompute none
 real_step moe_compiled --shape qwen3-30b-a3b-4l --blocks torchtitan --framework torchtitan --mbs 1 \
     --recompute none full --compile
+"$py" bench/fp8_accum.py --out "$out/fp8_accum.json" 2>&1 | tee "$out/fp8_accum.txt"
 "$py" bench/host_overhead.py --out "$out/host_overhead.json" 2>&1 | tee "$out/host_overhead.txt"

@@ -338,7 +338,7 @@ def test_real_step_without_cuda_is_one_clear_error(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.parametrize("script", ["grouped_gemm.py", "host_overhead.py"])
+@pytest.mark.parametrize("script", ["grouped_gemm.py", "host_overhead.py", "fp8_accum.py"])
 def test_gpu_bench_scripts_without_cuda_are_one_clear_error(script, tmp_path):
     out = tmp_path / "out.json"
     r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--out", str(out)], capture_output=True,
