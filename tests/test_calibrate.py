@@ -446,3 +446,12 @@ def test_timings_queue_a_burst_behind_a_gpu_sleep():
     timed = log[1:]  # after the warm-up call
     assert timed[:7] == [f"sleep {calibrate.SLEEP_CYCLES}", "record", "call", "call", "call", "call", "record"]
     assert timed.count("call") == 3 * 4
+
+
+def test_fp8_is_recorded_at_a_training_step_s_mix_of_accumulations():
+    """One forward GEMM with fast accumulation, two backward ones without: the harmonic mean of equal FLOPs."""
+    from planner.evidence.calibrate import training_mix_rate
+
+    assert training_mix_rate(1500.0, 1500.0) == pytest.approx(1500.0)
+    assert training_mix_rate(1600.0, 1400.0) == pytest.approx(3 / (1 / 1600 + 2 / 1400))
+    assert 1400.0 < training_mix_rate(1600.0, 1400.0) < 1500.0  # nearer the slower, which runs twice

@@ -153,9 +153,17 @@ def _bench_gemm_bf16(torch: Any, shape: GemmShape, warmup: int, repeats: int) ->
     return shape.flops / (ms * 1e-3) / 1e12
 
 
+def training_mix_rate(fast: float, full: float) -> float:
+    """The fp8 GEMM rate of a training step: each weight's forward GEMM with fast accumulation and its two backward
+    GEMMs (input and weight gradients) at full-precision accumulation, as Transformer Engine's fp8 recipes run them
+    (use_split_accumulator in backward), equal FLOPs each: the harmonic mean 3 / (1/fast + 2/full)."""
+    return 3.0 / (1.0 / fast + 2.0 / full)
+
+
 def _bench_gemm_fp8(torch: Any, shape: GemmShape, warmup: int, repeats: int) -> float | None:
-    """fp8 e4m3 GEMM with per-tensor scales, bf16 output, fast accumulation (Transformer Engine's forward recipe).
-    None when the device or this torch build has no fp8 GEMM, or the shape is not 16-aligned."""
+    """fp8 e4m3 GEMM with per-tensor scales and bf16 output, at a training step's mix of fast and full-precision
+    accumulation (`training_mix_rate`; on one H100 the two differ by 6 %, bench/fp8_accum.py). None when the device
+    or this torch build has no fp8 GEMM, or the shape is not 16-aligned."""
     if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
         return None
     if any(d % FP8_ALIGN for d in (shape.m, shape.n, shape.k)):
@@ -165,15 +173,16 @@ def _bench_gemm_fp8(torch: Any, shape: GemmShape, warmup: int, repeats: int) -> 
     b = torch.randn(shape.n, shape.k, device="cuda").to(torch.float8_e4m3fn).t()
     one = torch.ones((), device="cuda", dtype=torch.float32)
 
-    def call() -> object:
-        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True)
+    def call(fast: bool) -> object:
+        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
     try:
-        call()
+        call(True)
     except (RuntimeError, TypeError):  # pre-Hopper/Ada devices and older signatures refuse: skip fp8, keep going
         return None
-    ms = median_ms(torch, call, warmup, repeats)
-    return shape.flops / (ms * 1e-3) / 1e12
+    rate = {fast: shape.flops / (median_ms(torch, lambda f=fast: call(f), warmup, repeats) * 1e-3) / 1e12
+            for fast in (True, False)}
+    return training_mix_rate(rate[True], rate[False])
 
 
 def _sdpa_context(torch: Any) -> tuple[Any, str]:
