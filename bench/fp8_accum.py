@@ -17,7 +17,6 @@ of one fast and two full-precision passes. Usage:
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -28,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/fp8_accum.py` from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from planner.errors import PlanInputError  # noqa: E402
-from planner.evidence.calibrate import GemmShape, gemm_shapes, import_cuda_torch, median_ms  # noqa: E402
+from gpu_bench import cuda_torch_or_exit, report_parser, write_report  # noqa: E402
+
+from planner.evidence.calibrate import GemmShape, gemm_shapes, median_ms  # noqa: E402
 from planner.inputs.catalog import load_model  # noqa: E402
 
 MODELS = ("llama3-8b", "llama3-70b")
@@ -82,15 +82,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="fp8_accum.json", help="JSON report path")
-    ap.add_argument("--repeats", type=int, default=10, help="timed bursts per shape and variant (the median is kept)")
-    args = ap.parse_args(argv)
-    try:
-        torch = import_cuda_torch("bench/fp8_accum.py")
-    except PlanInputError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        sys.exit(2)
+    args = report_parser(__doc__, "fp8_accum.json", 10,
+                         "timed bursts per shape and variant (the median is kept)").parse_args(argv)
+    torch = cuda_torch_or_exit("bench/fp8_accum.py")
     rows = []
     for shape in gemm_shapes([load_model(m) for m in MODELS], TOKENS, TPS):
         r = {"m": shape.m, "n": shape.n, "k": shape.k, **time_shape(torch, shape, args.repeats)}
@@ -101,8 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     doc = {"schema_version": 1, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "repeats": args.repeats, "summary": summary(rows), "rows": rows}
     print(json.dumps(doc["summary"]))
-    Path(args.out).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_report(doc, args.out)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ M / (M + M0) and K / (K + K0) curves. Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/grouped_gemm.py` from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from planner.errors import PlanInputError  # noqa: E402
-from planner.evidence.calibrate import import_cuda_torch, median_ms  # noqa: E402
+from gpu_bench import cuda_torch_or_exit, report_parser, write_report  # noqa: E402
+
+from planner.evidence.calibrate import median_ms  # noqa: E402
 
 # name: (hidden, expert width, local experts timed together). Local experts: one EP rank's share in a typical
 # layout (Qwen3-30B-A3B EP 8: 16; gpt-oss-120b EP 8: 16; DeepSeek-V3 EP 32: 8; Mixtral 8x22B, no EP: 8).
@@ -63,15 +62,9 @@ def time_gemms(torch: Any, experts: int, m: int, k: int, n: int, repeats: int) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="grouped_gemm.json", help="JSON report path")
-    ap.add_argument("--repeats", type=int, default=20, help="timed calls per shape (the median is kept)")
-    args = ap.parse_args(argv)
-    try:
-        torch = import_cuda_torch("bench/grouped_gemm.py")
-    except PlanInputError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        sys.exit(2)
+    args = report_parser(__doc__, "grouped_gemm.json", 20,
+                         "timed calls per shape (the median is kept)").parse_args(argv)
+    torch = cuda_torch_or_exit("bench/grouped_gemm.py")
     rows = []
     for name, (hidden, width, experts) in SHAPES.items():
         for tokens in TOKENS_PER_EXPERT:
@@ -84,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.empty_cache()
     doc = {"schema_version": 1, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "dtype": "bf16", "repeats": args.repeats, "rows": rows}
-    Path(args.out).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_report(doc, args.out)
 
 
 if __name__ == "__main__":

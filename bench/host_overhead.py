@@ -13,7 +13,6 @@ through autograd. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -26,8 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/host_overhead.py` from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from planner.errors import PlanInputError  # noqa: E402
-from planner.evidence.calibrate import import_cuda_torch  # noqa: E402
+from gpu_bench import cuda_torch_or_exit, write_report  # noqa: E402
 
 
 def cpu_model() -> str:
@@ -62,11 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds (the median is kept)")
     ap.add_argument("--out", default="host_overhead.json", help="JSON report path")
     args = ap.parse_args(argv)
-    try:
-        torch = import_cuda_torch("bench/host_overhead.py")
-    except PlanInputError as exc:
-        print(f"error: {exc.one_line()}", file=sys.stderr)
-        sys.exit(2)
+    torch = cuda_torch_or_exit("bench/host_overhead.py")
 
     x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
     lin = torch.nn.Linear(256, 256, device="cuda", dtype=torch.bfloat16)
@@ -92,8 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{doc['device']}; host CPU {doc['cpu']}; torch {doc['torch']}")
     for name, us in results.items():
         print(f"  {name:46s} {us:8.2f} us of CPU per call")
-    Path(args.out).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    write_report(doc, args.out)
 
 
 if __name__ == "__main__":
