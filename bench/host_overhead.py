@@ -73,8 +73,25 @@ def main(argv: list[str] | None = None) -> None:
     def fwd_no_grad() -> None:
         lin(x)
 
+    # What one call of a Megatron-Core combined-1F1B schedule node adds around its module (pipeline_parallel/utils.py
+    # ScheduleNode._forward at NVIDIA/Megatron-LM@3bec9aa97, planner.cost.host.COMBINED_NODE_OPS): the stream-acquire
+    # event wait and record, the NVTX range, the switch to the node's stream, the detached input that keeps its
+    # requires_grad, and record_stream of the freed input.
+    side, event = torch.cuda.Stream(), torch.cuda.Event()
+
+    def schedule_node() -> None:
+        event.wait(side)
+        torch.cuda.nvtx.range_push("node forward")
+        with torch.cuda.stream(side):
+            held = xg.detach()
+            held.requires_grad = xg.requires_grad
+        torch.cuda.nvtx.range_pop()
+        event.record(side)
+        xg.record_stream(side)
+
     probes = {
         "add (elementwise, no autograd)": lambda: torch.add(x, x),
+        "combined-1F1B schedule node, its own calls": schedule_node,
         "torch.nn.Linear forward, no grad": fwd_no_grad,
         "torch.nn.Linear forward (autograd recording)": lambda: lin(xg),
         "torch.nn.Linear forward + sum + backward": fwd_bwd,
