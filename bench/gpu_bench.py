@@ -1,5 +1,6 @@
 """What the GPU bench scripts (grouped_gemm.py, fp8_accum.py, host_overhead.py) share: PyTorch with CUDA or one
-clear error line and exit code 2, and the JSON report they write."""
+clear error line and exit code 2, and the JSON report they write. Each script puts this checkout on sys.path before
+importing it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(ROOT))
-
-from planner.errors import PlanInputError  # noqa: E402
-from planner.evidence.calibrate import import_cuda_torch  # noqa: E402
+from planner.errors import PlanInputError
+from planner.evidence.calibrate import import_cuda_torch
 
 
 def cuda_torch_or_exit(script: str) -> Any:

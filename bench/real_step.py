@@ -369,9 +369,8 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
 
     for _ in range(warmup):
         step()
-    for buf in model.buffers():  # MoE layers' routed-token counts: from the measured steps only
-        if buf.dtype == torch.float32 and buf.dim() == 1 and buf.numel() == MODEL.get("num_experts"):
-            buf.zero_()
+    for counts in expert_counts(model):  # MoE layers' routed-token counts: from the measured steps only
+        counts.zero_()
     times, issue = [], []
     for _ in range(steps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -385,15 +384,18 @@ def _time_steps(torch: Any, model: Any, opt: Any, mbs: int, steps: int, warmup: 
         times.append(start.elapsed_time(end) / 1e3)
     return {"oom": False, "step_time_s": statistics.median(times), "step_times_s": times,
             "host_issue_s": statistics.median(issue), **memory_readings(torch), **held,
-            "params": sum(p.numel() for p in model.parameters()), **expert_load(torch, model)}
+            "params": sum(p.numel() for p in model.parameters()), **expert_load(model)}
 
 
-def expert_load(torch: Any, model: Any) -> dict[str, float]:
+def expert_counts(model: Any) -> list[Any]:
+    """Each MoE layer's routed-token counts per expert (MoE.tokens_per_expert); none for a dense model."""
+    return [buf for name, buf in model.named_buffers() if name.endswith("tokens_per_expert")]
+
+
+def expert_load(model: Any) -> dict[str, float]:
     """How unevenly the router spread the measured steps' tokens: the busiest expert's count over the mean, per MoE
     layer (their median and maximum); nothing for a dense model."""
-    ratios = [float(buf.max() / buf.mean()) for buf in model.buffers()
-              if buf.dtype == torch.float32 and buf.dim() == 1 and buf.numel() == MODEL.get("num_experts")
-              and float(buf.mean()) > 0]
+    ratios = [float(c.max() / c.mean()) for c in expert_counts(model) if float(c.mean()) > 0]
     if not ratios:
         return {}
     return {"busiest_expert_over_mean_median": statistics.median(ratios), "busiest_expert_over_mean_max": max(ratios)}
