@@ -59,7 +59,8 @@ def test_explained_numbers_are_terms() -> None:
 
 # Sample layouts whose every term the by-value test exercises: a dense pipelined one (interleaved, selective
 # recompute), an MoE one with expert parallelism and full recompute, long context with context parallelism, layer
-# offloading (with ZeRO-3) and module offloading. `plan explain` arguments.
+# offloading (with ZeRO-3), module offloading, and a ZeRO-3 MoE layout whose gathers share the NIC with its
+# all-to-all. `plan explain` arguments.
 SAMPLES = {
     "dense-vpp": ["--model", "llama70b", "--cluster", "h100x512",
                   "--layout", "tp=8,pp=4,vpp=5,mbs=1,zero=1,recompute=selective"],
@@ -69,12 +70,15 @@ SAMPLES = {
     "offload": ["--model", "llama3-70b", "--cluster", "gb300x64", "--seq-len", "8192", "--global-batch", "256",
                 "--precision", "fp8", "--framework", "nemo",
                 "--layout", "tp=1,pp=1,dp=64,mbs=2,zero=3,recompute=offload"],
+    "moe-zero3": ["--model", "qwen3-235b-a22b", "--cluster", "h100x256", "--seq-len", "4096", "--global-batch", "8192",
+                  "--precision", "fp8", "--framework", "nemo",
+                  "--layout", "tp=1,pp=1,ep=32,zero=3,recompute=selective,schedule=combined-1f1b"],
     "offload-modules": ["--model", "llama3-70b", "--cluster", "h100x64", "--seq-len", "8192", "--global-batch", "64",
                         "--layout", "tp=8,pp=4,dp=2,zero=1,sp=1,recompute=offload-modules"],
 }
 # What the sample layouts must exercise: a term that is 0 in every sample would pass vacuously.
-NONZERO = {"tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "pp_comm_s", "dp_comm_s", "recompute_s", "offload_s",
-           "offloaded_layers", "bubble_s", "mem_buffers_gib", "mem_logits_gib"}
+NONZERO = {"tp_comm_s", "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "nic_comm_s", "pp_comm_s", "dp_comm_s", "recompute_s",
+           "offload_s", "offloaded_layers", "bubble_s", "mem_buffers_gib", "mem_logits_gib"}
 # evaluate's numbers that `plan explain --format json` does not print (checked against evaluate's value only).
 UNPRINTED = {"stage_fwd_s", "stage_bwd_s", "stage_wgrad_s", "p2p_s"}
 

@@ -169,9 +169,10 @@ class LayerComm:
     ep_f: np.ndarray
     fsdp_f: np.ndarray
     fsdp_b: np.ndarray
+    nic: np.ndarray | float = 0.0  # what the shared network links add beyond the rest (planner.cost.links)
 
     def total(self) -> np.ndarray:
-        return self.tp + self.cp + self.ep + self.fsdp_f + self.fsdp_b
+        return self.tp + self.cp + self.ep + self.fsdp_f + self.fsdp_b + self.nic
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def stage_times(layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray, lc:
     else:
         per_layer_f = lt.fwd + lc.tp_f + lc.cp_f + lc.ep_f + lc.fsdp_f
         per_layer_b = (lt.bwd + recompute_b + (lc.tp - lc.tp_f) + (lc.cp - lc.cp_f)
-                       + (lc.ep - lc.ep_f) + lc.fsdp_b)
+                       + (lc.ep - lc.ep_f) + lc.fsdp_b + lc.nic)
     return StageTimes(per_layer_f, per_layer_b, stage_forward_time(layers, per_layer_f, head_f, edges, schedule),
                       stage_backward_time(layers, per_layer_b, head_f, edges, schedule),
                       stage_wgrad_time(layers, lt.wgrad, head_f, edges, schedule))

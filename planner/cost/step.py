@@ -25,6 +25,7 @@ from planner.cost import (
     expert,
     fabric,
     groups,
+    links,
     memory,
     memory_terms,
     pipeline,
@@ -94,9 +95,17 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     act_bytes, tp_cp_ep = _layer_comm(problem, k, prof, fab, tok, micro, lt, u, r, rates)
     place = groups.Placement(c, float(problem.num_gpus), k["etp"])
     experts = (params["layer_expert_part"], expert_shard_group(c, shard_group), place.expert_stride)
-    ag, rs = fsdp_collectives(fab, prof, params["per_layer"], shard_group, tp, experts, place.data_outer(shard_group))
+    outer = place.data_outer(shard_group)
+    ag, rs = fsdp_collectives(fab, prof, params["per_layer"], shard_group, tp, experts, outer)
     z3_f, z3_b = fsdp_exposed_from(fab, zero, ag, rs, lt.fwd, lt.bwd)
-    lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
+    alone = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
+    tr = problem.training
+    nic = links.layer_contention(
+        problem.model, fab, expert.dispatcher_profile(prof, tr), zero,
+        (params["per_layer"] - experts[0], shard_group, tp, outer, experts),
+        (tok, tp, ep, k["etp"], compute.is_fp8(problem), expert.busiest_rank_load(tr, ep)), (u, r),
+        lt.fwd + lt.bwd + recompute_b + alone.total())
+    lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b, nic)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
                   act_bytes, lc, (ag, rs), place)
 
@@ -181,6 +190,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "cp_comm_s": context.cp_comm_time(micro, layers, lc.cp),
         "ep_comm_s": expert.ep_comm_time(micro, layers, lc.ep),
         "fsdp_comm_s": sharding.fsdp_comm_time(micro, layers, lc.fsdp_f, lc.fsdp_b),
+        "nic_comm_s": links.nic_comm_time(micro, layers, lc.nic),
         "pp_comm_s": pipeline.pp_comm_time(micro, p2p_exposed),
         "dp_comm_s": dp_exposed,
         "recompute_s": compute.recompute_step_time(micro, layers, recompute_b),

@@ -83,7 +83,7 @@ def metrics_dict(metrics: dict[str, float], capacity: float) -> dict[str, float]
 
 def breakdown_dict(metrics: dict[str, float]) -> dict[str, Any]:
     time_keys = ("compute_s", "exposed_comm_s", "bubble_s", "optimizer_s", "recompute_s", "offload_s", "tp_comm_s",
-                 "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "pp_comm_s", "dp_comm_s")
+                 "cp_comm_s", "ep_comm_s", "fsdp_comm_s", "nic_comm_s", "pp_comm_s", "dp_comm_s")
     mem = {k.removeprefix("mem_").removesuffix("_gib"): sig(metrics[k], 4) for k in metrics if k.startswith("mem_")}
     return {**{k: sig(metrics[k]) for k in time_keys}, "memory_gib": mem}
 

@@ -117,8 +117,9 @@ def _share(plan: Plan, key: str) -> float:
 def why(plan: Plan, best: Plan) -> str:
     """The component that costs this plan the most against the best one (or the best one's main overhead)."""
     names = {"bubble_s": "bubble", "tp_comm_s": "TP comm", "cp_comm_s": "CP comm", "ep_comm_s": "EP all-to-all",
-             "fsdp_comm_s": "FSDP gathers", "pp_comm_s": "PP sends", "dp_comm_s": "DP reduce",
-             "recompute_s": "recompute", "offload_s": "activation offload", "optimizer_s": "optimizer"}
+             "fsdp_comm_s": "FSDP gathers", "nic_comm_s": "shared NIC", "pp_comm_s": "PP sends",
+             "dp_comm_s": "DP reduce", "recompute_s": "recompute", "offload_s": "activation offload",
+             "optimizer_s": "optimizer"}
     if plan is best:
         key = max(names, key=lambda k: plan.metrics[k])
         return f"fastest; largest overhead {names[key]} {_share(plan, key):.0%}"

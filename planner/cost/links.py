@@ -1,0 +1,174 @@
+"""One NIC, several dimensions: the network time a layer's collectives need together, against the time it takes.
+
+Every other term prices one parallel dimension's collectives against the compute they hide behind, as if each had
+the GPU's network links to itself. They do not: a ZeRO-3 layer gathers its weights and reduce-scatters its gradients
+through the same NIC that carries its expert all-to-all and its context-parallel ring, and a link moves one byte at
+a time whoever sends it. So beside the per-dimension exposures, one layer's pass can take no less time than its
+busiest network tier needs for all of that traffic together (the link roofline of Williams et al. 2009, applied to
+the NIC as to HBM):
+
+    contention = max(0, max_t sum_d busy_(d,t) - (t_f + t_b + recompute + exposed TP, CP, EP and ZeRO-3))
+
+busy_(d,t): seconds tier t's links carry dimension d's traffic of one layer and micro-batch (forward and backward),
+from the bytes each collective puts on that tier per GPU (planner.cost.fabric: hierarchical all-gather and
+reduce-scatter, all-to-all, node-deduplicated dispatch, ring sends). Counted per layer: the ZeRO-3 gathers (forward,
+backward) and reduce-scatter, the MoE dispatch and combine both ways, the CP ring's KV blocks and Ulysses
+all-to-alls. Not counted: the per-micro-batch pipeline hand-offs and the per-step data-parallel reduction (a layer's
+share of either is small against these), and tensor parallelism, which stays in the NVLink domain unless
+--allow-tp-across-nodes.
+
+A single dimension never adds anything here: its own exposure already leaves the layer at least as long as its
+traffic (a collective longer than its window is exposed by the difference; combined 1F1B's pair is at least its
+communication stream). Two dimensions on one link can: each hides under the same compute on its own, and together
+they need longer than the compute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost import expert
+from planner.cost.context import kv_width
+from planner.cost.fabric import Fabric, Outer, span_tier
+from planner.cost.profiles import FrameworkProfile
+from planner.inputs.layout import Zero
+from planner.inputs.specs import ModelSpec
+
+Busy = tuple[np.ndarray, ...]  # seconds per network tier (tier 1 = the NIC onwards), one layer and micro-batch
+
+
+def _tiers(fab: Fabric) -> range:
+    return range(1, len(fab.levels.sizes))
+
+
+def gather_busy(fab: Fabric, nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, outer: Outer = None) -> Busy:
+    """Per network tier, seconds one all-gather (or reduce-scatter) of gathered size `nbytes` keeps its links busy:
+    (k_t - 1)/k_t x (S / g_(t-1)) / bw_t, the bandwidth terms of fabric.all_gather_time without the latency."""
+    lv = fab.levels
+    g, _ = fab.geometry(size, stride, outer)
+    wire = fab.squeeze.wire("dp", nbytes)
+    out = []
+    for t in _tiers(fab):
+        k = np.maximum(g[t] // np.maximum(g[t - 1], 1), 1)
+        out.append(np.where(np.asarray(size) > 1, (k - 1) / k * (wire / g[t - 1]) / lv.bw[t], 0.0))
+    return tuple(out)
+
+
+def all_to_all_busy(fab: Fabric, nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, dim: str) -> Busy:
+    """Per network tier, seconds a plain all-to-all of `nbytes` per rank keeps its links busy: the share addressed
+    outside the domain below, S(n - g_(t-1))/n / bw_t (fabric.all_to_all_time's network terms)."""
+    lv = fab.levels
+    g, _ = fab.geometry(size, stride)
+    n = np.maximum(np.asarray(size, dtype=float), 1.0)
+    wire = fab.squeeze.wire(dim, nbytes)
+    return tuple(wire * (n - g[t - 1]) / n / lv.bw[t] for t in _tiers(fab))
+
+
+def routed_busy(fab: Fabric, remote_bytes: np.ndarray, size: np.ndarray, stride: np.ndarray) -> Busy:
+    """Per network tier, seconds a node-deduplicated dispatch or combine keeps its links busy: one copy per remote
+    domain over the NIC, the share outside the lower tier past it (fabric.routed_all_to_all_time)."""
+    lv = fab.levels
+    g, _ = fab.geometry(size, stride)
+    size = np.asarray(size, dtype=float)
+    wire = fab.squeeze.wire("ep", remote_bytes)
+    out = []
+    for t in _tiers(fab):
+        share = 1.0 if t == 1 else (size - g[t - 1]) / np.maximum(size - g[0], 1)
+        out.append(np.where(size > g[0], wire * share / lv.bw[t], 0.0))
+    return tuple(out)
+
+
+def send_busy(fab: Fabric, nbytes: np.ndarray, crosses: np.ndarray) -> Busy:
+    """Per network tier, seconds a point-to-point send that crosses tier `crosses` (fabric.span_tier) keeps it and
+    every network tier below it busy."""
+    lv = fab.levels
+    wire = fab.squeeze.wire("cp", nbytes)
+    return tuple(np.where(np.asarray(crosses) >= t, wire / lv.bw[t], 0.0) for t in _tiers(fab))
+
+
+def _add(*parts: Busy) -> Busy:
+    return tuple(sum(tier) for tier in zip(*parts, strict=True))
+
+
+def _scale(part: Busy, factor: np.ndarray | float) -> Busy:
+    return tuple(t * factor for t in part)
+
+
+def fsdp_busy(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, dense_p: np.ndarray, shard_group: np.ndarray,
+              tp: np.ndarray, outer: Outer, experts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Busy:
+    """ZeRO-3's traffic of one layer and micro-batch (planner.cost.sharding.fsdp_exposed): the bf16 weights gathered
+    for the forward and again for the backward, the gradients reduce-scattered, dense over the data ranks and routed
+    experts over their expert data-parallel group (`experts`: their parameters, group and stride)."""
+    exp_p, exp_group, exp_stride = experts
+    z3 = zero == Zero.PARAMETERS
+
+    def one(params: np.ndarray, group: np.ndarray, stride: np.ndarray, far: Outer) -> Busy:
+        gathers = _scale(gather_busy(fab, params * 2.0, group, stride, far), 2.0)
+        return _add(gathers, gather_busy(fab, params * prof.grad_reduce_bytes, group, stride, far))
+
+    both = _add(one(dense_p, shard_group, tp, outer), one(exp_p, exp_group, exp_stride, None))
+    return tuple(np.where(z3, t, 0.0) for t in both)
+
+
+def ep_busy(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
+            etp: np.ndarray, fp8: bool, load: np.ndarray | float) -> Busy:
+    """The MoE layers' dispatch and combine of one average layer and micro-batch, forward and backward (the bytes of
+    expert.a2a_parts: k copies per token with a plain all-to-all, one per remote domain reached with DeepEP)."""
+    if not m.is_moe:
+        return tuple(np.zeros_like(np.asarray(tp, dtype=float)) for _ in _tiers(fab))
+    f_moe = m.moe_layers / m.num_hidden_layers
+    tokens = tok / tp
+    dispatch_elt = expert.FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
+    elt = dispatch_elt + 2.0  # dispatch, then the bf16 combine
+    if prof.deepep:
+        g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
+        domains = np.maximum(ep / g, 1.0)
+        remote = (expert.domain_load(load, g) * tokens * m.hidden_size * expert.domains_reached(m, domains)
+                  * (domains - 1) / domains)
+        one_pass = routed_busy(fab, remote * elt, ep, etp)
+    else:
+        copies = load * tokens * m.num_experts_per_tok * m.hidden_size
+        one_pass = all_to_all_busy(fab, copies * elt, ep, etp, "ep")
+    return _scale(one_pass, 2.0 * f_moe)
+
+
+def cp_busy(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray) -> Busy:
+    """Context parallelism's traffic of one layer and micro-batch (planner.cost.context): the ring's r - 1 KV blocks
+    forward and twice that backward (KV and dKV), and the Ulysses all-to-alls, twice each way."""
+    block = tok * kv_width(m) * 2.0 / tp
+    ring = send_busy(fab, 3.0 * np.maximum(r - 1, 0.0) * block, span_tier(r * tp * u, fab.cluster))
+    q_width = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.d_head)
+    kv = kv_width(m) if not m.is_mla else 2 * m.num_attention_heads * m.d_head
+    ulysses = all_to_all_busy(fab, 2.0 * tok * (2 * q_width + kv) * 2.0 / tp, u, tp, "cp")
+    return _add(ring, ulysses)
+
+
+def contention(busy: Busy, elapsed: np.ndarray) -> np.ndarray:
+    """Seconds one layer's pass takes beyond `elapsed` (its kernels and the exposures each dimension priced alone)
+    because its busiest network tier needs longer for all the traffic: max(0, max_t busy_t - elapsed)."""
+    need = np.max(np.stack(np.broadcast_arrays(*busy)), axis=0) if busy else 0.0
+    return np.maximum(need - elapsed, 0.0)
+
+
+def layer_contention(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, c_zero: np.ndarray,
+                     fsdp: tuple[np.ndarray, np.ndarray, np.ndarray, Outer, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                     moe: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray | float],
+                     cp: tuple[np.ndarray, np.ndarray], elapsed: np.ndarray) -> np.ndarray:
+    """`contention` of one average layer and micro-batch, from ZeRO-3 (`fsdp`: dense parameters, shard group, tp,
+    the data group's outer factor, the experts' (parameters, group, stride)), EP (`moe`: tokens, tp, ep, etp, fp8,
+    busiest-rank load) and CP (`cp`: Ulysses and ring sizes) traffic."""
+    dense_p, shard_group, tp, outer, experts = fsdp
+    tok, tp_e, ep, etp, fp8, load = moe
+    u, r = cp
+    busy = _add(fsdp_busy(fab, prof, c_zero, dense_p, shard_group, tp, outer, experts),
+                ep_busy(m, fab, prof, tok, tp_e, ep, etp, fp8, load),
+                cp_busy(m, fab, tok, tp_e, u, r))
+    return contention(busy, elapsed)
+
+
+def nic_comm_time(micro: np.ndarray, layers: np.ndarray, per_layer: np.ndarray | float) -> np.ndarray:
+    """nic_comm_s: what shared network links add per step on the busiest stage, m·L·(`layer_contention` per layer)."""
+    return micro * layers * per_layer
+
+
+__all__ = ["contention", "layer_contention", "nic_comm_time"]
