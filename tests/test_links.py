@@ -52,3 +52,35 @@ def test_a_faster_network_contends_less(tmp_path) -> None:
     path.write_text(yaml.safe_dump(spec))
     fast = _explain(str(path), "tp=1,pp=1,ep=32,zero=3,recompute=selective,schedule=combined-1f1b")
     assert fast["breakdown"]["nic_comm_s"] < 0.5 * slow["breakdown"]["nic_comm_s"]
+
+
+def test_only_two_network_dimensions_contend() -> None:
+    """Over a grid of Qwen3-235B layouts on 256 H100: a layout pays for the shared NIC only where ZeRO-3's gathers
+    or a CP ring leave the node beside an all-to-all that does (one dimension on the NIC never adds anything), and
+    the term only ever adds time."""
+    from planner.cost.step import evaluate
+    from planner.evidence.cases import case_problem
+    from planner.inputs.layout import Layout, Schedule
+
+    from planner.inputs.catalog import load_model
+
+    model = load_model("qwen3-235b-a22b").model_dump(exclude_none=True)
+    case = {"id": "grid", "model": model, "cluster": "h100x256",
+            "training": {"seq_len": 4096, "global_batch": 8192, "precision": "fp8", "framework": "nemo"},
+            "layout": {"tp": 1, "pp": 1}, "measured": {}}
+    problem = case_problem(case, "grid")
+    rows = [dict(tp=1, pp=1, cp=cp, ep=ep, etp=1, vpp=1, mbs=1, zero=zero, recompute=1, sp=0, cp_comm=0,
+                 schedule=int(Schedule.COMBINED_1F1B), dp=256 // cp)
+            for ep in (8, 16, 32) for zero in (1, 3) for cp in (1, 2)]
+    seen = 0
+    for row in rows:
+        out = evaluate(problem, Layout.from_dict(row).columns())
+        nic = float(out["nic_comm_s"][0])
+        assert nic >= 0.0
+        ep_leaves_node = row["ep"] > 8
+        if nic > 0:
+            seen += 1
+            assert ep_leaves_node and (row["zero"] == 3 or row["cp"] > 1), row
+        if row["zero"] == 1 and row["cp"] == 1 or not ep_leaves_node and row["cp"] == 1:
+            assert nic == 0.0, row
+    assert seen > 0
