@@ -15,7 +15,9 @@ reduce-scatter, all-to-all, node-deduplicated dispatch, ring sends). Counted per
 backward) and reduce-scatter, the MoE dispatch and combine both ways, the CP ring's KV blocks and Ulysses
 all-to-alls. Not counted: the per-micro-batch pipeline hand-offs and the per-step data-parallel reduction (a layer's
 share of either is small against these), and tensor parallelism, which stays in the NVLink domain unless
---allow-tp-across-nodes.
+--allow-tp-across-nodes. The NVLink tier itself is left out: it carries 8-18x a NIC's bandwidth per GPU (450-900 GB/s
+against 50-100), and the TP collectives that load it most are priced blocking or beside their own GEMMs
+(planner.cost.tensor), so the NIC is the link two hidden dimensions can overfill.
 
 A single dimension never adds anything here: its own exposure already leaves the layer at least as long as its
 traffic (a collective longer than its window is exposed by the difference; combined 1F1B's pair is at least its
