@@ -60,9 +60,8 @@ def test_only_two_network_dimensions_contend() -> None:
     the term only ever adds time."""
     from planner.cost.step import evaluate
     from planner.evidence.cases import case_problem
-    from planner.inputs.layout import Layout, Schedule
-
     from planner.inputs.catalog import load_model
+    from planner.inputs.layout import Layout, Schedule
 
     model = load_model("qwen3-235b-a22b").model_dump(exclude_none=True)
     case = {"id": "grid", "model": model, "cluster": "h100x256",
