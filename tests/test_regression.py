@@ -203,6 +203,23 @@ def test_schema_1_baseline_still_checks_clean(tmp_path: Path, baseline: Path):
     assert plan("diff", str(path), str(baseline)).returncode != 2  # diff reads it too (2: an unreadable document)
 
 
+def _schema_8(d: dict) -> None:
+    """A document as planners before the shared-NIC term wrote it: schema 8, no breakdown `nic_comm_s`."""
+    d["schema_version"] = 8
+    for entry in d["plans"]:
+        entry["breakdown"].pop("nic_comm_s")
+
+
+def test_schema_8_baseline_shows_no_breakdown_move(tmp_path: Path, baseline: Path):
+    """A version 8 baseline has no `nic_comm_s`; it reads as the 0 no older planner priced, not as a moved term."""
+    path = edited(tmp_path, baseline, "v8.json", _schema_8)
+    r = plan("check", "--baseline", str(path), "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ok = json.loads(r.stdout)
+    assert ok["passed"] is True and all(m["key"] != "nic_comm_s" for m in ok["breakdown"])
+    assert "nic_comm_s" in json.loads(baseline.read_text())["plans"][0]["breakdown"]
+
+
 def test_check_json_format(tmp_path: Path, baseline: Path):
     r = plan("check", "--baseline", str(baseline), "--format", "json")
     assert r.returncode == 0

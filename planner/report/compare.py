@@ -29,6 +29,7 @@ from planner.report.plan_doc import (
     plan_document,
     problem_from_document,
     read_options,
+    with_default_breakdown,
     with_default_sections,
 )
 
@@ -148,7 +149,8 @@ def compare(old_doc: dict[str, Any], new_doc: dict[str, Any], tolerance: float =
                      new_layout=new_plan["layout"])
     cmp.layout_changes = changes(old_plan["layout"], new_plan["layout"], layout=True)
     cmp.metrics = deltas(old_plan["metrics"], new_plan["metrics"], METRIC_KEYS)
-    cmp.breakdown = moved_terms(old_plan.get("breakdown", {}), new_plan.get("breakdown", {}))
+    cmp.breakdown = moved_terms(with_default_breakdown(old_plan.get("breakdown", {})),
+                                with_default_breakdown(new_plan.get("breakdown", {})))
     cmp.inputs = changes(_with_summary(old_doc), _with_summary(new_doc))
     old_version, new_version = old_doc.get("planner_version", ABSENT), new_doc.get("planner_version", ABSENT)
     if not same(old_version, new_version):

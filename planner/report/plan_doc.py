@@ -267,6 +267,19 @@ def with_default_sections(cluster: Any) -> Any:
     return {**{key: spec().model_dump() for key, spec in SECTIONS.items()}, **cluster}
 
 
+# Breakdown terms a newer schema added, with the value an older document's plans had for them: `nic_comm_s`
+# (schema 9, planner.cost.links) was no term before, so it read 0.
+BREAKDOWN_DEFAULTS = {"nic_comm_s": 0.0}
+
+
+def with_default_breakdown(breakdown: Any) -> Any:
+    """A recorded plan's breakdown with the terms an older schema lacks at the value they then had, so that comparing
+    it with a newer document shows no change there."""
+    if not isinstance(breakdown, dict):
+        return breakdown
+    return {**BREAKDOWN_DEFAULTS, **breakdown}
+
+
 def problem_from_document(doc: Any, source: str | None = None) -> Problem:
     """Rebuild exactly the problem a plan document was made for, from its `inputs` (recorded figures, not today's
     catalog). A bad or foreign document raises one PlanInputError naming `source`, the field and the fix."""
