@@ -28,7 +28,7 @@ TIME_TERMS: tuple[tuple[str, str, str], ...] = (
     ("kernels", "compute", "#4C72B0"), ("recompute_s", "recompute", "#8FAADC"),
     ("offload_s", "activation offload", "#64B5CD"), ("tp_comm_s", "TP comm", "#DD8452"),
     ("cp_comm_s", "CP comm", "#C44E52"), ("ep_comm_s", "EP comm", "#8172B3"),
-    ("fsdp_comm_s", "ZeRO-3 gathers", "#937860"), ("nic_comm_s", "shared-NIC contention", "#6B4C9A"),
+    ("fsdp_comm_s", "ZeRO-3 gathers", "#937860"), ("nic_comm_s", "shared-NIC contention", "#00665E"),
     ("pp_comm_s", "PP hand-offs", "#DA8BC3"), ("dp_comm_s", "DP reduction", "#CCB974"),
     ("bubble_s", "pipeline bubble", "#B0B0B0"), ("optimizer_s", "optimizer", "#55A868"), ("other", "other", "#404040"),
 )
