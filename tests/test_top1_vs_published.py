@@ -38,3 +38,6 @@ def test_each_published_figure_is_its_case_and_the_problem_plans(run: check.Publ
     assert run.tokens_per_s_per_gpu == max(one.tokens_per_s_per_gpu for one in run.runs)
     best = check.top1(run.args)
     assert best["metrics"]["tokens_per_s_per_gpu"] > 0
+    low, high = best["band"]["tokens_per_s_per_gpu"]
+    assert low < best["metrics"]["tokens_per_s_per_gpu"] < high
+    assert check.in_band(best, low) and not check.in_band(best, 0.99 * low)
