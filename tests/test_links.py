@@ -1,20 +1,25 @@
-"""Shared network links (planner.cost.links): ZeRO-3 gathers and the MoE all-to-all through one NIC."""
+"""Shared network links (planner.cost.links): ZeRO-2/3 traffic, the MoE all-to-all and CP rings through one NIC."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import yaml
 from conftest import run_plan_in_process
 
 from planner.cost import links
+from planner.cost.step import evaluate
+from planner.evidence.cases import case_problem
+from planner.inputs.catalog import load_model
+from planner.inputs.layout import Layout, Schedule
 
 QWEN3 = ["--model", "qwen3-235b-a22b", "--seq-len", "4096", "--global-batch", "8192", "--precision", "fp8",
          "--framework", "nemo"]
 
 
 def _explain(cluster: str, layout: str) -> dict:
-    import json
-
     out = run_plan_in_process("explain", *QWEN3, "--cluster", cluster, "--layout", layout, "--format", "json")
     return json.loads(out.stdout)
 
@@ -44,8 +49,6 @@ def test_one_dimension_on_the_nic_adds_nothing(layout: str) -> None:
 
 def test_a_faster_network_contends_less(tmp_path) -> None:
     """The same layout on a cluster whose NICs are twice as fast: the shared traffic fits the layer again."""
-    import yaml
-
     slow = _explain("h100x256", "tp=1,pp=1,ep=32,zero=3,recompute=selective,schedule=combined-1f1b")
     spec = {"name": "h100x256-fast", "gpu": "h100", "nodes": 32, "gpus_per_node": 8, "network_gbps": 100}
     path = tmp_path / "fast.yaml"
@@ -58,11 +61,6 @@ def test_only_two_network_dimensions_contend() -> None:
     """Over a grid of Qwen3-235B layouts on 256 H100: a layout pays for the shared NIC only where ZeRO-3's gathers
     or a CP ring leave the node beside an all-to-all that does (one dimension on the NIC never adds anything), and
     the term only ever adds time."""
-    from planner.cost.step import evaluate
-    from planner.evidence.cases import case_problem
-    from planner.inputs.catalog import load_model
-    from planner.inputs.layout import Layout, Schedule
-
     model = load_model("qwen3-235b-a22b").model_dump(exclude_none=True)
     case = {"id": "grid", "model": model, "cluster": "h100x256",
             "training": {"seq_len": 4096, "global_batch": 8192, "precision": "fp8", "framework": "nemo"},
@@ -83,3 +81,19 @@ def test_only_two_network_dimensions_contend() -> None:
         if row["zero"] == 1 and row["cp"] == 1 or not ep_leaves_node and row["cp"] == 1:
             assert nic == 0.0, row
     assert seen > 0
+
+
+def test_zero2_reduce_scatter_shares_the_nic_too(tmp_path) -> None:
+    """ZeRO-2 reduce-scatters every micro-batch's gradients through the NIC the cross-node all-to-all uses: on a
+    100 Gb/s network the two no longer fit the layer, and the shared-NIC term says by how much."""
+    spec = {"name": "h100x256-slow", "gpu": "h100", "nodes": 32, "gpus_per_node": 8, "network_gbps": 12.5}
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    args = ["--model", "qwen3-235b-a22b", "--cluster", str(path), "--seq-len", "2048", "--global-batch", "8192",
+            "--precision", "fp8", "--framework", "nemo", "--format", "json"]
+    out = run_plan_in_process("explain", *args, "--layout",
+                              "tp=1,pp=1,ep=32,zero=2,recompute=selective,schedule=combined-1f1b")
+    assert json.loads(out.stdout)["breakdown"]["nic_comm_s"] > 0.0
+    inside = run_plan_in_process("explain", *args, "--layout",
+                                 "tp=1,pp=1,ep=8,zero=2,recompute=selective,schedule=combined-1f1b")
+    assert json.loads(inside.stdout)["breakdown"]["nic_comm_s"] == 0.0  # the all-to-all stays in the node

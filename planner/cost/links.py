@@ -7,17 +7,17 @@ a time whoever sends it. So beside the per-dimension exposures, one layer's pass
 busiest network tier needs for all of that traffic together (the link roofline of Williams et al. 2009, applied to
 the NIC as to HBM):
 
-    contention = max(0, max_t sum_d busy_(d,t) - (t_f + t_b + recompute + exposed TP, CP, EP and ZeRO-3))
+    contention = max(0, max_t sum_d busy_(d,t) - (t_f + t_b + recompute + exposed TP, CP, EP, ZeRO-2 and ZeRO-3))
 
 busy_(d,t): seconds tier t's links carry dimension d's traffic of one layer and micro-batch (forward and backward),
 from the bytes each collective puts on that tier per GPU (planner.cost.fabric: hierarchical all-gather and
 reduce-scatter, all-to-all, node-deduplicated dispatch, ring sends). Counted per layer: the ZeRO-3 gathers (forward,
-backward) and reduce-scatter, the MoE dispatch and combine both ways, the CP ring's KV blocks and Ulysses
-all-to-alls. Not counted: the per-micro-batch pipeline hand-offs and the per-step data-parallel reduction (a layer's
-share of either is small against these), and tensor parallelism, which stays in the NVLink domain unless
---allow-tp-across-nodes. The NVLink tier itself is left out: it carries 8-18x a NIC's bandwidth per GPU (450-900 GB/s
-against 50-100), and the TP collectives that load it most are priced blocking or beside their own GEMMs
-(planner.cost.tensor), so the NIC is the link two hidden dimensions can overfill.
+backward), the gradient reduce-scatter ZeRO-2 and -3 run every micro-batch, the MoE dispatch and combine both ways, the
+CP ring's KV blocks and Ulysses all-to-alls. Not counted: the per-micro-batch pipeline hand-offs and ZeRO-0/1's
+once-a-step data-parallel reduction (a layer's share of either is small against these), and tensor parallelism, which
+stays in the NVLink domain unless --allow-tp-across-nodes. The NVLink tier itself is left out: it carries 8-18x a
+NIC's bandwidth per GPU (450-900 GB/s against 50-100), and the TP collectives that load it most are priced blocking or
+beside their own GEMMs (planner.cost.tensor), so the NIC is the link two hidden dimensions can overfill.
 
 A single dimension never adds anything here: its own exposure already leaves the layer at least as long as its
 traffic (a collective longer than its window is exposed by the difference; combined 1F1B's pair is at least its
@@ -98,18 +98,23 @@ def _scale(part: Busy, factor: np.ndarray | float) -> Busy:
 
 def fsdp_busy(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, dense_p: np.ndarray, shard_group: np.ndarray,
               tp: np.ndarray, outer: Outer, experts: tuple[np.ndarray, np.ndarray, np.ndarray]) -> Busy:
-    """ZeRO-3's traffic of one layer and micro-batch (planner.cost.sharding.fsdp_exposed): the bf16 weights gathered
-    for the forward and again for the backward, the gradients reduce-scattered, dense over the data ranks and routed
-    experts over their expert data-parallel group (`experts`: their parameters, group and stride)."""
+    """Sharded data parallelism's traffic of one layer and micro-batch: ZeRO-3 gathers the bf16 weights for the
+    forward and again for the backward (planner.cost.sharding.fsdp_exposed), and ZeRO-2 and -3 reduce-scatter the
+    gradients every micro-batch (planner.cost.data.zero2_exposed), dense over the data ranks and routed experts over
+    their expert data-parallel group (`experts`: their parameters, group and stride). ZeRO-1 reduces once a step,
+    behind the last micro-batch only (not counted, module docstring)."""
     exp_p, exp_group, exp_stride = experts
     z3 = zero == Zero.PARAMETERS
+    per_microbatch = zero >= Zero.GRADIENTS
 
-    def one(params: np.ndarray, group: np.ndarray, stride: np.ndarray, far: Outer) -> Busy:
+    def one(params: np.ndarray, group: np.ndarray, stride: np.ndarray, far: Outer) -> tuple[Busy, Busy]:
         gathers = _scale(gather_busy(fab, params * 2.0, group, stride, far), 2.0)
-        return _add(gathers, gather_busy(fab, params * prof.grad_reduce_bytes, group, stride, far))
+        return gathers, gather_busy(fab, params * prof.grad_reduce_bytes, group, stride, far)
 
-    both = _add(one(dense_p, shard_group, tp, outer), one(exp_p, exp_group, exp_stride, None))
-    return tuple(np.where(z3, t, 0.0) for t in both)
+    (dense_ag, dense_rs), (exp_ag, exp_rs) = one(dense_p, shard_group, tp, outer), one(exp_p, exp_group, exp_stride,
+                                                                                       None)
+    return tuple(np.where(z3, ag, 0.0) + np.where(per_microbatch, rs, 0.0)
+                 for ag, rs in zip(_add(dense_ag, exp_ag), _add(dense_rs, exp_rs), strict=True))
 
 
 def ep_busy(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,

@@ -32,7 +32,7 @@ from planner.cost import (
     sharding,
     tensor,
 )
-from planner.cost.fabric import Fabric
+from planner.cost.fabric import Fabric, overlapped_exposed
 from planner.cost.profiles import FrameworkProfile, stack_profile, tp_mode
 from planner.cost.sharding import (
     expert_shard_group,
@@ -42,7 +42,7 @@ from planner.cost.sharding import (
     stage_expert_params,
     stage_params,
 )
-from planner.inputs.layout import Schedule
+from planner.inputs.layout import Schedule, Zero
 from planner.inputs.problem import Problem
 
 __all__ = ["evaluate", "layer_terms", "step_time_floor"]
@@ -100,11 +100,15 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     z3_f, z3_b = fsdp_exposed_from(fab, zero, ag, rs, lt.fwd, lt.bwd)
     alone = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b)
     tr = problem.training
+    # ZeRO-2's per-micro-batch reduce-scatter is priced per step (planner.cost.data.zero2_exposed); its layer's share
+    # of what it exposes is time the layer already takes
+    z2_rs = np.where(zero == Zero.GRADIENTS, overlapped_exposed(rs, prof.dp_overlap * lt.bwd,
+                                                                 fabric.collective_sm_share(problem.cluster)), 0.0)
     nic = links.layer_contention(
         problem.model, fab, expert.dispatcher_profile(prof, tr), zero,
         (params["per_layer"] - experts[0], shard_group, tp, outer, experts),
         (tok, tp, ep, k["etp"], compute.is_fp8(problem), expert.busiest_rank_load(tr, ep)), (u, r),
-        lt.fwd + lt.bwd + recompute_b + alone.total())
+        lt.fwd + lt.bwd + recompute_b + alone.total() + z2_rs)
     lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b, nic)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
                   act_bytes, lc, (ag, rs), place)

@@ -82,8 +82,8 @@ TERMS: tuple[Term, ...] = (
          "m·L·(E(gather, t_f) + E(gather + reduce-scatter, t_b)), E(T, w) = max(T - w, s·min(T, w)): what the "
          "layer does not hide, or the s = 24/SMs of the SMs NCCL holds while it runs (Rajbhandari et al. 2020)"),
     Term("nic_comm_s", "shared-link contention per step", "s", _C + "links.nic_comm_time",
-         "m·L·max(0, max_t Σ_d busy_(d,t) - (t_f + t_b + recompute + exposed TP, CP, EP, ZeRO-3)): ZeRO-3, EP and CP "
-         "traffic of a layer through the same network tier t, against the time the layer already takes (link "
+         "m·L·max(0, max_t Σ_d busy_(d,t) - (t_f + t_b + recompute + exposed TP, CP, EP, ZeRO-2/3)): ZeRO-2/3, EP and "
+         "CP traffic of a layer through the same network tier t, against the time the layer already takes (link "
          "roofline, Williams et al. 2009)"),
     Term("pp_comm_s", "exposed hand-offs per step", "s", _C + "pipeline.pp_comm_time",
          "m·2·p2p·v (one each way per micro-batch, v times with interleaving; hidden by DualPipe's pairing)"),
