@@ -27,6 +27,8 @@ they need longer than the compute.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from planner.cost import expert
@@ -157,19 +159,39 @@ def contention(busy: Busy, elapsed: np.ndarray) -> np.ndarray:
     return np.maximum(need - elapsed, 0.0)
 
 
-def layer_contention(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, c_zero: np.ndarray,
-                     fsdp: tuple[np.ndarray, np.ndarray, np.ndarray, Outer, tuple[np.ndarray, np.ndarray, np.ndarray]],
-                     moe: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool, np.ndarray | float],
-                     cp: tuple[np.ndarray, np.ndarray], elapsed: np.ndarray) -> np.ndarray:
-    """`contention` of one average layer and micro-batch, from ZeRO-3 (`fsdp`: dense parameters, shard group, tp,
-    the data group's outer factor, the experts' (parameters, group, stride)), EP (`moe`: tokens, tp, ep, etp, fp8,
-    busiest-rank load) and CP (`cp`: Ulysses and ring sizes) traffic."""
-    dense_p, shard_group, tp, outer, experts = fsdp
-    tok, tp_e, ep, etp, fp8, load = moe
-    u, r = cp
-    busy = _add(fsdp_busy(fab, prof, c_zero, dense_p, shard_group, tp, outer, experts),
-                ep_busy(m, fab, prof, tok, tp_e, ep, etp, fp8, load),
-                cp_busy(m, fab, tok, tp_e, u, r))
+class Sharded(NamedTuple):
+    """What a layer's sharded data parallelism sends (fsdp_busy): the ZeRO stage, the dense parameters of one layer,
+    the shard group, its rank stride (tp) and outer factor, and the routed experts' (parameters, group, stride)."""
+
+    zero: np.ndarray
+    dense_params: np.ndarray
+    shard_group: np.ndarray
+    stride: np.ndarray
+    outer: Outer
+    experts: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class Routed(NamedTuple):
+    """What a layer's MoE dispatch sends (ep_busy): tokens per micro-batch, tp, ep, expert tp, whether tokens travel
+    in fp8, and the busiest rank's load."""
+
+    tokens: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    fp8: bool
+    load: np.ndarray | float
+
+
+def layer_contention(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, sharded: Sharded, routed: Routed,
+                     cp_sizes: tuple[np.ndarray, np.ndarray], elapsed: np.ndarray) -> np.ndarray:
+    """`contention` of one average layer and micro-batch from its ZeRO-2/3 (`sharded`), EP (`routed`) and CP
+    (`cp_sizes`: the Ulysses and ring sizes) traffic, against the `elapsed` seconds the layer already takes."""
+    u, r = cp_sizes
+    busy = _add(fsdp_busy(fab, prof, sharded.zero, sharded.dense_params, sharded.shard_group, sharded.stride,
+                          sharded.outer, sharded.experts),
+                ep_busy(m, fab, prof, routed.tokens, routed.tp, routed.ep, routed.etp, routed.fp8, routed.load),
+                cp_busy(m, fab, routed.tokens, routed.tp, u, r))
     return contention(busy, elapsed)
 
 
@@ -178,4 +200,4 @@ def nic_comm_time(micro: np.ndarray, layers: np.ndarray, per_layer: np.ndarray |
     return micro * layers * per_layer
 
 
-__all__ = ["contention", "layer_contention", "nic_comm_time"]
+__all__ = ["Routed", "Sharded", "contention", "layer_contention", "nic_comm_time"]

@@ -105,9 +105,9 @@ def _layer(problem: Problem, c: Mapping[str, np.ndarray]) -> _Layer:
     z2_rs = np.where(zero == Zero.GRADIENTS, overlapped_exposed(rs, prof.dp_overlap * lt.bwd,
                                                                  fabric.collective_sm_share(problem.cluster)), 0.0)
     nic = links.layer_contention(
-        problem.model, fab, expert.dispatcher_profile(prof, tr), zero,
-        (params["per_layer"] - experts[0], shard_group, tp, outer, experts),
-        (tok, tp, ep, k["etp"], compute.is_fp8(problem), expert.busiest_rank_load(tr, ep)), (u, r),
+        problem.model, fab, expert.dispatcher_profile(prof, tr),
+        links.Sharded(zero, params["per_layer"] - experts[0], shard_group, tp, outer, experts),
+        links.Routed(tok, tp, ep, k["etp"], compute.is_fp8(problem), expert.busiest_rank_load(tr, ep)), (u, r),
         lt.fwd + lt.bwd + recompute_b + alone.total() + z2_rs)
     lc = pipeline.LayerComm(*tp_cp_ep, z3_f, z3_b, nic)
     return _Layer(k, prof, zero, hsdp, shard_group, micro, rates, fab, tok, lt, recompute_b, head_f, params,
