@@ -68,20 +68,6 @@ def all_to_all_busy(fab: Fabric, nbytes: np.ndarray, size: np.ndarray, stride: n
     return tuple(wire * (n - g[t - 1]) / n / lv.bw[t] for t in _tiers(fab))
 
 
-def routed_busy(fab: Fabric, remote_bytes: np.ndarray, size: np.ndarray, stride: np.ndarray) -> Busy:
-    """Per network tier, seconds a node-deduplicated dispatch or combine keeps its links busy: one copy per remote
-    domain over the NIC, the share outside the lower tier past it (fabric.routed_all_to_all_time)."""
-    lv = fab.levels
-    g, _ = fab.geometry(size, stride)
-    size = np.asarray(size, dtype=float)
-    wire = fab.squeeze.wire("ep", remote_bytes)
-    out = []
-    for t in _tiers(fab):
-        share = 1.0 if t == 1 else (size - g[t - 1]) / np.maximum(size - g[0], 1)
-        out.append(np.where(size > g[0], wire * share / lv.bw[t], 0.0))
-    return tuple(out)
-
-
 def send_busy(fab: Fabric, nbytes: np.ndarray, crosses: np.ndarray) -> Busy:
     """Per network tier, seconds a point-to-point send that crosses tier `crosses` (fabric.span_tier) keeps it and
     every network tier below it busy."""
@@ -121,24 +107,21 @@ def fsdp_busy(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, dense_p: np
 
 def ep_busy(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, tp: np.ndarray, ep: np.ndarray,
             etp: np.ndarray, fp8: bool, load: np.ndarray | float) -> Busy:
-    """The MoE layers' dispatch and combine of one average layer and micro-batch, forward and backward (the bytes of
-    expert.a2a_parts: k copies per token with a plain all-to-all, one per remote domain reached with DeepEP)."""
+    """The MoE layers' dispatch and combine of one average layer and micro-batch, forward and backward: the bytes each
+    pass puts on the NIC (expert.nic_bytes_per_pass: the routed copies bound outside the NVLink domain, or one per
+    remote domain reached with DeepEP), and past the first network tier the share of them addressed outside the
+    tier below, (n - g_(t-1)) / (n - g_0) (fabric.all_to_all_time, fabric.routed_all_to_all_time)."""
     if not m.is_moe:
         return tuple(np.zeros_like(np.asarray(tp, dtype=float)) for _ in _tiers(fab))
     f_moe = m.moe_layers / m.num_hidden_layers
-    tokens = tok / tp
-    dispatch_elt = expert.FP8_DISPATCH_BYTES if (fp8 and prof.fp8_dispatch) else 2.0
-    elt = dispatch_elt + 2.0  # dispatch, then the bf16 combine
-    if prof.deepep:
-        g = np.minimum(np.maximum(fab.cluster.nvlink_domain // np.maximum(etp, 1), 1), ep)
-        domains = np.maximum(ep / g, 1.0)
-        remote = (expert.domain_load(load, g) * tokens * m.hidden_size * expert.domains_reached(m, domains)
-                  * (domains - 1) / domains)
-        one_pass = routed_busy(fab, remote * elt, ep, etp)
-    else:
-        copies = load * tokens * m.num_experts_per_tok * m.hidden_size
-        one_pass = all_to_all_busy(fab, copies * elt, ep, etp, "ep")
-    return _scale(one_pass, 2.0 * f_moe)
+    nic = fab.squeeze.wire("ep", expert.nic_bytes_per_pass(m, fab, prof, tok, tp, ep, etp, fp8, load))
+    g, _ = fab.geometry(ep, etp)
+    size = np.asarray(ep, dtype=float)
+    out = []
+    for t in _tiers(fab):
+        share = 1.0 if t == 1 else (size - g[t - 1]) / np.maximum(size - g[0], 1)
+        out.append(2.0 * f_moe * nic * share / fab.levels.bw[t])
+    return tuple(out)
 
 
 def cp_busy(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray) -> Busy:
