@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/fp8_accum.py` from a check
 
 from gpu_bench import cuda_torch_or_exit, report_parser, write_report  # noqa: E402
 
-from planner.evidence.calibrate import GemmShape, gemm_shapes, median_ms  # noqa: E402
+from planner.evidence.calibrate import GemmShape, gemm_shapes, median_ms, training_mix_rate  # noqa: E402
 from planner.inputs.catalog import load_model  # noqa: E402
 
 MODELS = ("llama3-8b", "llama3-70b")
@@ -74,7 +74,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
         ratios = [r[name] / r["bf16"] for r in rows if r.get(name) and r.get("bf16")]
         if ratios:
             out[f"{name}_over_bf16_median"] = round(statistics.median(ratios), 3)
-    step = [3.0 / (1.0 / r["fp8_fast"] + 2.0 / r["fp8_full"]) / r["bf16"] for r in rows
+    step = [training_mix_rate(r["fp8_fast"], r["fp8_full"]) / r["bf16"] for r in rows
             if r.get("fp8_fast") and r.get("fp8_full") and r.get("bf16")]
     if step:
         out["fp8_step_over_bf16_median"] = round(statistics.median(step), 3)
