@@ -28,6 +28,19 @@ def kv_width(m: ModelSpec) -> int:
     return (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else 2 * m.kv_heads * m.d_head
 
 
+def ring_block_bytes(m: ModelSpec, tok: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """Bytes of the KV block one ring step sends forward: tok·kv_width·2/tp (the backward sends KV and dKV, twice)."""
+    return tok * kv_width(m) * 2.0 / tp
+
+
+def ulysses_bytes(m: ModelSpec, tok: np.ndarray, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(QKV, output) bytes each rank exchanges in one direction's Ulysses all-to-alls."""
+    kv = kv_width(m)
+    q_width = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.d_head)
+    qkv_bytes = tok * (q_width + (kv if not m.is_mla else 2 * m.num_attention_heads * m.d_head)) * 2.0 / tp
+    return qkv_bytes, tok * q_width * 2.0 / tp
+
+
 def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray,
                  attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(forward + backward, forward) ring-attention time that attention does not hide, per layer.
@@ -40,7 +53,7 @@ def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: 
     Exposed per direction: (r - 1)·E(t_send, t_attn / r) + r·step kernel launches, E = fabric.overlapped_exposed
     (the send's copy kernel holds SMs while the attention runs, as a collective does).
     """
-    block = tok * kv_width(m) * 2.0 / tp
+    block = ring_block_bytes(m, tok, tp)
     crosses = span_tier(r * tp * u, fab.cluster)
     steps = np.maximum(r - 1, 0.0)
     launches = np.where(r > 1, r * RING_STEP_KERNELS * KERNEL_OVERHEAD_S, 0.0)
@@ -54,11 +67,7 @@ def ring_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: 
 
 def ulysses_time(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray) -> np.ndarray:
     """One direction's all-to-alls among the u Ulysses ranks: QKV before attention, the output after."""
-    kv = kv_width(m)
-    q_width = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.d_head)
-    qkv_bytes = tok * (q_width + (kv if not m.is_mla else 2 * m.num_attention_heads * m.d_head)) * 2.0 / tp
-    out_bytes = tok * q_width * 2.0 / tp
-    return sum(fab.collective("all_to_all", b, u, tp, "cp") for b in (qkv_bytes, out_bytes))
+    return sum(fab.collective("all_to_all", b, u, tp, "cp") for b in ulysses_bytes(m, tok, tp))
 
 
 def cp_exposed(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray,

@@ -139,17 +139,26 @@ def geometry(size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec, outer: 
     return g, _latency(size, g, lv)
 
 
+def all_reduce_tier_times(nbytes: np.ndarray, g: Spans, lv: Levels) -> list[np.ndarray]:
+    """Seconds each tier's links carry a hierarchical all-reduce of `nbytes` (no latency): 2(k_t - 1)/k_t x
+    (S / g_(t-1)) / bw_t, tier 0 the NVLink domain (module docstring)."""
+    k = _per_tier(g)
+    times = [2.0 * (k[0] - 1) / np.maximum(k[0], 1) * nbytes / lv.bw[0]]
+    for t in range(1, len(g)):
+        times.append(2.0 * (k[t] - 1) / np.maximum(k[t], 1) * (nbytes / g[t - 1]) / lv.bw[t])
+    return times
+
+
 def all_reduce_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cluster: ClusterSpec,
                     geo: Geometry | None = None) -> np.ndarray:
     """Hierarchical all-reduce, tier by tier: sum over tiers of 2(k_t - 1)/k_t x (S / g_(t-1)) / bw_t, plus the
     latency (module docstring). Two tiers: 2(g-1)/g·S/nvlink + 2(k-1)/k·(S/g)/network + latency."""
-    lv = levels(cluster)
     size = np.asarray(size)
     g, lat = geo if geo is not None else geometry(size, stride, cluster)
-    k = _per_tier(g)
-    total = 2.0 * (k[0] - 1) / np.maximum(k[0], 1) * nbytes / lv.bw[0]
-    for t in range(1, len(g)):
-        total = total + 2.0 * (k[t] - 1) / np.maximum(k[t], 1) * (nbytes / g[t - 1]) / lv.bw[t]
+    times = all_reduce_tier_times(nbytes, g, levels(cluster))
+    total = times[0]
+    for t in times[1:]:
+        total = total + t
     return np.where(size > 1, total + lat, 0.0)
 
 
@@ -175,14 +184,24 @@ def all_to_all_time(nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, cl
     """All-to-all where each rank holds `nbytes` and keeps 1/n: every tier's links carry the share addressed
     outside the domain below it, S(n - g_(t-1))/n (NVLink: the share inside the domain, S(g0 - 1)/n, plus PXN's
     rail moves), and the slowest tier sets the time: max_t bytes_t / bw_t + latency."""
-    lv = levels(cluster)
     size = np.asarray(size)
     g, lat = geo if geo is not None else geometry(size, stride, cluster)
-    n = np.maximum(size, 1)
-    t_max = (nbytes * (g[0] - 1) / n + _pxn_bytes(nbytes, g[0], n, lv)) / lv.bw[0]
-    for t in range(1, len(g)):
-        t_max = np.maximum(t_max, nbytes * (n - g[t - 1]) / n / lv.bw[t])
+    times = all_to_all_tier_times(nbytes, g, size, levels(cluster))
+    t_max = times[0]
+    for t in times[1:]:
+        t_max = np.maximum(t_max, t)
     return np.where(size > 1, t_max + lat, 0.0)
+
+
+def all_to_all_tier_times(nbytes: np.ndarray, g: Spans, size: np.ndarray, lv: Levels) -> list[np.ndarray]:
+    """Seconds each tier's links carry an all-to-all of `nbytes` per rank (no latency): NVLink the share inside the
+    domain plus PXN's rail moves, each network tier the share addressed outside the domain below it,
+    S(n - g_(t-1))/n / bw_t (all_to_all_time)."""
+    n = np.maximum(size, 1)
+    times = [(nbytes * (g[0] - 1) / n + _pxn_bytes(nbytes, g[0], n, lv)) / lv.bw[0]]
+    for t in range(1, len(g)):
+        times.append(nbytes * (n - g[t - 1]) / n / lv.bw[t])
+    return times
 
 
 def routed_all_to_all_time(copies_bytes: np.ndarray, remote_bytes: np.ndarray, size: np.ndarray,

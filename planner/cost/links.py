@@ -32,9 +32,10 @@ from typing import NamedTuple
 import numpy as np
 
 from planner.cost import expert
-from planner.cost.context import kv_width
-from planner.cost.fabric import Fabric, Outer, span_tier
+from planner.cost.context import ring_block_bytes, ulysses_bytes
+from planner.cost.fabric import Fabric, Outer, all_reduce_tier_times, all_to_all_tier_times, span_tier
 from planner.cost.profiles import FrameworkProfile
+from planner.cost.sharding import fsdp_bytes
 from planner.inputs.layout import Zero
 from planner.inputs.specs import ModelSpec
 
@@ -47,25 +48,18 @@ def _tiers(fab: Fabric) -> range:
 
 def gather_busy(fab: Fabric, nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, outer: Outer = None) -> Busy:
     """Per network tier, seconds one all-gather (or reduce-scatter) of gathered size `nbytes` keeps its links busy:
-    (k_t - 1)/k_t x (S / g_(t-1)) / bw_t, the bandwidth terms of fabric.all_gather_time without the latency."""
-    lv = fab.levels
+    half the all-reduce's tier times (fabric.all_gather_time's bandwidth terms, without the latency)."""
     g, _ = fab.geometry(size, stride, outer)
-    wire = fab.squeeze.wire("dp", nbytes)
-    out = []
-    for t in _tiers(fab):
-        k = np.maximum(g[t] // np.maximum(g[t - 1], 1), 1)
-        out.append(np.where(np.asarray(size) > 1, (k - 1) / k * (wire / g[t - 1]) / lv.bw[t], 0.0))
-    return tuple(out)
+    times = all_reduce_tier_times(fab.squeeze.wire("dp", nbytes), g, fab.levels)
+    return tuple(np.where(np.asarray(size) > 1, 0.5 * times[t], 0.0) for t in _tiers(fab))
 
 
 def all_to_all_busy(fab: Fabric, nbytes: np.ndarray, size: np.ndarray, stride: np.ndarray, dim: str) -> Busy:
-    """Per network tier, seconds a plain all-to-all of `nbytes` per rank keeps its links busy: the share addressed
-    outside the domain below, S(n - g_(t-1))/n / bw_t (fabric.all_to_all_time's network terms)."""
-    lv = fab.levels
+    """Per network tier, seconds a plain all-to-all of `nbytes` per rank keeps its links busy (fabric.
+    all_to_all_time's network terms, without the latency)."""
     g, _ = fab.geometry(size, stride)
-    n = np.maximum(np.asarray(size, dtype=float), 1.0)
-    wire = fab.squeeze.wire(dim, nbytes)
-    return tuple(wire * (n - g[t - 1]) / n / lv.bw[t] for t in _tiers(fab))
+    times = all_to_all_tier_times(fab.squeeze.wire(dim, nbytes), g, np.asarray(size, dtype=float), fab.levels)
+    return tuple(times[t] for t in _tiers(fab))
 
 
 def send_busy(fab: Fabric, nbytes: np.ndarray, crosses: np.ndarray) -> Busy:
@@ -96,8 +90,9 @@ def fsdp_busy(fab: Fabric, prof: FrameworkProfile, zero: np.ndarray, dense_p: np
     per_microbatch = zero >= Zero.GRADIENTS
 
     def one(params: np.ndarray, group: np.ndarray, stride: np.ndarray, far: Outer) -> tuple[Busy, Busy]:
-        gathers = _scale(gather_busy(fab, params * 2.0, group, stride, far), 2.0)
-        return gathers, gather_busy(fab, params * prof.grad_reduce_bytes, group, stride, far)
+        gathered, reduced = fsdp_bytes(params, prof)
+        twice = _scale(gather_busy(fab, gathered, group, stride, far), 2.0)  # forward and backward
+        return twice, gather_busy(fab, reduced, group, stride, far)
 
     (dense_ag, dense_rs), (exp_ag, exp_rs) = one(dense_p, shard_group, tp, outer), one(exp_p, exp_group, exp_stride,
                                                                                        None)
@@ -127,12 +122,10 @@ def ep_busy(m: ModelSpec, fab: Fabric, prof: FrameworkProfile, tok: np.ndarray, 
 def cp_busy(m: ModelSpec, fab: Fabric, tok: np.ndarray, tp: np.ndarray, u: np.ndarray, r: np.ndarray) -> Busy:
     """Context parallelism's traffic of one layer and micro-batch (planner.cost.context): the ring's r - 1 KV blocks
     forward and twice that backward (KV and dKV), and the Ulysses all-to-alls, twice each way."""
-    block = tok * kv_width(m) * 2.0 / tp
+    block = ring_block_bytes(m, tok, tp)
     ring = send_busy(fab, 3.0 * np.maximum(r - 1, 0.0) * block, span_tier(r * tp * u, fab.cluster))
-    q_width = m.num_attention_heads * (m.v_head_dim if m.is_mla else m.d_head)
-    kv = kv_width(m) if not m.is_mla else 2 * m.num_attention_heads * m.d_head
-    ulysses = all_to_all_busy(fab, 2.0 * tok * (2 * q_width + kv) * 2.0 / tp, u, tp, "cp")
-    return _add(ring, ulysses)
+    qkv, out = ulysses_bytes(m, tok, tp)
+    return _add(ring, all_to_all_busy(fab, 2.0 * (qkv + out), u, tp, "cp"))
 
 
 def contention(busy: Busy, elapsed: np.ndarray) -> np.ndarray:

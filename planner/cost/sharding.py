@@ -88,6 +88,12 @@ def stage_expert_params(params: Mapping[str, np.ndarray]) -> np.ndarray:
     return params["held_layers"] * params["layer_expert_part"]
 
 
+def fsdp_bytes(params: np.ndarray, prof: FrameworkProfile) -> tuple[np.ndarray, np.ndarray]:
+    """(gathered, reduce-scattered) bytes of one ZeRO-3 layer's collectives: its bf16 weights, its gradients in the
+    stack's reduction dtype (FrameworkProfile.grad_reduce_bytes)."""
+    return params * 2.0, params * prof.grad_reduce_bytes
+
+
 def fsdp_collectives(fab: Fabric, prof: FrameworkProfile, per_layer_p: np.ndarray, shard_group: np.ndarray,
                      tp: np.ndarray, experts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
                      outer: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -102,10 +108,11 @@ def fsdp_collectives(fab: Fabric, prof: FrameworkProfile, per_layer_p: np.ndarra
 
     def gather_and_reduce(params: np.ndarray, group: np.ndarray, stride: np.ndarray,
                           far: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        ag = fab.collective("all_gather", params * 2.0, group, stride, "dp", far)  # bf16 weights, gathered size
+        gathered, reduced = fsdp_bytes(params, prof)
+        ag = fab.collective("all_gather", gathered, group, stride, "dp", far)
         if prof.params_in_host:  # the rank's bf16 partition comes in over the host link first (host_fetch_time)
-            ag = ag + host_fetch_time(params * 2.0 / np.maximum(group, 1), fab.cluster.gpu.host_link_gbps)
-        rs = fab.collective("reduce_scatter", params * prof.grad_reduce_bytes, group, stride, "dp", far)
+            ag = ag + host_fetch_time(gathered / np.maximum(group, 1), fab.cluster.gpu.host_link_gbps)
+        rs = fab.collective("reduce_scatter", reduced, group, stride, "dp", far)
         return ag, rs
 
     ag_d, rs_d = gather_and_reduce(dense_p, shard_group, tp, outer)
