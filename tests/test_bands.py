@@ -80,7 +80,7 @@ def test_unknown_gpu_backs_off_to_every_generation() -> None:
 def test_plan_document_band_is_the_price_times_the_regime_band() -> None:
     proc = run_plan_in_process("--model", "llama3-8b", "--cluster", "h100x64", "--format", "json", "--top", "2")
     doc = json.loads(proc.stdout)
-    assert doc["schema_version"] == 9
+    assert doc["schema_version"] == 10
     p = Problem(load_model("llama3-8b"), load_cluster("h100x64"), TrainingSpec(framework="megatron-core"))
     for plan in doc["plans"]:
         band, m = plan["band"], plan["metrics"]

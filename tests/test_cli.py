@@ -27,7 +27,7 @@ def test_json_schema():
     r = plan("--model", "llama70b", "--cluster", "h100x512", "--format", "json", "--top", "3")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 9
+    assert doc["schema_version"] == 10
     assert set(doc["inputs"]) == {"model", "cluster", "training", "options"}
     assert len(doc["plans"]) == 3
     plan0 = doc["plans"][0]

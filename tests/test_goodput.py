@@ -142,7 +142,7 @@ def test_cli_json_carries_goodput_and_unknown_section_keys_warn(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "restart_secs" in done.stderr and "restart_s" in done.stderr  # unknown key, with a did-you-mean
     doc = json.loads(done.stdout)
-    assert doc["schema_version"] == 9
+    assert doc["schema_version"] == 10
     g = doc["plans"][0]["goodput"]
     assert 0 < g["goodput"] <= 1 and g["interval_steps"] >= 1 and g["relaunch_s"] == gp.RESTART_S
     assert g["tokens_per_s_per_gpu"] == pytest.approx(doc["plans"][0]["metrics"]["tokens_per_s_per_gpu"]

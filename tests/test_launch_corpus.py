@@ -99,6 +99,8 @@ def test_each_file_reads_as_its_framework_reads_it(entry):
         assert list(cfg.recompute_modules) == want["recompute_modules"]
     if "cuda_graph_modules" in want:
         assert list(cfg.cuda_graph_modules or ()) == want["cuda_graph_modules"]
+    if "pipeline_layout" in want:  # decoder layers per model chunk, as the file's layout states them
+        assert list(cfg.pipeline_layout or ()) == want["pipeline_layout"]
     if isinstance(want.get("model"), str):
         assert model is not None and model.name == load_model(want["model"]).name
     for key, field in SHAPE.items():

@@ -121,6 +121,19 @@ def _str(flags: dict[str, list[str]], flag: str) -> str | None:
     return value
 
 
+def _layout_vpp(flags: dict[str, list[str]]) -> int | None:
+    """The virtual stages a --pipeline-model-parallel-layout implies, as arguments.py derives them (stage count over
+    pp; None for one)."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    layout = _str(flags, "--pipeline-model-parallel-layout")
+    if layout is None:
+        return None
+    stages = PipelineParallelLayerLayout.get_num_stages_from_str(layout)
+    vpp = stages // _int(flags, "--pipeline-model-parallel-size", 1)
+    return vpp if vpp > 1 else None
+
+
 def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
     """TransformerConfig fields from Megatron-LM flags, mapped as Megatron-LM's validate_args and
     core_transformer_config_from_args do (core_v0.15)."""
@@ -156,6 +169,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         # mamba_check; the rest are TransformerConfig fields
         "--spec", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-state-dim", "--mamba-head-dim",
         "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size", "--tp-comm-overlap",
+        "--pipeline-model-parallel-layout",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -165,7 +179,9 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         context_parallel_size=_int(flags, "--context-parallel-size", 1),
         sequence_parallel="--sequence-parallel" in flags,
         tp_comm_overlap="--tp-comm-overlap" in flags,
-        virtual_pipeline_model_parallel_size=_int(flags, "--num-virtual-stages-per-pipeline-rank"),
+        virtual_pipeline_model_parallel_size=_int(flags, "--num-virtual-stages-per-pipeline-rank")
+        or _layout_vpp(flags),
+        pipeline_model_parallel_layout=_str(flags, "--pipeline-model-parallel-layout"),
         num_layers_in_first_pipeline_stage=_int(flags, "--decoder-first-pipeline-num-layers"),
         num_layers_in_last_pipeline_stage=_int(flags, "--decoder-last-pipeline-num-layers"),
         account_for_embedding_in_pipeline_split="--account-for-embedding-in-pipeline-split" in flags,
@@ -385,8 +401,15 @@ def megatron_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
 
     # Layers per pipeline rank and virtual stage, from megatron-core's own split.
     vpp = config.virtual_pipeline_model_parallel_size
-    built = [[get_num_layers_to_build(config, vp_stage=v if vpp else None, pp_rank=p) for v in range(vpp or 1)]
-             for p in range(pp)]
+    stated = config.pipeline_model_parallel_layout
+    if stated is not None:  # the parsed layout's own table, [pp rank][virtual stage] (pipeline_parallel_layer_layout)
+        from megatron.core.transformer.enums import LayerType
+
+        built = [[stated.layout[p][v].count(LayerType.decoder) for v in range(vpp or 1)] for p in range(pp)]
+        assert [built[s % pp][s // pp] for s in range(pp * (vpp or 1))] == lay["pipeline_layout"]
+    else:
+        built = [[get_num_layers_to_build(config, vp_stage=v if vpp else None, pp_rank=p) for v in range(vpp or 1)]
+                 for p in range(pp)]
     assert sum(map(sum, built)) == config.num_layers, built
     # A chunk may hold no transformer layer only where the embedding or the loss fills it (account-for flags).
     edge = {(0, 0)} if config.account_for_embedding_in_pipeline_split else set()

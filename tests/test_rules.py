@@ -54,9 +54,13 @@ CASES = {
     "ep_with_tp_needs_sp": (prob("mixtral-8x7b"), dict(tp=2, dp=32, ep=8, sp=0), dict(tp=2, dp=32, ep=8, sp=1)),
     "sharding_needs_replicas": (prob(cluster="h100x8"), dict(tp=8, zero=1), dict(tp=4, dp=2, zero=1)),
     "framework_schedule": (prob(framework="megatron"), dict(pp=2, dp=32, schedule=2), dict(pp=2, dp=32, schedule=0)),
-    # 126 layers: pp4 x vpp3 splits neither the layers nor layers + embedding + loss (128); pp8 x vpp2 splits 128
-    "stage_split_launchable": (prob("llama3-405b"), dict(tp=8, pp=4, vpp=3, dp=2, schedule=1),
-                               dict(tp=8, pp=8, vpp=2, schedule=1)),
+    # 126 layers: 8 x 17 chunks leave some without a layer, and 128 (with embedding and loss) does not divide over
+    # them; pp4 x vpp3 splits neither but Megatron-Core states it as a pipeline layout (layout.chunk_layers)
+    "stage_split_launchable": (prob("llama3-405b"), dict(tp=8, pp=8, vpp=17, schedule=1),
+                               dict(tp=8, pp=4, vpp=3, dp=2, schedule=1)),
+    # the same pp4 x vpp3 where the framework has neither first/last counts under interleaving nor a layout
+    "stage_split_launchable_layoutless": (prob("llama3-405b", framework="megatron-deepspeed"),
+                                          dict(tp=8, pp=4, vpp=3, dp=2, schedule=1), dict(tp=8, pp=2, dp=4)),
     # torchtitan's launcher spells out per-rank modules and has no embedding/loss-as-layer switch here
     "stage_split_launchable_torchtitan": (prob("llama3-405b", framework="torchtitan"),
                                           dict(tp=8, pp=8, vpp=2, schedule=1), dict(tp=8, pp=8, vpp=1)),
@@ -149,7 +153,7 @@ CASES = {
 
 
 def _rule_name(case: str) -> str:
-    for suffix in ("_zbv", "_paper", "_no_full_recompute", "_combined", "_even_ranks", "_torchtitan"):
+    for suffix in ("_zbv", "_paper", "_no_full_recompute", "_combined", "_even_ranks", "_torchtitan", "_layoutless"):
         case = case.removesuffix(suffix)
     return case
 

@@ -17,7 +17,7 @@ from planner.cost.step import (
 )
 from planner.errors import NoFeasiblePlan
 from planner.inputs.catalog import load_cluster, load_model
-from planner.inputs.layout import Recompute, uneven_stage_layers
+from planner.inputs.layout import Recompute, chunk_layers, uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
 from planner.search.rules import DOMINANCE, RULES
@@ -131,6 +131,9 @@ def test_distinct_pairs_and_stage_splits_match_a_sort():
     first, middle, last = stage_layer_counts(61, pp, vpp)
     for i in range(0, 5000, 97):
         split = uneven_stage_layers(61, int(pp[i]), int(vpp[i]))
+        chunks = chunk_layers(61, int(pp[i]), int(vpp[i]))
+        if split is None and chunks is not None:  # a pipeline layout: its first and last ranks' layers
+            split = (sum(chunks[0::int(pp[i])]), sum(chunks[int(pp[i]) - 1::int(pp[i])]))
         expect = split if split is not None else (middle[i], middle[i])
         assert (first[i], last[i]) == expect
 

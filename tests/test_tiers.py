@@ -176,7 +176,7 @@ def test_tiered_cluster_with_goodput_sections_round_trips(tmp_path: Path) -> Non
     assert r.returncode == 0, r.stderr
     assert "latncy_us" in r.stderr and "restrat_s" in r.stderr  # each unknown key named, tier and section alike
     doc = json.loads(r.stdout)
-    assert doc["schema_version"] == 9
+    assert doc["schema_version"] == 10
     cluster = doc["inputs"]["cluster"]
     assert [t["name"] for t in cluster["tiers"]] == ["nvlink", "rack", "spine"]
     assert cluster["reliability"]["failures_per_gpu_hour"] == 1e-4 and cluster["storage"]["async_save"] is True

@@ -117,7 +117,8 @@ def stage_state_bytes(problem: Problem, c: Mapping[str, np.ndarray], zero: np.nd
     when those layers are taken away); expert states shard over the expert data-parallel group."""
     fp8 = compute.is_fp8(problem)
     counts = dict(zip(("first", "middle", "last"), memory.stage_layer_counts(
-        problem.model.num_hidden_layers, *(c[x].astype(float) for x in ("pp", "vpp"))), strict=True))
+        problem.model.num_hidden_layers, *(c[x].astype(float) for x in ("pp", "vpp")),
+        problem.training.pipeline_layout), strict=True))
     per_layer = params["per_layer"]
     copies = params["held_layers"] / params["layers_per_stage"]
     ends = {"first": params["first"] - params["held_layers"] * per_layer, "": 0.0 * per_layer,
@@ -153,8 +154,8 @@ def stage_parts(problem: Problem, act: ActivationSide, st: StateSide, places: Se
     k, tok = act.k, act.tok
     tp, pp, sp = k["tp"], k["pp"], k["sp"]
     per_layer_act, working = memory.layer_activation_bytes(problem, tok, tp, sp, k["rc"])
-    counts = dict(zip(("first", "middle", "last"), memory.stage_layer_counts(problem.model.num_hidden_layers, pp,
-                                                                             k["vpp"]), strict=True))
+    counts = dict(zip(("first", "middle", "last"), memory.stage_layer_counts(
+        problem.model.num_hidden_layers, pp, k["vpp"], problem.training.pipeline_layout), strict=True))
     logits = memory.logits_bytes(tok, problem.model, tp, memory.loss_bytes_per_logit(problem, prof))
     alone = np.where(pp == 1, logits, 0.0)  # logits live on the last stage, and on the first without a pipeline
     stage_logits = [logits if place.logits == "yes" else alone if place.logits == "alone" else 0.0 * logits

@@ -17,7 +17,7 @@ import numpy as np
 from planner.cost import expert, flops, module_offload
 from planner.cost.profiles import FrameworkProfile, compiled, fused_attention, profile_for
 from planner.inputs.frameworks import capabilities_for
-from planner.inputs.layout import Recompute, Zero, uneven_stage_layers
+from planner.inputs.layout import Recompute, Zero, chunk_layers, uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 
@@ -270,24 +270,55 @@ def offloaded_module_bytes(problem: Problem, tok: np.ndarray, tp: np.ndarray, rc
     return np.where(on, per_token * tok, 0.0)
 
 
-def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stage_layer_counts(layers: int, pp: np.ndarray, vpp: np.ndarray,
+                       stated: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) stage layer counts of the split a layout runs with: ceil(L/pp) on the middle stages,
     the rest shared by the first and last (planner.inputs.layout.uneven_stage_layers, Megatron
     --decoder-first/last-pipeline-num-layers, or under interleaving the embedding/loss-as-layer split); ceil(L/pp)
-    everywhere when the split is even or needs a layout. Pricing always takes the embedding/loss split where the
-    layers do not divide over pp x vpp model chunks but L + 2 does: it is the only split that runs such a layout
-    (Megatron-Core --account-for-embedding/loss-in-pipeline-split; the Zero Bubble runs of Qi et al. 2024 count
-    the embedding and head as layers the same way, 22 + 2 on 8 stages). Whether a framework can launch it is the
-    stage_split_launchable rule's business, so the search never walks a split its framework cannot state."""
+    everywhere when the split is even. Pricing always takes the embedding/loss split where the layers do not divide
+    over pp x vpp model chunks but L + 2 does: it is the only split that runs such a layout (Megatron-Core
+    --account-for-embedding/loss-in-pipeline-split; the Zero Bubble runs of Qi et al. 2024 count the embedding and
+    head as layers the same way, 22 + 2 on 8 stages); otherwise an interleaved split that does not divide runs the
+    custom pipeline layout planner.inputs.layout.chunk_layers states, ceil(L/pp) on every rank but the last ones.
+    Whether a framework can launch it is the stage_split_launchable rule's business, so the search never walks a
+    split its framework cannot state. `stated`: the layout a run states (TrainingSpec.pipeline_layout), taken on
+    the rows with as many model chunks."""
     middle = np.ceil(layers / np.maximum(pp, 1))
     pairs, index = distinct_pairs(pp, vpp)
-    splits = [uneven_stage_layers(layers, int(p), int(v), embedding_loss=True) for p, v in pairs]
+    splits = [_stated_edges(stated, int(p), int(v)) or uneven_stage_layers(layers, int(p), int(v), embedding_loss=True)
+              or _layout_edges(layers, int(p), int(v)) for p, v in pairs]
     if not any(splits):
         return middle.copy(), middle, middle.copy()
     uneven = np.array([s is not None for s in splits])[index].reshape(np.shape(middle))
     first = np.array([s[0] if s else 0 for s in splits], dtype=float)[index].reshape(np.shape(middle))
     last = np.array([s[1] if s else 0 for s in splits], dtype=float)[index].reshape(np.shape(middle))
     return np.where(uneven, first, middle), middle, np.where(uneven, last, middle)
+
+
+def busiest_rank_layers(layers: int, pp: np.ndarray, vpp: np.ndarray,
+                        stated: tuple[int, ...] | None = None) -> np.ndarray:
+    """Layers on the pipeline rank that holds the most: ceil(L/pp) for every split the planner makes (even, first/last
+    counts, the embedding/loss split, chunk_layers), and the fullest rank of a stated layout where it has more
+    (Megatron-Bridge's DeepSeek-V3 layout for pp 2 x vpp 8 puts 32 of 61 layers on rank 0)."""
+    ceil = np.ceil(layers / np.maximum(pp, 1))
+    if stated is None:
+        return ceil
+    pairs, index = distinct_pairs(pp, vpp)
+    most = np.array([max(sum(stated[r::p]) for r in range(p)) if p > 1 and len(stated) == p * v else 0
+                     for p, v in pairs], dtype=float)[index].reshape(np.shape(ceil))
+    return np.maximum(ceil, most)
+
+
+def _layout_edges(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first rank's, last rank's) layers under the custom pipeline layout chunk_layers states, or None."""
+    return _stated_edges(chunk_layers(layers, pp, vpp), pp, vpp)
+
+
+def _stated_edges(chunks: tuple[int, ...] | None, pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first rank's, last rank's) layers of a layout of pp x vpp chunks (chunk s on rank s % pp), or None."""
+    if chunks is None or pp < 2 or len(chunks) != pp * vpp:
+        return None
+    return sum(chunks[0::pp]), sum(chunks[pp - 1::pp])
 
 
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:

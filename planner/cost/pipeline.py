@@ -219,6 +219,17 @@ def busiest_stage_time(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarr
     return np.where(schedule == Schedule.DUALPIPE, paired, single)
 
 
+def busiest_rank_layers(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarray,
+                        edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
+    """The layers of the rank `busiest_stage_time` prices, so that the step's parts are counted on one rank: a middle
+    rank's L, or the last rank's (under DualPipe half the first and last ranks') where its layers and the head take
+    longer."""
+    first, last = edges
+    single = np.where(last * per_layer + head > layers * per_layer, last, layers)
+    paired = np.where(0.5 * ((first + last) * per_layer + head) > layers * per_layer, 0.5 * (first + last), layers)
+    return np.where(schedule == Schedule.DUALPIPE, paired, single)
+
+
 def compute_time(micro: np.ndarray, layers: np.ndarray, lt: LayerTimes, recompute_b: np.ndarray,
                  head_f: np.ndarray, edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
     """compute_s: kernel time per step on the busiest rank, the rank stage_times prices: m·busiest(L·(t_f + t_b +

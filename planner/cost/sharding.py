@@ -13,6 +13,7 @@ import numpy as np
 from planner.cost import compute, flops, memory
 from planner.cost.fabric import Fabric, collective_sm_share, overlapped_exposed
 from planner.cost.groups import expert_data_ranks, expert_tp, hsdp_shard_group
+from planner.cost.memory import busiest_rank_layers
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.inputs.hardware import HOST_COPY_EFFICIENCY
 from planner.inputs.layout import Schedule, Zero
@@ -22,7 +23,8 @@ from planner.inputs.problem import Problem
 def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Parameters one GPU of the busiest pipeline stage holds (before any ZeRO sharding).
 
-    The busiest stage holds ceil(L/pp) layers (uneven splits via first/last-stage counts or a pipeline layout);
+    The busiest stage holds ceil(L/pp) layers (uneven splits via first/last-stage counts or a pipeline layout), or
+    a stated layout's fullest rank where it holds more (memory.busiest_rank_layers);
     the first stage adds the embedding, the last the LM head (and the tied embedding's copy) and any MTP modules.
     DualPipe keeps two stages on every rank, one per direction (2x parameters, DeepSeek-V3 report Table 2):
     `copies` = 2.
@@ -32,7 +34,8 @@ def stage_params(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.
     etp = expert_tp(c)
     frac_moe = m.moe_layers / m.num_hidden_layers
     experts_p = flops.expert_params(m) / (etp * ep) if m.is_moe else 0.0
-    layers_per_stage = np.ceil(m.num_hidden_layers / pp)
+    vpp = c["vpp"].astype(float) if "vpp" in c else np.ones_like(pp)
+    layers_per_stage = busiest_rank_layers(m.num_hidden_layers, pp, vpp, problem.training.pipeline_layout)
     copies = np.where(c["schedule"] == Schedule.DUALPIPE, 2.0, 1.0) if "schedule" in c else 1.0
     held = layers_per_stage * copies
     per_layer_p = compute.local_layer_weights(problem, tp, ep, etp)

@@ -152,7 +152,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     params, recompute_b, head_f = x.params, x.recompute_b, x.head_f
     layers = params["layers_per_stage"]
 
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"])  # the launched split
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, pp, k["vpp"],
+                                             problem.training.pipeline_layout)  # the launched split
     st = pipeline.stage_times(layers, lt, recompute_b, lc, head_f, (first, last), k["sched"])
     p2p = pipeline.hand_off_time(x.fab, x.act_bytes, tp, sp, pp, float(problem.num_gpus), x.place.pp_stride)
     p2p_exposed = pipeline.hand_offs_exposed(p2p, k["vpp"], k["sched"])
@@ -172,6 +173,8 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     step = pipeline.step_time(micro, t_mb + offload_mb, bubble, dp_exposed, optim_time)
 
     mem = memory_terms.report(stages, device_memory.active_groups(tp, pp, dp, cp, ep))
+    # the rank compute_s prices, whose layers every per-step term counts
+    busy = pipeline.busiest_rank_layers(layers, lt.fwd + lt.bwd + recompute_b, 3 * head_f, (first, last), k["sched"])
     return {
         "step_time_s": step,
         "tokens_per_s_per_gpu": compute.throughput_per_gpu(problem, step),
@@ -181,7 +184,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "memory_reserved_gib": mem["memory_reserved_gib"],
         "num_microbatches": micro,
         "compute_s": pipeline.compute_time(micro, layers, lt, recompute_b, head_f, (first, last), k["sched"]),
-        "exposed_comm_s": pipeline.exposed_comm_time(micro, p2p_exposed, layers, lc, dp_exposed),
+        "exposed_comm_s": pipeline.exposed_comm_time(micro, p2p_exposed, busy, lc, dp_exposed),
         "bubble_s": bubble,
         "stage_fwd_s": st.fwd,  # one micro-batch through the busiest stage (for the timeline in `explain`)
         "first_stage_mb_s": pipeline.first_stage_microbatch_time(pp, layers, st),  # for `explain`
@@ -190,14 +193,14 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         "stage_wgrad_s": st.wgrad,
         "p2p_s": p2p,
         "optimizer_s": optim_time,
-        "tp_comm_s": tensor.tp_comm_time(micro, layers, lc.tp),
-        "cp_comm_s": context.cp_comm_time(micro, layers, lc.cp),
-        "ep_comm_s": expert.ep_comm_time(micro, layers, lc.ep),
-        "fsdp_comm_s": sharding.fsdp_comm_time(micro, layers, lc.fsdp_f, lc.fsdp_b),
-        "nic_comm_s": links.nic_comm_time(micro, layers, lc.nic),
+        "tp_comm_s": tensor.tp_comm_time(micro, busy, lc.tp),
+        "cp_comm_s": context.cp_comm_time(micro, busy, lc.cp),
+        "ep_comm_s": expert.ep_comm_time(micro, busy, lc.ep),
+        "fsdp_comm_s": sharding.fsdp_comm_time(micro, busy, lc.fsdp_f, lc.fsdp_b),
+        "nic_comm_s": links.nic_comm_time(micro, busy, lc.nic),
         "pp_comm_s": pipeline.pp_comm_time(micro, p2p_exposed),
         "dp_comm_s": dp_exposed,
-        "recompute_s": compute.recompute_step_time(micro, layers, recompute_b),
+        "recompute_s": compute.recompute_step_time(micro, busy, recompute_b),
         "offload_s": activation_offload.offload_step_time(micro, offload_mb),
         "offloaded_layers": np.broadcast_to(offloaded, np.shape(step)).astype(float),
         **{key: v for key, v in mem.items() if key.startswith("mem_")},
@@ -245,7 +248,8 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
     # the layout's expert tp in both variants: a pass bound by its host keeps its time whatever its weights, and a
     # zero-bubble schedule's W (wgrad) must then be the one `evaluate` prices, or the floor's bubble could exceed it
     lt = compute.layer_times(problem, rates, tok, tp, sp, ep, ring=r, etp=groups.expert_tp(c), sched=k["sched"])
-    layers = np.ceil(m.num_hidden_layers / pp)  # sharding.stage_params' layers_per_stage
+    layers = memory.busiest_rank_layers(m.num_hidden_layers, pp, k["vpp"], problem.training.pipeline_layout)
+    # (sharding.stage_params' layers_per_stage)
     none = np.zeros_like(tp)
     lc: pipeline.LayerComm | None = None
     if communication:
@@ -253,7 +257,8 @@ def step_time_floor(problem: Problem, c: Mapping[str, np.ndarray], communication
         lc = pipeline.LayerComm(*tp_cp_ep, none, none)
         stride = groups.Placement(c, float(problem.num_gpus), k["etp"]).pp_stride
         p2p = pipeline.hand_off_time(fab, act_bytes, tp, sp, pp, float(problem.num_gpus), stride)
-    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"])  # the launched split
+    first, _, last = memory.stage_layer_counts(m.num_hidden_layers, pp, k["vpp"],
+                                             problem.training.pipeline_layout)  # the launched split
     st = pipeline.stage_times(layers, lt, compute.recompute_time(problem, rc, lt, tok, tp), lc,
                               compute.head_time(problem, rates, tok, tp), (first, last), k["sched"])
     if lc is None:  # no hand-offs: adding their zeros changes no value, so the cheap form skips those adds

@@ -33,6 +33,22 @@ def _catalog_gpu(value: object) -> bool:
     return isinstance(value, str) and value in gpu_catalog()
 
 
+def layout_chunks(text: str) -> tuple[int, ...]:
+    """Decoder layers per model chunk of a layout string (Megatron-Core's notation); ValueError if it is none."""
+    from planner.inputs.launch_readers.megatron_model import layout_stages
+
+    return tuple(stage.count("t") for stage in layout_stages(text))
+
+
+def _layout_text(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return len(layout_chunks(value)) > 1
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class KnobSpec:
     """One cost-relevant knob a published row may leave unstated: what it means and the values a recipe may give."""
@@ -118,8 +134,12 @@ KNOB_SPECS: dict[str, KnobSpec] = {
     "gpu": KnobSpec("the GPU variant the run's machines had where the case's cluster names only its family (a "
                     "catalog key, clusters/gpus.yaml: e.g. H100s with HBM2e at a 500 W power limit): priced in place "
                     "of the cluster's GPU", _catalog_gpu, "a GPU key of clusters/gpus.yaml"),
+    "pipeline_layout": KnobSpec("the layers of each pipeline model chunk as the run's recipe states them, in "
+                                "Megatron-Core's --pipeline-model-parallel-layout notation (E embedding, t decoder "
+                                "layer, m MTP layer, L loss, | between chunks): priced as stated in place of the "
+                                "planner's split", _layout_text, "a layout string such as 'Et*4|t*4|tmL'"),
 }
 OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion", "attention_kernel", "fused_expert_mlp",
-                  "fp8_attention", "moe_rank_capacity", "gpu")
+                  "fp8_attention", "moe_rank_capacity", "gpu", "pipeline_layout")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")

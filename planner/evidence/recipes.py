@@ -19,7 +19,7 @@ from planner.cost.expert import dispatcher_profile
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.errors import PlanInputError
 from planner.evidence.cases import case_framework, case_token_drop
-from planner.evidence.knobs import KNOB_SPECS, OPTIONAL_KNOBS, PINNED_SOURCE
+from planner.evidence.knobs import KNOB_SPECS, OPTIONAL_KNOBS, PINNED_SOURCE, layout_chunks
 from planner.inputs.catalog import data_dir, load_gpu
 from planner.inputs.files import read_structured_file
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, RECOMPUTE, Schedule, encode
@@ -196,7 +196,7 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
                 "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm", "moe_router_fusion",
-                "attention_kernel", "fp8_attention", "gpu"):
+                "attention_kernel", "fp8_attention", "gpu", "pipeline_layout"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -286,6 +286,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
         elif knob == "fp8_attention":  # Transformer Engine's fp8 attention, unless the run fell back to unfused
             if value and training.attention_kernel != "unfused":
                 training = training.model_copy(update={"attention_kernel": "fp8"})
+        elif knob == "pipeline_layout":  # the recipe's own split, on the layout with as many chunks
+            training = training.model_copy(update={"pipeline_layout": layout_chunks(value)})
         elif knob == "gpu":  # the run's GPU variant; the cluster's size, tiers and network stay as the case says
             cluster = cluster.model_copy(update={"gpu": load_gpu(value, "ran.gpu")})
         elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)

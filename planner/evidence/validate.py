@@ -153,7 +153,8 @@ def run_case(case: dict[str, Any], source: str, recipes: dict[str, dict[str, Any
         err["memory"] = sig(_ape(pred["memory_gib"], meas["memory_gib"]), 4)
     residual = _residuals(pred, meas)
     res = {**out, "layout": layout_dict(plan.layout, mt, problem.model.num_hidden_layers,
-                                        problem.cluster.nvlink_domain, problem.training.framework),
+                                        problem.cluster.nvlink_domain, problem.training.framework,
+                                        problem.training.pipeline_layout),
            "predicted": pred, "error": err,
            "regime": case_regime(case, problem, plan.layout, knobs),
            "preference": {k: int(v[0]) for k, v in criteria_columns(

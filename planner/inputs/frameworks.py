@@ -90,6 +90,12 @@ class Capabilities:
     # (L + 2) % (pp x vpp) == 0 the first and last ranks hold one layer fewer, also under interleaving, where the
     # first/last-stage layer flags need counts divisible by vpp. The split Llama 3 ran (arXiv 2407.21783 §3.3.2).
     embedding_loss_split: bool = False
+    # Any layer count per model chunk, stated chunk by chunk (Megatron-Core --pipeline-model-parallel-layout,
+    # pipeline_parallel_layer_layout.py; Megatron-Bridge model.pipeline_model_parallel_layout, which its Kimi K2 and
+    # DeepSeek-V3 recipes set for 61 layers): an interleaved split that does not divide runs the layout
+    # planner.inputs.layout.chunk_layers gives, chunk s on rank s % pp. Not torchtitan: its V schedules (ZB-V,
+    # DualPipe-V) place chunks in a V, which that split does not balance.
+    pipeline_layout: bool = False
     # fp8 training keeps the model weights in fp8 where the optimizer is sharded (Megatron-Core --fp8-param-gather,
     # which the megatron launcher emits with zero >= 1; every Megatron-Bridge fp8 preset sets fp8_param_gather).
     fp8_param_gather: bool = False
@@ -154,8 +160,8 @@ _MCORE_CP_EXCLUDES = ("sparse_attention", "linear_attention")
 _ALL_GRAPHS = ("none", "per-layer", "full-iteration")
 
 FRAMEWORKS: dict[str, Capabilities] = {
-    "generic": Capabilities("generic", embedding_loss_split=True, blockwise_fp8=True, moe_router_fusion=True,
-                            cuda_graphs=_ALL_GRAPHS, fp8_attention=True,
+    "generic": Capabilities("generic", embedding_loss_split=True, pipeline_layout=True, blockwise_fp8=True,
+                            moe_router_fusion=True, cuda_graphs=_ALL_GRAPHS, fp8_attention=True,
                             source="every knob; launch through --format env"),
     "megatron": Capabilities(
         "megatron", zero=(Zero.NONE, Zero.OPTIMIZER), schedules=_MEGATRON_SCHEDULES, cp_comm=(), bf16_moments=False,
@@ -167,7 +173,8 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
-        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
+        selective_dense=False, embedding_loss_split=True, pipeline_layout=True, fp8_param_gather=True,
+        blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
         sink_cp_comm=(CpComm.A2A,), fp8_attention=True,
@@ -176,7 +183,8 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
-        selective_dense=False, embedding_loss_split=True, fp8_param_gather=True, blockwise_fp8=True,
+        selective_dense=False, embedding_loss_split=True, pipeline_layout=True, fp8_param_gather=True,
+        blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
         sink_cp_comm=(CpComm.A2A,), fp8_attention=True,
@@ -341,8 +349,10 @@ def capability_table() -> str:
         if c.fp8_needs_zero:
             precision += " (fp8 needs ZeRO >= 1)"
         uneven = "yes" if c.uneven_pipeline and c.pipeline_parallel else "no"
-        if c.embedding_loss_split and c.pipeline_parallel:
-            uneven += " (+ embedding/loss as layers with vpp)"
+        with_vpp = [name for name, on in (("embedding/loss as layers", c.embedding_loss_split),
+                                          ("a pipeline layout", c.pipeline_layout)) if on]
+        if with_vpp and c.pipeline_parallel:
+            uneven += f" (+ {' or '.join(with_vpp)} with vpp)"
         recompute = _labels(c.recompute)
         if not c.selective_dense and Recompute.SELECTIVE in c.recompute:
             recompute += " (selective frees no dense-layer memory)"

@@ -410,14 +410,45 @@ def uneven_stage_layers(layers: int, pp: int, vpp: int, embedding_loss: bool = F
     return None
 
 
+def chunk_layers(layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """Decoder layers of each model chunk, in model order (chunk s runs on pipeline rank s % pp as its virtual stage
+    s // pp), for an interleaved split that neither divides evenly nor follows from counting the embedding and the
+    loss as layers: the split a custom pipeline layout states (Megatron-Core --pipeline-model-parallel-layout,
+    Megatron-Bridge pipeline_model_parallel_layout; torchtitan module_fqns_per_model_part).
+
+    Every rank holds ceil(L/pp) layers, the count the cost model prices on the busiest rank, except the last ranks,
+    which give up the shortfall (the last also runs the LM head and the loss), and splits them over its vpp chunks
+    as evenly as it can, the larger chunks first: the cost model prices a chunk as its rank's layers / vpp. For
+    DeepSeek-V3's and Kimi K2's 61 layers on pp 4 x vpp 4 the ranks hold 16, 16, 16 and 13 layers, as in
+    Megatron-Bridge's own layouts (recipes/kimi/h100/kimi_k2.py, recipes/deepseek/h100/deepseek_v3.py: fifteen
+    chunks of 4 and a last one of 1, where this split gives the last rank 4, 3, 3, 3). None when no layout is
+    needed (vpp 1, an even split, or the embedding/loss split fits) or when a chunk would be left without a
+    layer."""
+    chunks = pp * vpp
+    if vpp < 2 or layers % chunks == 0 or embedding_loss_split(layers, pp, vpp) is not None or layers < chunks:
+        return None
+    per_rank = [-(-layers // pp)] * pp
+    short = sum(per_rank) - layers
+    for rank in reversed(range(pp)):  # the last ranks give up the shortfall, keeping one layer per chunk
+        give = min(short, per_rank[rank] - vpp)
+        per_rank[rank] -= give
+        short -= give
+    if short:
+        return None
+    split = [[total // vpp + (v < total % vpp) for v in range(vpp)] for total in per_rank]
+    return tuple(split[s % pp][s // pp] for s in range(chunks))
+
+
 def stage_split_launchable(layers: int, pp: int, vpp: int, uneven_allowed: bool,
-                           embedding_loss: bool = False) -> bool:
+                           embedding_loss: bool = False, layout: bool = False) -> bool:
     """Whether a launcher can state the layer split the cost model prices: every model chunk of every rank gets the
     same layer count (layers % (pp x vpp) == 0), or, without virtual stages, first/last-stage counts exist and the
     framework can emit them (Megatron --decoder-first/last-pipeline-num-layers; torchtitan per-stage modules), or,
-    with virtual stages, the embedding and loss count as layers where the framework has that switch."""
+    with virtual stages, the embedding and loss count as layers where the framework has that switch, or the
+    framework takes a custom pipeline layout (`layout`, chunk_layers)."""
     if layers % (pp * vpp) == 0:
         return True
     if vpp > 1:
-        return embedding_loss and embedding_loss_split(layers, pp, vpp) is not None
+        return ((embedding_loss and embedding_loss_split(layers, pp, vpp) is not None)
+                or (layout and chunk_layers(layers, pp, vpp) is not None))
     return uneven_allowed and uneven_stage_layers(layers, pp, vpp) is not None

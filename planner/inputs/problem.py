@@ -44,6 +44,9 @@ class Problem:
     # The compiled model's speed is the training's torch_compile (planner.cost.profiles.kernel_efficiency).
     compiled_loss: bool = False
 
+    def __post_init__(self) -> None:
+        check_pipeline_layout(self, self.training.pipeline_layout, "training.pipeline_layout")
+
     @property
     def num_gpus(self) -> int:
         return self.cluster.num_gpus
@@ -87,3 +90,21 @@ def parse_compress(raw: Iterable[str] | Mapping[object, object] | None, where: s
                                  field=field_name, source=source, fix="a ratio of 4 sends a quarter of the bytes")
         ratios[name] = ratio
     return ratios
+
+
+def check_pipeline_layout(problem: Problem, chunks: tuple[int, ...] | None, where: str) -> None:
+    """A stated pipeline layout places every decoder layer of the model once (Megatron-Core validate_layer_layout
+    asserts the same)."""
+    if chunks is not None and sum(chunks) != problem.model.num_hidden_layers:
+        raise PlanInputError(f"the pipeline layout places {sum(chunks)} decoder layers; the model has "
+                             f"{problem.model.num_hidden_layers}", field=where,
+                             fix="one count per model chunk, summing to the model's layers")
+
+
+def stated_layout(problem: Problem, chunks: tuple[int, ...], where: str) -> Problem:
+    """The problem priced with a run's own pipeline layout (TrainingSpec.pipeline_layout); `where` names the flag
+    or key that states it, for the error."""
+    from dataclasses import replace
+
+    check_pipeline_layout(problem, chunks, where)
+    return replace(problem, training=problem.training.model_copy(update={"pipeline_layout": tuple(chunks)}))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, NonNegativeInt, ValidationInfo, field_validator, model_validator
 
 from planner.inputs.network import Tier, check_tiers, legacy_tiers
 from planner.inputs.resilience import ReliabilitySpec, StorageSpec
@@ -430,6 +430,11 @@ class TrainingSpec(_Spec):
     torch_compile: bool | None = Field(default=None, description=(
         "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
         "framework runs by default (planner.cost.profiles)"))
+    pipeline_layout: tuple[NonNegativeInt, ...] | None = Field(default=None, description=(
+        "decoder layers of each pipeline model chunk, in model order (chunk s on pipeline rank s % pp), as a run "
+        "states them (Megatron-Core --pipeline-model-parallel-layout; a chunk may hold only the embedding, the MTP "
+        "block or the loss); priced on the layouts with pp x vpp chunks. "
+        "None = the planner's own split (planner.inputs.layout.chunk_layers)"))
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:

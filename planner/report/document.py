@@ -19,6 +19,7 @@ from planner.inputs.layout import (
     ExpertTp,
     Layout,
     Zero,
+    chunk_layers,
     embedding_loss_split,
     uneven_stage_layers,
 )
@@ -36,10 +37,11 @@ def sig(x: float, digits: int = 6) -> float:
 
 def layout_dict(layout: Layout, metrics: dict[str, float] | None = None,
                 layers: int | None = None, nvlink_domain: int | None = None,
-                framework: str | None = None) -> dict[str, Any]:
+                framework: str | None = None, stated: tuple[int, ...] | None = None) -> dict[str, Any]:
     """A plan document's `layout` (docs/plan-schema.md): the knobs as labels, and with the plan's metrics, model depth
     and NVLink domain what follows from them (micro-batches, offloaded layers, HSDP shard group, hybrid CP sizes,
-    expert tp, an uneven stage split)."""
+    expert tp, an uneven stage split, the pipeline layout: `stated`, the training's, where it has pp x vpp chunks,
+    else the planner's)."""
     tp, cp = layout.tp, layout.cp
     out = {
         "tp": tp, "pp": layout.pp, "dp": layout.dp, "cp": cp, "ep": layout.ep,
@@ -59,13 +61,18 @@ def layout_dict(layout: Layout, metrics: dict[str, float] | None = None,
         out["cp_hierarchy"] = [inside, cp // inside]
     if layout.ep > 1:  # whole experts (MoE parallel folding) or split like the attention
         out["expert_tp"] = 1 if layout.etp == ExpertTp.ONE else tp
-    if layers is not None:
+    if stated is not None and layout.pp > 1 and len(stated) == layout.pp * layout.vpp:
+        out["pipeline_layout"] = list(stated)  # the run's own layout, priced as stated
+    elif layers is not None:
         emb_loss = framework is not None and capabilities_for(framework).embedding_loss_split
         split = uneven_stage_layers(layers, layout.pp, layout.vpp, emb_loss)
         if split:
             out["first_stage_layers"], out["last_stage_layers"] = split
             if embedding_loss_split(layers, layout.pp, layout.vpp) is not None and emb_loss:
                 out["stage_split"] = "embedding_loss"  # the embedding and the loss count as one layer each
+        chunks = chunk_layers(layers, layout.pp, layout.vpp)
+        if chunks is not None and (framework is None or capabilities_for(framework).pipeline_layout):
+            out["pipeline_layout"] = list(chunks)  # decoder layers per model chunk, in model order
     return out
 
 
@@ -126,7 +133,8 @@ def plan_entry(rank: int, plan: Plan, capacity: float, layers: int | None = None
     """One ranked plan; with `goodput`, what failures and checkpoints leave of its throughput (goodput_dict); with
     `problem`, its `placement`: each parallel dimension's group and the innermost network tier whose one domain holds
     it (planner.cost.placement)."""
-    entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework),
+    stated = problem.training.pipeline_layout if problem is not None else None
+    entry = {"rank": rank, "layout": layout_dict(plan.layout, plan.metrics, layers, nvlink_domain, framework, stated),
              "metrics": metrics_dict(plan.metrics, capacity), "breakdown": breakdown_dict(plan.metrics)}
     if band is not None:
         entry["band"] = band
@@ -149,7 +157,8 @@ def ranking_dict(result: SearchResult) -> dict[str, Any]:
         p = result.problem
         out["fastest"] = {"rank": result.fastest_rank,
                           "layout": layout_dict(fastest.layout, fastest.metrics, p.model.num_hidden_layers,
-                                                p.cluster.nvlink_domain, p.training.framework),
+                                                p.cluster.nvlink_domain, p.training.framework,
+                                                p.training.pipeline_layout),
                           "metrics": metrics_dict(fastest.metrics, p.cluster.gpu.memory_gib)}
     return out
 

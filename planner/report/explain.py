@@ -91,7 +91,7 @@ def explain(problem: Problem, given: Knobs) -> dict[str, Any]:
     per_stage = memory_stages(problem, cols)
     out = {
         "layout": layout_dict(lay, metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain,
-                              problem.training.framework),
+                              problem.training.framework, problem.training.pipeline_layout),
         "placement": {"order": lay.order.label, "groups": placement_dict(problem, lay),
                       "text": placement_text(problem, lay)},
         "feasible": not broken,
@@ -126,7 +126,8 @@ def modules_summary(problem: Problem, cols: dict[str, np.ndarray], metrics: dict
     k = {x: cols[x].astype(float) for x in ("tp", "pp", "vpp", "cp", "mbs", "dp")}
     tok = compute.tokens_per_gpu(k["mbs"], float(problem.training.seq_len), k["cp"])
     moved = float(memory.offloaded_module_bytes(problem, tok, k["tp"], cols["recompute"])[0])
-    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, k["pp"], k["vpp"])
+    first, _, last = memory.stage_layer_counts(problem.model.num_hidden_layers, k["pp"], k["vpp"],
+                                               problem.training.pipeline_layout)
     micro = np.floor(pipeline.microbatches(problem.training.global_batch, k["mbs"], k["dp"]))
     host = max(float(n[0] * pipeline.inflight_microbatches(cols["schedule"], k["pp"], k["vpp"], micro, rank)[0])
                for n, rank in ((first, 0), (last, int(k["pp"][0]) - 1)))

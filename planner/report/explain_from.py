@@ -20,7 +20,8 @@ from planner.search.search import search
 
 # Layout keys that follow from the others (micro-batch count, stage split, shard group): a diff names the knobs a
 # user sets, not their consequences.
-_DERIVED = {"num_microbatches", "first_stage_layers", "last_stage_layers", "fsdp_shard_group", "cp_hierarchy"}
+_DERIVED = {"num_microbatches", "first_stage_layers", "last_stage_layers", "fsdp_shard_group", "cp_hierarchy",
+            "pipeline_layout"}
 
 
 def _knobs(layout: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def explain_from(problem: Problem, given: Knobs, cfg: LaunchConfig, top: int = 3
     yours_rank = None
     for rank, plan in enumerate(result.plans if result else [], 1):
         lay = layout_dict(plan.layout, plan.metrics, problem.model.num_hidden_layers, problem.cluster.nvlink_domain,
-                          problem.training.framework)
+                          problem.training.framework, problem.training.pipeline_layout)
         moved = changes(mine, _knobs(lay), layout=True)
         if not moved:
             yours_rank = rank

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost import bands
-from planner.inputs.layout import Layout, Recompute, Schedule
+from planner.cost.memory import distinct_pairs
+from planner.inputs.layout import Layout, Recompute, Schedule, chunk_layers
 from planner.inputs.problem import Problem
 
 RANK_BY = ("preference", "time")
@@ -59,6 +60,11 @@ CRITERIA = (
               "a run that runs out of memory costs more than a few per cent of throughput: the peak, raised by the "
               "median miss of the memory model on published runs of the stack (planner.cost.bands.memory_band), "
               "should still leave --memory-headroom free"),
+    Criterion("layout", "a stage split the layer count allows without a custom pipeline layout",
+              "Megatron-Bridge's recipes state a layout only where no pipeline shape they run divides the layers "
+              "(61-layer DeepSeek-V3 and Kimi K2: recipes/deepseek, recipes/kimi); its Llama 3 and Qwen3 recipes "
+              "split evenly or count the embedding and the loss as layers (account_for_embedding/loss_in_pipeline_"
+              "split), one switch instead of a per-chunk list to keep in step with the model"),
     Criterion("wide", "fewer features that no published run prices",
               "a feature without published cases carries the widest band (planner.cost.bands.wide_features)"),
 )
@@ -86,9 +92,20 @@ def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray], memory_gi
         "schedule": (~np.isin(cols["schedule"], np.array(schedules or standard_schedules(tr.framework)))
                      ).astype(np.int64),
         "memory": (memory_gib * typical > room).astype(np.int64),
+        "layout": _needs_layout(problem, cols["pp"], cols["vpp"]) if "vpp" in cols else np.zeros(len(cp), np.int64),
         "wide": sum((feats[f].astype(np.int64) for f in bands.LAYOUT_FEATURES if f in wide),
                     start=np.zeros(len(cp), dtype=np.int64)),
     }
+
+
+def _needs_layout(problem: Problem, pp: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """1 where the plan's split is a custom pipeline layout (planner.inputs.layout.chunk_layers) the training does
+    not state itself."""
+    layers, stated = problem.model.num_hidden_layers, problem.training.pipeline_layout
+    pairs, index = distinct_pairs(pp, vpp)
+    need = np.array([chunk_layers(layers, p, v) is not None and not (stated and len(stated) == p * v)
+                     for p, v in pairs], dtype=np.int64)
+    return need[index].reshape(np.shape(pp)) if need.size else np.zeros(np.shape(pp), dtype=np.int64)
 
 
 def tie_rows(tput: np.ndarray, rows: np.ndarray, width: float) -> np.ndarray:

@@ -90,9 +90,10 @@ def _cp_a2a(c: Cols, p: Problem) -> np.ndarray:
 
 
 def _split_ok(c: Cols, p: Problem) -> np.ndarray:
-    layers, uneven, emb_loss = p.model.num_hidden_layers, _caps(p).uneven_pipeline, _caps(p).embedding_loss_split
+    caps, layers = _caps(p), p.model.num_hidden_layers
     pairs, index = distinct_pairs(c["pp"], c["vpp"])
-    ok = np.array([stage_split_launchable(layers, pp, v, uneven, emb_loss) for pp, v in pairs], dtype=bool)
+    ok = np.array([stage_split_launchable(layers, pp, v, caps.uneven_pipeline, caps.embedding_loss_split,
+                                          caps.pipeline_layout) for pp, v in pairs], dtype=bool)
     return ok[index] if ok.size else np.ones(len(c["pp"]), dtype=bool)
 
 
@@ -299,10 +300,10 @@ RULES: tuple[Rule, ...] = (
          "DeepSpeed-Ulysses (Jacobs et al. 2023): sequence-parallel degree must divide the head count"),
     Rule("stage_split_launchable", ("pp", "vpp"),
          lambda c, p: (c["pp"] == 1) | _split_ok(c, p) | _trusted("pp", p),
-         "the layers do not split into equal model chunks, and no first/last-stage layer counts the framework can "
-         "emit fix the split", "use a pp (and vpp) that divides the layer count",
+         "the layers do not split into equal model chunks, and no first/last-stage layer counts or pipeline layout "
+         "the framework can emit fix the split", "use a pp (and vpp) that divides the layer count",
          "Megatron --decoder-first/last-pipeline-num-layers, with VPP --account-for-embedding/loss-in-pipeline-split "
-         "(transformer_config.py); torchtitan stage modules"),
+         "or --pipeline-model-parallel-layout (transformer_config.py); torchtitan stage modules"),
     *FRAMEWORK_RULES,
 )
 

@@ -45,6 +45,7 @@ class LaunchConfig:
     moe_dispatcher: str | None = None  # "alltoall" | "flex" where the file names its MoE token dispatcher
     cuda_graphs: str | None = None  # "none" | "per-layer" | "full-iteration" where the file sets CUDA graphs
     cuda_graph_modules: tuple[str, ...] | None = None  # the modules per-layer capture takes (None: whole layers)
+    pipeline_layout: tuple[int, ...] | None = None  # decoder layers per model chunk, where the file states a layout
     layers_per_stage: int | None = None  # virtual stages given as layers per stage (vpp needs the layer count)
     split_extra_layers: int = 0  # the embedding and the loss counted as layers in that split (Megatron account-for)
     data_parallel: int | None = None  # dp when the file states it (torchtitan degrees, ds_config batch arithmetic)

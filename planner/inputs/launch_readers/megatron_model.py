@@ -132,22 +132,31 @@ def _vocabulary(cfg: LaunchConfig, flags: Flags) -> None:
     cfg.vocab_unpadded = stated if "--vocab-size" in flags else size
 
 
-def read_layout(cfg: LaunchConfig, text: str) -> None:
-    """--pipeline-model-parallel-layout: stages split by |, E embedding, t a decoder layer, m an MTP layer, L the
-    loss, (..)*n and x*n repeats, commas cosmetic (megatron-core pipeline_parallel_layer_layout.py
-    parse_str_to_list); its stage count over pp is the virtual stages per rank."""
-    flag, src = "--pipeline-model-parallel-layout", cfg.source
+def layout_stages(text: str) -> list[str]:
+    """A --pipeline-model-parallel-layout string's stages, unrolled (megatron-core pipeline_parallel_layer_layout.py
+    parse_str_to_list): | splits stages, E is the embedding, t a decoder layer, m an MTP layer, L the loss, (..)*n and
+    x*n repeat, commas are cosmetic. ValueError on anything else."""
     raw = text
     text = raw.replace(",", "").replace(" ", "").strip("'\"")
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
         text = re.sub(pattern, lambda m: m.group(1) * min(int(m.group(2)), _LAYOUT_LIMIT), text)
         if len(text) > _LAYOUT_LIMIT:
-            raise PlanInputError("unrolls to more than 100,000 layers", field=flag, source=src,
-                                 fix="one character per layer, e.g. 'Et|(tt|)*30L'")
+            raise ValueError("unrolls to more than 100,000 layers")
     if set(text) - set("EtmL|"):
-        raise PlanInputError(f"'{raw[:40]}' has characters other than E, t, m, L and |", field=flag, source=src,
-                             fix="e.g. 'Et|(tt|)*30L'")
-    stages = text.split("|")
+        raise ValueError(f"'{raw[:40]}' has characters other than E, t, m, L and |")
+    return text.split("|")
+
+
+def read_layout(cfg: LaunchConfig, text: str) -> None:
+    """--pipeline-model-parallel-layout: stages split by |, E embedding, t a decoder layer, m an MTP layer, L the
+    loss, (..)*n and x*n repeats, commas cosmetic (megatron-core pipeline_parallel_layer_layout.py
+    parse_str_to_list); its stage count over pp is the virtual stages per rank."""
+    flag, src = "--pipeline-model-parallel-layout", cfg.source
+    try:
+        stages = layout_stages(text)
+    except ValueError as e:
+        raise PlanInputError(str(e), field=flag, source=src, fix="one character per layer, e.g. 'Et|(tt|)*30L'") \
+            from None
     pp = cfg.layout.get("pp", 1)
     if len(stages) % pp:
         raise PlanInputError(f"{len(stages)} stages do not split over pp={pp} ranks", field=flag, source=src,
@@ -158,9 +167,7 @@ def read_layout(cfg: LaunchConfig, text: str) -> None:
     if n is not None and sum(layers) != n:  # Megatron asserts the same (validate_layer_layout)
         raise PlanInputError(f"places {sum(layers)} decoder layers, --num-layers says {n}", field=flag, source=src,
                              fix="one t per decoder layer")
-    if len(set(layers)) > 1:
-        cfg.ignored.append(f"{flag} stage sizes {min(layers)}-{max(layers)} (priced with the planner's own split "
-                           f"over {len(stages)} stages)")
+    cfg.pipeline_layout = tuple(layers)  # priced as stated (TrainingSpec.pipeline_layout)
 
 
 def _windows(cfg: LaunchConfig, flags: Flags) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from planner.errors import PlanInputError
 from planner.inputs.launch_readers import megatron_flags as mf
-from planner.inputs.launch_readers import nemo_yaml
+from planner.inputs.launch_readers import megatron_model, nemo_yaml
 from planner.inputs.launch_readers._common import (
     LaunchConfig,
     as_bool,
@@ -212,6 +212,9 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     etp_key = "model.expert_tensor_parallel_size"
     if etp_key in found and not is_null(found[etp_key]):
         cfg.set_expert_tp(found[etp_key], etp_key)
+    layout_key = "model.pipeline_model_parallel_layout"
+    if layout_key in found and not is_null(found[layout_key]):
+        _pipeline_layout(cfg, found[layout_key], layout_key)
     for key in ("model.seq_length", "dataset.seq_length", "dataset.sequence_length"):
         if key in found:
             cfg.seq_len = as_int(found[key], key, source)
@@ -230,6 +233,31 @@ def _overrides(text: str, source: str, found: dict[str, str]) -> LaunchConfig:
     cfg.ignored += sorted(k for k in found if k not in _KNOBS and k not in _SHAPE and k not in _HANDLED
                           and not k.startswith(_QUIET_SECTIONS))
     return cfg
+
+
+def _pipeline_layout(cfg: LaunchConfig, text: str, key: str) -> None:
+    """model.pipeline_model_parallel_layout: a list of layer-type lists, one per model chunk, as Megatron-Bridge's
+    recipes set it ([[embedding,decoder],[decoder,loss]]), or Megatron's layout string (TransformerConfig takes
+    both): its chunk count over pp is the virtual stages per rank, its decoder counts the split priced."""
+    text = text.strip().strip("'\"")
+    if text.startswith("["):
+        stages = re.findall(r"\[([^\[\]]*)\]", text)
+        if not stages:
+            raise PlanInputError("expected a list of lists of layer types", field=key, source=cfg.source,
+                                 fix="e.g. [[embedding,decoder],[decoder,loss]]")
+        layers = [sum(item.strip(" '\"") == "decoder" for item in stage.split(",")) for stage in stages]
+    else:
+        try:
+            layers = [stage.count("t") for stage in megatron_model.layout_stages(text)]
+        except ValueError as e:
+            raise PlanInputError(str(e), field=key, source=cfg.source, fix="e.g. 'Et|(tt|)*30L'") from None
+    pp = cfg.layout.get("pp", 1)
+    if len(layers) % pp:
+        raise PlanInputError(f"{len(layers)} model chunks do not split over pp={pp} ranks", field=key,
+                             source=cfg.source, fix="give a multiple of the pipeline size in chunks")
+    cfg.set_knob("vpp", len(layers) // pp, key)
+    cfg.pipeline_layout = tuple(layers)
+    cfg.runs_anyway["stage_split_launchable"] = key
 
 
 def _fp8_attention(cfg: LaunchConfig, found: dict[str, str]) -> None:

@@ -198,6 +198,8 @@ def _check_interleaving(view: PlanView, launcher: str) -> None:
                "re-plan with a global batch that gives a multiple of pp microbatches")
     # Rules 11 and 15: every pipeline rank's layers split evenly into its virtual stages; with the embedding and
     # the loss counted as layers, the first and last ranks count one more (transformer_config.py).
+    if lay.pipeline_layout is not None:  # a layout states every chunk: no per-rank division to check
+        return
     counts = view.stage_layers()
     if lay.stage_split == "embedding_loss":
         counts = [n + (i in (0, lay.pp - 1)) for i, n in enumerate(counts)]
@@ -206,3 +208,28 @@ def _check_interleaving(view: PlanView, launcher: str) -> None:
             refuse(view, launcher, "vpp",
                    f"pipeline rank {stage} holds {layers} layers, not a multiple of vpp={lay.vpp}",
                    "re-plan with vpp dividing the layers of every pipeline stage")
+
+
+def layout_chunks(view: PlanView) -> list[list[str]]:
+    """The plan's pipeline layout as Megatron-Core's layer types per model chunk (pipeline_parallel_layer_layout.py:
+    "embedding" on the first chunk, "decoder" per layer, the MTP block and "loss" on the last), the list
+    Megatron-Bridge's recipes set as model.pipeline_model_parallel_layout (recipes/kimi/h100/kimi_k2.py)."""
+    chunks = view.layout.pipeline_layout or ()
+    out = [["decoder"] * n for n in chunks]
+    out[0].insert(0, "embedding")
+    out[-1] += ["mtp"] * (view.model.mtp_layers or 0) + ["loss"]
+    return out
+
+
+def layout_text(view: PlanView) -> str:
+    """layout_chunks in --pipeline-model-parallel-layout's notation: E, t (x*n for n of them), m, L, stages split
+    by | (parse_str_to_list)."""
+    letters = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+    stages = []
+    for chunk in layout_chunks(view):
+        text = ""
+        for kind in dict.fromkeys(chunk):  # each kind's run, in order
+            n = chunk.count(kind)
+            text += letters[kind] + (f"*{n}" if n > 1 else "")
+        stages.append(text)
+    return "|".join(stages)

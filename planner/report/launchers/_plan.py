@@ -109,6 +109,9 @@ class PlanLayout:  # a plan document's plans[i].layout, read back (what each kno
     # recompute=offload: the layers whose activations go to host memory (--cpu-offloading-num-layers)
     offload_layers: int | None = None
     rank_order: str = RANK_ORDERS[0]  # planner.inputs.layout.RankOrder; schema 1 documents: the default
+    # decoder layers of each model chunk in model order, where an interleaved split needs a custom pipeline layout
+    # (planner.inputs.layout.chunk_layers)
+    pipeline_layout: tuple[int, ...] | None = None
 
     @property
     def world_size(self) -> int:
@@ -122,6 +125,11 @@ class PlanLayout:  # a plan document's plans[i].layout, read back (what each kno
     @property
     def uneven(self) -> bool:
         return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+    @property
+    def stated_split(self) -> bool:
+        """The plan states its stage split: first/last-stage counts or a pipeline layout."""
+        return self.uneven or self.pipeline_layout is not None
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,8 @@ class PlanView:
 
         Only meaningful once `require_stage_split` has passed."""
         lay, layers = self.layout, self.model.num_layers
+        if lay.pipeline_layout is not None:
+            return [sum(lay.pipeline_layout[rank::lay.pp]) for rank in range(lay.pp)]
         if not lay.uneven:
             return [layers // lay.pp] * lay.pp
         first, last = lay.first_stage_layers, lay.last_stage_layers
@@ -195,7 +205,7 @@ def require_stage_split(view: PlanView, launcher: str) -> None:
     """Refuse when the plan leaves the pipeline split open: the layers do not divide over pp and no stage sizes
     are given, so any split a launcher picked could differ from the one the plan was costed with."""
     lay, layers = view.layout, view.model.num_layers
-    if not lay.uneven and layers % lay.pp:
+    if not lay.stated_split and layers % lay.pp:
         refuse(view, launcher, "pp",
                f"{layers} layers do not split evenly over pp={lay.pp} and the plan gives no "
                "first_stage_layers/last_stage_layers", "re-plan with pp dividing the layer count, or use --format env")
@@ -317,7 +327,20 @@ def _layout(raw: Any, path: str) -> PlanLayout:
         expert_tp=get_int(raw, "expert_tp", path, minimum=1) if "expert_tp" in raw else None,
         stage_split=get_choice(raw, "stage_split", path, ("embedding_loss",)) if "stage_split" in raw else None,
         rank_order=get_choice(raw, "rank_order", path, RANK_ORDERS) if "rank_order" in raw else RANK_ORDERS[0],
+        pipeline_layout=_chunks(raw, path),
     )
+
+
+def _chunks(raw: dict, path: str) -> tuple[int, ...] | None:
+    """layout.pipeline_layout: a list of layer counts, one per model chunk."""
+    chunks = raw.get("pipeline_layout")
+    if chunks is None:
+        return None
+    if not isinstance(chunks, list) or not chunks or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in chunks):
+        raise PlanInputError("expected a list of layer counts (integers >= 0), one per model chunk",
+                             field=f"{path}.pipeline_layout")
+    return tuple(chunks)
 
 
 def _inconsistent(path: str, message: str) -> NoReturn:
@@ -346,6 +369,12 @@ def _check(view: PlanView) -> None:
         _inconsistent(view.field("ep"), f"ep {lay.ep} must divide tp x dp x cp = {lay.tp * lay.dp * lay.cp}")
     if lay.ep > 1 and not m.is_moe:
         _inconsistent(view.field("ep"), f"ep {lay.ep} > 1 but {m.name} has no experts")
+    if lay.pipeline_layout is not None:
+        chunks = lay.pipeline_layout
+        if len(chunks) != lay.pp * lay.vpp or sum(chunks) != m.num_layers or lay.uneven:
+            _inconsistent(view.field("pipeline_layout"),
+                          f"{len(chunks)} chunks holding {sum(chunks)} layers, not pp x vpp = {lay.pp * lay.vpp} "
+                          f"chunks holding the model's {m.num_layers} (and no first/last-stage counts beside it)")
     if lay.uneven:
         middle = lay.pp - (lay.first_stage_layers is not None) - (lay.last_stage_layers is not None)
         rest = m.num_layers - (lay.first_stage_layers or 0) - (lay.last_stage_layers or 0)

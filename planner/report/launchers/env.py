@@ -54,6 +54,8 @@ def render(view: PlanView) -> str:
         values.append(("LAST_STAGE_LAYERS", lay.last_stage_layers))
     if lay.stage_split is not None:  # the first/last counts assume the embedding and the loss as one layer each
         values.append(("STAGE_SPLIT", lay.stage_split))
+    if lay.pipeline_layout is not None:  # decoder layers per model chunk, in model order
+        values.append(("PIPELINE_LAYOUT", ",".join(str(n) for n in lay.pipeline_layout)))
     values += [
         ("NNODES", world // per_node),
         ("NPROC_PER_NODE", per_node),

@@ -89,7 +89,9 @@ def _parallel(view: PlanView) -> list[Flag]:
         flags.append(("--use-tp-pp-dp-mapping",))
     if _mcore.tp_comm_overlap(view):  # Transformer Engine userbuffers with TE's default methods (initialize_ub)
         flags.append(("--tp-comm-overlap",))
-    if lay.vpp > 1:
+    if lay.pipeline_layout is not None:  # the layout sets vpp itself; arguments.py refuses a vpp flag beside it
+        flags.append(("--pipeline-model-parallel-layout", _mcore.layout_text(view)))
+    elif lay.vpp > 1:
         # The only per-rank VPP flag that also works with uneven first/last stages; there is no
         # --virtual-pipeline-model-parallel-size flag in Megatron-LM.
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.vpp)))

@@ -96,7 +96,8 @@ def _model(view: PlanView) -> list[Item]:
         ("comm_overlap.tp_comm_overlap", _mcore.tp_comm_overlap(view)),
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
         # the plan's split explicitly (Megatron-Core refuses the count keys together with the embedding/loss ones).
-        ("model.pipeline_model_parallel_layout", None),
+        ("model.pipeline_model_parallel_layout",
+         _layout(_mcore.layout_chunks(view)) if view.layout.pipeline_layout is not None else None),
         ("model.account_for_embedding_in_pipeline_split", emb_loss),
         ("model.account_for_loss_in_pipeline_split", emb_loss),
         ("model.num_layers_in_first_pipeline_stage", None if emb_loss else lay.first_stage_layers),
@@ -166,6 +167,11 @@ def _data_parallel(view: PlanView) -> list[Item]:
     if view.optimizer_offload > 0 or view.optimizer_moments == "bf16":
         items.append(("optimizer.use_precision_aware_optimizer", True))
     return items
+
+
+def _layout(chunks: list[list[str]]) -> str:
+    """A list of lists of layer types in Hydra's override grammar: [[embedding,decoder],[decoder,loss]]."""
+    return "[" + ",".join("[" + ",".join(chunk) + "]" for chunk in chunks) + "]"
 
 
 def _value(value: object) -> str:

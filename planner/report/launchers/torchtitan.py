@@ -111,8 +111,11 @@ def _check(view: PlanView) -> None:
                f"seq_len {view.seq_len} is not a multiple of 2 x tp x cp = {2 * lay.tp * lay.cp}",
                "pick a sequence length divisible by 2 x tp x cp")
     require_stage_split(view, NAME)
+    if lay.pipeline_layout is not None and lay.schedule in ("zb-v", "dualpipe-v"):
+        refuse(view, NAME, "pipeline_layout", f"the pipeline layout balances chunks placed in a loop, and {NAME}'s "
+               f"{lay.schedule} places them in a V", "re-plan with --framework torchtitan")
     for stage, layers in enumerate(view.stage_layers()):
-        if layers % lay.vpp:
+        if layers % lay.vpp and lay.pipeline_layout is None:
             refuse(view, NAME, "vpp", f"pipeline rank {stage} holds {layers} layers, not a multiple of vpp={lay.vpp}",
                    "re-plan with vpp dividing the layers of every pipeline stage")
 
@@ -167,7 +170,7 @@ def _parallelism(view: PlanView) -> dict[str, Value]:
 
 def _stage_split(view: PlanView) -> dict[str, Value]:
     lay, layers = view.layout, view.model.num_layers
-    if not lay.uneven:
+    if not lay.stated_split:
         # Even split: every (virtual) stage gets L / (pp x vpp) layers. The embedding and output weights are set to
         # count as zero layers, otherwise torchtitan's default weights (1 each) shift layers between stages.
         return {
@@ -181,7 +184,8 @@ def _stage_split(view: PlanView) -> dict[str, Value]:
     parts: list[list[str]] = []
     next_layer = 0
     for stage in range(lay.pp * lay.vpp):
-        count = per_rank[stage % lay.pp] // lay.vpp
+        count = (lay.pipeline_layout[stage] if lay.pipeline_layout is not None
+                 else per_rank[stage % lay.pp] // lay.vpp)
         parts.append([f"layers.{i}" for i in range(next_layer, next_layer + count)])
         next_layer += count
     parts[0].insert(0, "tok_embeddings")
