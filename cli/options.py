@@ -225,7 +225,13 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
 
     from planner.cost.profiles import plan_compiles_loss
     from planner.inputs.files import pydantic_error
-    from planner.inputs.frameworks import capabilities_for, moments_refusal, offload_refusal, precision_refusal
+    from planner.inputs.frameworks import (
+        capabilities_for,
+        moments_refusal,
+        offload_refusal,
+        optimizer_refusal,
+        precision_refusal,
+    )
     from planner.inputs.layout import parse_pairs
     from planner.inputs.problem import Problem, parse_compress
     from planner.inputs.specs import TrainingSpec
@@ -240,6 +246,15 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
     if refusal:
         raise PlanInputError(refusal, field="--optimizer-offload",
                              fix="use 0 or 1 as the framework allows, or --framework megatron-core (any share)")
+    if o.optimizer not in ("adam", "muon"):
+        raise PlanInputError(f"unknown optimizer '{o.optimizer[:40]}'", field="--optimizer", fix="use adam or muon")
+    refusal = optimizer_refusal(framework, o.optimizer)
+    if refusal:
+        raise PlanInputError(refusal, field="--optimizer", fix="use adam, or --framework megatron-core / nemo")
+    if o.optimizer == "muon" and (o.optimizer_moments != "fp32" or o.optimizer_offload > 0):
+        raise PlanInputError("bf16 moments and optimizer offload are Adam's (Megatron-Core's precision-aware "
+                             "optimizer); Muon keeps one fp32 momentum on the GPU", field="--optimizer",
+                             fix="drop --optimizer-moments / --optimizer-offload, or use --optimizer adam")
     if o.optimizer_moments not in ("fp32", "bf16"):
         raise PlanInputError(f"unknown moment dtype '{o.optimizer_moments}'", field="--optimizer-moments",
                              fix="use fp32 or bf16")
@@ -261,6 +276,7 @@ def problem_for(m: ModelSpec, c: ClusterSpec, options: PlanOptions) -> Problem:
     try:
         tr = TrainingSpec(seq_len=o.seq_len, global_batch=o.global_batch, precision=o.precision, framework=framework,
                           optimizer_offload=o.optimizer_offload, optimizer_moments=o.optimizer_moments,
+                          optimizer=o.optimizer,
                           fp8_recipe=o.fp8_recipe, moe_capacity_factor=o.moe_capacity_factor,
                           moe_pad_to_capacity=o.moe_pad_to_capacity, cuda_graphs=o.cuda_graphs,
                           cuda_graph_modules=_graph_modules(o.cuda_graph_modules, o.cuda_graphs),

@@ -135,6 +135,10 @@ class PlanOptions:
         "traffic per step (PCIe or NVLink-C2C)", "float",
         {**_ALL, "explain": Variant(None, "share of optimizer states kept and stepped in CPU memory "
                                     + _FILE.format(0))}, lower=0.0, upper=1.0)
+    optimizer: str = _opt(
+        "adam", ("--optimizer",), "adam | muon (Megatron-Core's layer-wise distributed Muon: one fp32 momentum, "
+        "Newton-Schulz GEMMs in the update, fp32 gradients all-reduced, parameters gathered after the step)", "str",
+        _ALL)
     optimizer_moments: str = _opt(
         "fp32", ("--optimizer-moments",), "dtype of Adam's moments: fp32 | bf16 (Megatron-Core's precision-aware "
         "optimizer; halves them)", "str",

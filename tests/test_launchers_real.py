@@ -85,6 +85,12 @@ MEGATRON_PROBLEMS = [
     ("deepseekv3-h100x1024-fp8",  # MLA, dense first layers, shared expert, fp8 recipe
      ("--model", "deepseek-v3", "--cluster", "h100x1024", "--precision", "fp8", "--seq-len", "4096",
       "--global-batch", "8192", "--framework", "megatron-core")),  # generic may pick DualPipe, which Megatron lacks
+    # Kimi K2 with Muon (Megatron-Bridge's recipe optimizer) on its published pipeline: a 61-layer custom layout,
+    # the layer-wise distributed Muon without the distributed optimizer
+    ("kimik2-gb300x256-muon-layout",
+     ("--model", "kimi-k2", "--cluster", "gb300x256", "--precision", "fp8", "--seq-len", "4096", "--global-batch",
+      "4096", "--optimizer", "muon", "--fix", "pp=4", "--fix", "vpp=4", "--fix", "ep=64",
+      "--framework", "megatron-core")),
 ]
 
 
@@ -169,7 +175,7 @@ def transformer_config_kwargs(flags: dict[str, list[str]]) -> dict:
         # mamba_check; the rest are TransformerConfig fields
         "--spec", "--hybrid-override-pattern", "--is-hybrid-model", "--mamba-state-dim", "--mamba-head-dim",
         "--mamba-num-groups", "--mamba-num-heads", "--moe-latent-size", "--tp-comm-overlap",
-        "--pipeline-model-parallel-layout",
+        "--pipeline-model-parallel-layout", "--optimizer",
     }
     assert set(flags) <= known, f"flags this test does not map: {sorted(set(flags) - known)}"
     dtype = torch.bfloat16 if "--bf16" in flags else torch.float16 if "--fp16" in flags else torch.float32
@@ -387,7 +393,9 @@ def megatron_check(doc: dict, rank: int = 1) -> dict[str, list[str]]:
     assert config.cpu_offloading_num_layers == lay.get("offload_layers", 0)
     if lay["zero"] >= 2:
         assert ddp.use_megatron_fsdp and ddp.data_parallel_sharding_strategy.startswith("optim_grads")
-    assert ddp.use_distributed_optimizer == (lay["zero"] >= 1)
+    muon = _str(flags, "--optimizer") in ("muon", "dist_muon")  # Megatron-Core's Muon refuses the distributed one
+    assert ddp.use_distributed_optimizer == (lay["zero"] >= 1 and not muon)
+    assert muon == (doc["inputs"]["training"].get("optimizer") == "muon")
 
     # Data parallel size as Megatron derives it from the world size, and the microbatch count it then runs.
     dp = world // (tp * pp * cp)

@@ -12,6 +12,10 @@ from planner.inputs.layout import Zero
 
 # Adam step touches fp32 master, two moments (read+write, 24 B), reads the fp32 grad (4 B), writes bf16 params (2 B).
 OPTIMIZER_BYTES_PER_PARAM = 30.0
+# Muon's elementwise work: fp32 master and one momentum buffer read and written (16 B), the fp32 grad read (4 B),
+# the bf16 params written (2 B) (Megatron-Core muon.py keeps one momentum_buffer per parameter); the
+# orthogonalisation is GEMMs (muon_time).
+MUON_BYTES_PER_PARAM = 22.0
 
 
 def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.ndarray], zero: np.ndarray,
@@ -102,20 +106,52 @@ def reduction_exposed(fab: Fabric, prof: FrameworkProfile, params: dict[str, np.
 
 
 def optimizer_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float,
-                   expert_p: np.ndarray | float = 0.0, expert_shard: np.ndarray | float = 1.0) -> np.ndarray:
+                   expert_p: np.ndarray | float = 0.0, expert_shard: np.ndarray | float = 1.0,
+                   bytes_per_param: float = OPTIMIZER_BYTES_PER_PARAM) -> np.ndarray:
     """Adam update, memory-bound: OPTIMIZER_BYTES_PER_PARAM·(dense/shard + experts/expert shard) / HBM; the shards
-    apply with ZeRO >= 1 (expert states shard over the expert data-parallel group)."""
+    apply with ZeRO >= 1 (expert states shard over the expert data-parallel group). Muon's elementwise part moves
+    MUON_BYTES_PER_PARAM."""
     sharded = zero >= Zero.OPTIMIZER
     dense = (stage_p - expert_p) / np.where(sharded, shard_group, 1.0)
     experts = expert_p / np.where(sharded, expert_shard, 1.0)
-    return OPTIMIZER_BYTES_PER_PARAM * (dense + experts) / hbm
+    return bytes_per_param * (dense + experts) / hbm
 
 
 def optimizer_update_time(stage_p: np.ndarray, zero: np.ndarray, shard_group: np.ndarray, hbm: float,
                           expert_p: np.ndarray, expert_shard: np.ndarray, prof: FrameworkProfile,
-                          offloaded: float, host_link_gbps: float) -> np.ndarray:
-    """optimizer_s: the update on the GPU (optimizer_time: OPTIMIZER_BYTES_PER_PARAM·params / shard / HBM) + the
-    offloaded share's gradients down and weights up over the host link (offload.offload_time; ZeRO-Offload, Ren et
-    al. 2021)."""
-    return optimizer_time(stage_p, zero, shard_group, hbm, expert_p, expert_shard) + offload.offload_time(
+                          offloaded: float, host_link_gbps: float, muon: bool = False) -> np.ndarray:
+    """optimizer_s: the update on the GPU (optimizer_time: OPTIMIZER_BYTES_PER_PARAM·params / shard / HBM, Muon's
+    MUON_BYTES_PER_PARAM; its orthogonalisation is muon_time) + the offloaded share's gradients down and weights up
+    over the host link (offload.offload_time; ZeRO-Offload, Ren et al. 2021)."""
+    per_param = MUON_BYTES_PER_PARAM if muon else OPTIMIZER_BYTES_PER_PARAM
+    return optimizer_time(stage_p, zero, shard_group, hbm, expert_p, expert_shard, per_param) + offload.offload_time(
         stage_p, zero, shard_group, prof, offloaded, host_link_gbps)
+
+
+def muon_time(ns_flops: tuple[np.ndarray, np.ndarray], layers: np.ndarray, local_experts: np.ndarray,
+              zero: np.ndarray, shard_group: np.ndarray, expert_shard: np.ndarray, rate: float) -> np.ndarray:
+    """Muon's Newton-Schulz orthogonalisation of the busiest stage's matrices (planner.cost.flops.muon_layer_flops:
+    per layer, the non-expert matrices and one routed expert's) at the GPU's bf16 GEMM rate (Megatron-Core runs it
+    in fp32 with matmul precision "medium", bf16 tensor cores): layers·(dense/shard + experts·expert/expert shard).
+    Megatron-Core's layer-wise distributed Muon (LayerWiseDistributedOptimizer) gives each data rank whole matrices
+    to update, so with ZeRO >= 1 each rank orthogonalises its share (matrix granularity taken as even)."""
+    dense, expert = ns_flops
+    sharded = zero >= Zero.OPTIMIZER
+    per_rank = layers * (dense / np.where(sharded, shard_group, 1.0)
+                         + local_experts * expert / np.where(sharded, expert_shard, 1.0))
+    return per_rank / rate
+
+
+def muon_gather_time(fab: Fabric, params: dict[str, np.ndarray], zero: np.ndarray,
+                     ranks: tuple[np.ndarray, np.ndarray], tp: np.ndarray, place: Placement | None,
+                     etp: np.ndarray, ep: np.ndarray) -> np.ndarray:
+    """The layer-wise distributed Muon's all-gather of the updated bf16 parameters after the step
+    (LayerWiseDistributedOptimizer step 6), exposed: Megatron-Bridge's Muon recipes turn overlap_param_gather off
+    (recipes/kimi/h100/kimi_k2.py _apply_kimi_k2_optimizer)."""
+    data_ranks, expert_ranks = ranks
+    stage_p, expert_local = params["stage"], params["held_layers"] * params["layer_expert_part"]
+    outer, stride = (None, etp * ep) if place is None else (place.data_outer(data_ranks), place.expert_stride)
+    gather = (fab.collective("all_gather", (stage_p - expert_local) * 2.0, data_ranks, tp, "dp", outer)
+              + np.where(expert_local > 0, fab.collective("all_gather", expert_local * 2.0, expert_ranks, stride,
+                                                          "dp"), 0.0))
+    return np.where(zero >= Zero.OPTIMIZER, gather, 0.0)

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+from numpy.typing import ArrayLike
+
 from planner.cost import mixers
 from planner.inputs.specs import ModelSpec
 
@@ -257,3 +260,51 @@ def token_flops(m: ModelSpec, seq_len: int) -> TokenFlops:
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """Training FLOPs per token for MFU: forward + backward (2x), no recomputation (PaLM App. B definition)."""
     return 3.0 * token_flops(m, seq_len).model_forward(m)
+
+
+# --- Muon's orthogonalisation ------------------------------------------------------------------------------------
+# Newton-Schulz steps Megatron-Core's Muon runs per update (OptimizerConfig.muon_num_ns_steps default 5; Megatron-
+# Bridge's distributed_muon_with_cosine_annealing keeps 5, recipes/utils/optimizer_utils.py).
+MUON_NS_STEPS = 5
+
+
+def newton_schulz_flops(rows: ArrayLike, cols: ArrayLike, steps: int = MUON_NS_STEPS) -> np.ndarray:
+    """One matrix's orthogonalisation: each quintic Newton-Schulz step forms A = X Xᵀ (2m²n), A² (2m³) and
+    (bA + cA²) X (2m²n), m <= n the matrix's sides (Jordan et al. 2024, "Muon"; emerging_optimizers
+    newton_schulz): steps·(4m²n + 2m³)."""
+    m, n = np.minimum(rows, cols), np.maximum(rows, cols)
+    return steps * (4.0 * m * m * n + 2.0 * m ** 3)
+
+
+def muon_layer_flops(m: ModelSpec, tp: ArrayLike, etp: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Newton-Schulz FLOPs of one mean layer's matrices as one tensor-parallel rank holds them: (the non-expert
+    matrices, one routed expert's). Megatron-Core's Muon orthogonalises each matrix shard on its own rank
+    (muon_tp_mode "blockwise", Megatron-Bridge's setting) and Q, K and V apart (muon_split_qkv); MLA's down
+    projections are whole on every TP rank. Other mixers count as one h x (params / h) matrix sliced by tp. The
+    embedding, the LM head and the norms take Adam (Muon's scalar optimizer)."""
+    h, a = m.hidden_size, m.num_attention_heads
+    if m.is_mla:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        q = (newton_schulz_flops(m.q_lora_rank, h) + newton_schulz_flops(a * qk / tp, m.q_lora_rank)
+             if m.q_lora_rank else newton_schulz_flops(a * qk / tp, h))
+        attn = (q + newton_schulz_flops(m.kv_lora_rank + m.qk_rope_head_dim, h)
+                + newton_schulz_flops(a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)
+                + newton_schulz_flops(h, a * m.v_head_dim / tp))
+    else:
+        qd, kvd = a * m.d_head, m.kv_heads * m.d_head
+        attn = 2 * newton_schulz_flops(qd / tp, h) + 2 * newton_schulz_flops(kvd / tp, h)
+    full = sum(kind == "full_attention" for kind in m.mixer_kinds)
+    other = len(m.mixer_kinds) - full
+    mixer_other = sum(mixers.layer_mixer_params(m, i) for i, kind in enumerate(m.mixer_kinds)
+                      if kind != "full_attention") / max(other, 1)
+    mixer = (full * attn + other * newton_schulz_flops(h, mixer_other / h / tp)) / len(m.mixer_kinds)
+
+    def mlp(width: float, split: float) -> float:
+        up = newton_schulz_flops((2 if m.gated_mlp else 1) * width / split, h)
+        return up + newton_schulz_flops(h, width / split)
+
+    f = m.moe_layers / m.num_hidden_layers if m.is_moe else 0.0
+    dense = mlp(m.intermediate_size, tp) if f < 1 else 0.0
+    shared = (mlp(m.shared_ffn, tp) if m.shared_ffn else 0.0) + newton_schulz_flops(m.num_local_experts, h)
+    expert = mlp(m.expert_ffn, etp) if m.is_moe else 0.0
+    return mixer + (1 - f) * dense + f * shared, f * expert

@@ -349,8 +349,10 @@ def fsdp_buffer_bytes(zero: np.ndarray, per_layer_p: np.ndarray, prof: Framework
 
 def fp8_param_gather(problem: Problem) -> bool:
     """Whether the stack keeps fp8 model weights in fp8 training (Capabilities.fp8_param_gather; not fp4: the
-    NVFP4 preset gathers bf16 parameters)."""
-    return problem.training.precision == "fp8" and capabilities_for(problem.training.framework).fp8_param_gather
+    NVFP4 preset gathers bf16 parameters; not Muon, which runs without the distributed optimizer that
+    --fp8-param-gather needs, Megatron-LM arguments.py)."""
+    return (problem.training.precision == "fp8" and problem.training.optimizer != "muon"
+            and capabilities_for(problem.training.framework).fp8_param_gather)
 
 
 def layer_kind_bytes_per_token(m: ModelSpec, fp8: bool = False) -> float:

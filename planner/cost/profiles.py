@@ -241,14 +241,23 @@ def sink_attention_all_tiles(training: TrainingSpec, model: ModelSpec) -> bool:
 # Adam keeps two moments per parameter; bf16 moments (Megatron-Core precision-aware optimizer) hold 2 + 2 bytes
 # instead of 4 + 4.
 BF16_MOMENTS_SAVING = 4.0
+# Muon keeps an fp32 master copy and one fp32 momentum buffer per parameter (Megatron-Core muon.py
+# muon_init_state_fn: momentum_buffer), and Megatron-Bridge's Muon recipes keep and all-reduce gradients in fp32
+# (recipes/kimi/h100/kimi_k2.py _apply_kimi_k2_optimizer: grad_reduce_in_fp32 = True, no distributed optimizer).
+MUON_STATE_BYTES = 8.0
+MUON_GRAD_BYTES = 4.0
 
 
 def stack_profile(training: TrainingSpec) -> FrameworkProfile:
-    """The framework's profile with the training's optimizer-state dtype (`optimizer_moments`), parameter offload
+    """The framework's profile with the training's optimizer (Muon's states and fp32 gradients, `optimizer`) and
+    optimizer-state dtype (`optimizer_moments`), parameter offload
     (`param_offload`) and TP overlap switch (`tp_comm_overlap`, None: as the stack's recipes ship it) applied."""
     prof = profile_for(training.framework)
     if getattr(training, "optimizer_moments", "fp32") == "bf16":
         prof = replace(prof, optimizer_bytes=prof.optimizer_bytes - BF16_MOMENTS_SAVING)
+    if getattr(training, "optimizer", "adam") == "muon":
+        prof = replace(prof, optimizer_bytes=MUON_STATE_BYTES, grad_bytes=MUON_GRAD_BYTES,
+                       grad_reduce_bytes=MUON_GRAD_BYTES)
     if getattr(training, "param_offload", False):
         prof = replace(prof, params_in_host=True)
     overlap = getattr(training, "tp_comm_overlap", None)

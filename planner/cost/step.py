@@ -24,6 +24,7 @@ from planner.cost import (
     device_memory,
     expert,
     fabric,
+    flops,
     groups,
     links,
     memory,
@@ -161,11 +162,22 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     t_mb = pipeline.microbatch_time(st, p2p_exposed, k["sched"], lt, layers)
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
-    dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
-                                        st.fwd, st.bwd, x.place)
+    muon = problem.training.optimizer == "muon"
+    # Muon's layer-wise optimizer all-reduces the gradients behind the backward and gathers the parameters after the
+    # step (data.muon_gather_time), unlike the distributed optimizer, whose gather hides behind the next forward
+    dp_exposed = data.reduction_exposed(x.fab, prof, params, np.minimum(zero, Zero.NONE) if muon else zero, x.hsdp,
+                                        shard_group, ranks, tp, etp, ep, micro, st.fwd, st.bwd, x.place)
+    expert_shard = expert_shard_group(c, shard_group)
     optim_time = data.optimizer_update_time(params["stage"], zero, shard_group, x.rates.hbm,
-                                            stage_expert_params(params), expert_shard_group(c, shard_group), prof,
-                                            problem.training.optimizer_offload, problem.cluster.gpu.host_link_gbps)
+                                            stage_expert_params(params), expert_shard, prof,
+                                            problem.training.optimizer_offload, problem.cluster.gpu.host_link_gbps,
+                                            muon)
+    if muon:
+        local_experts = problem.model.num_local_experts / ep if problem.model.is_moe else 0.0 * ep
+        optim_time = optim_time + data.muon_time(
+            flops.muon_layer_flops(problem.model, tp, etp), params["held_layers"], local_experts, zero, shard_group,
+            expert_shard, x.rates.bf16_peak * x.rates.bf16_eff)
+        dp_exposed = dp_exposed + data.muon_gather_time(x.fab, params, zero, ranks, tp, x.place, etp, ep)
     stages = allocations.stage_memories(problem, allocations.ActivationSide(k, x.tok, micro),
                                         allocations.state_side(problem, c, priced=(zero, shard_group, params)))
     offloaded = stages[0].offloaded

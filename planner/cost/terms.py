@@ -62,7 +62,8 @@ TERMS: tuple[Term, ...] = (
          "latency + activation (/tp with SP) / link bandwidth when pp > 1 (Narayanan et al. 2021 §4.1)"),
     Term("optimizer_s", "optimizer update", "s", _C + "data.optimizer_update_time",
          "30 B/param (Adam: fp32 master, 2 moments, grad, bf16 write)·params / shard / HBM + offloaded share's grads "
-         "down and weights up over the host link (ZeRO-Offload)"),
+         "down and weights up over the host link (ZeRO-Offload); Muon: 22 B/param + L·Newton-Schulz FLOPs "
+         "5·(4m²n + 2m³) of its matrices / shard at the bf16 GEMM rate (data.muon_time)"),
     Term("tp_comm_s", "exposed TP per step", "s", _C + "tensor.tp_comm_time",
          "m·L·Σ per TP block (attention, MLP) of C = all-gather/reduce-scatter(activation): forward 2C, backward 2C "
          "(+C re-gather with Megatron SP), each less what its paired GEMM G hides in the stack's mode: async "
@@ -90,7 +91,8 @@ TERMS: tuple[Term, ...] = (
     Term("dp_comm_s", "exposed DP reduction", "s", _C + "data.reduction_exposed",
          "E(grad all-reduce (dense, expert, HSDP replicas), overlap·last backward); ZeRO-2: "
          "m·E(reduce-scatter, overlap·backward) + E(parameter all-gather, overlap·forward), E as for ZeRO-3 "
-         "(DeepSpeed stage_1_and_2.py)"),
+         "(DeepSpeed stage_1_and_2.py); Muon: E(fp32 all-reduce, overlap·last backward) + its parameter all-gather "
+         "after the step (data.muon_gather_time)"),
     Term("recompute_s", "recomputation per step", "s", _C + "compute.recompute_step_time",
          "m·L·(full: layer forward; selective: attention core or memory-bound modules, plus torchtitan's unsaved "
          "matmuls) (Korthikanti et al. 2022)"),

@@ -96,6 +96,10 @@ class Capabilities:
     # planner.inputs.layout.chunk_layers gives, chunk s on rank s % pp. Not torchtitan: its V schedules (ZB-V,
     # DualPipe-V) place chunks in a V, which that split does not balance.
     pipeline_layout: bool = False
+    # The Muon optimizer (--optimizer muon): Megatron-Core's layer-wise distributed Muon (--optimizer dist_muon,
+    # optimizer/muon.py with emerging_optimizers; Megatron-Bridge's Kimi K2 recipes run it). Not torchtitan's,
+    # DeepSpeed's or paper-era Megatron-LM's launch configs, which the planner writes.
+    muon: bool = False
     # fp8 training keeps the model weights in fp8 where the optimizer is sharded (Megatron-Core --fp8-param-gather,
     # which the megatron launcher emits with zero >= 1; every Megatron-Bridge fp8 preset sets fp8_param_gather).
     fp8_param_gather: bool = False
@@ -160,7 +164,7 @@ _MCORE_CP_EXCLUDES = ("sparse_attention", "linear_attention")
 _ALL_GRAPHS = ("none", "per-layer", "full-iteration")
 
 FRAMEWORKS: dict[str, Capabilities] = {
-    "generic": Capabilities("generic", embedding_loss_split=True, pipeline_layout=True, blockwise_fp8=True,
+    "generic": Capabilities("generic", embedding_loss_split=True, pipeline_layout=True, muon=True, blockwise_fp8=True,
                             moe_router_fusion=True, cuda_graphs=_ALL_GRAPHS, fp8_attention=True,
                             source="every knob; launch through --format env"),
     "megatron": Capabilities(
@@ -173,7 +177,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "megatron-core": Capabilities(
         "megatron-core", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS),
         schedules=_MCORE_SCHEDULES, zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), launcher="megatron",
-        selective_dense=False, embedding_loss_split=True, pipeline_layout=True, fp8_param_gather=True,
+        selective_dense=False, embedding_loss_split=True, pipeline_layout=True, muon=True, fp8_param_gather=True,
         blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, mamba_stack=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
@@ -183,7 +187,7 @@ FRAMEWORKS: dict[str, Capabilities] = {
     "nemo": Capabilities(
         "nemo", zero=(Zero.NONE, Zero.OPTIMIZER, Zero.GRADIENTS, Zero.PARAMETERS), schedules=_MCORE_SCHEDULES,
         zero_with_pipeline=(Zero.NONE, Zero.OPTIMIZER), fp8_needs_zero=True, launcher="nemo",
-        selective_dense=False, embedding_loss_split=True, pipeline_layout=True, fp8_param_gather=True,
+        selective_dense=False, embedding_loss_split=True, pipeline_layout=True, muon=True, fp8_param_gather=True,
         blockwise_fp8=True,
         cp_excludes=_MCORE_CP_EXCLUDES, moe_bias_whole_experts=True, moe_router_fusion=True,
         rank_order_zero=_MCORE_ORDER_ZERO, rank_order_same_expert_dp=True, cuda_graphs=_ALL_GRAPHS,
@@ -297,6 +301,13 @@ def beyond_era(framework: str, precision: str, cp: int, ep: int) -> list[str]:
     if ep > 1 and not caps.expert_parallel and later.expert_parallel:
         stated.append(f"ep={ep}")
     return stated
+
+
+def optimizer_refusal(framework: str, optimizer: str) -> str | None:
+    """Why `framework` cannot run `optimizer` (None when it can)."""
+    if optimizer == "adam" or capabilities_for(framework).muon:
+        return None
+    return f"{framework} has no {optimizer} optimizer the planner can launch"
 
 
 def moments_refusal(framework: str, moments: str) -> str | None:

@@ -430,6 +430,10 @@ class TrainingSpec(_Spec):
     torch_compile: bool | None = Field(default=None, description=(
         "the model compiled with torch.compile (torchtitan [compile]; Hugging Face --torch_compile); None = as the "
         "framework runs by default (planner.cost.profiles)"))
+    optimizer: Literal["adam", "muon"] = Field(default="adam", description=(
+        "adam (AdamW, the frameworks' default) or muon (Megatron-Core's layer-wise distributed Muon, --optimizer "
+        "dist_muon: Newton-Schulz-orthogonalised momentum for the 2-D matrices, Adam for embeddings and norms; one "
+        "fp32 momentum, fp32 gradients all-reduced, the updated parameters all-gathered after the step)"))
     pipeline_layout: tuple[NonNegativeInt, ...] | None = Field(default=None, description=(
         "decoder layers of each pipeline model chunk, in model order (chunk s on pipeline rank s % pp), as a run "
         "states them (Megatron-Core --pipeline-model-parallel-layout; a chunk may hold only the embedding, the MTP "
@@ -438,6 +442,10 @@ class TrainingSpec(_Spec):
 
     @model_validator(mode="after")
     def _check_capacity(self) -> TrainingSpec:
+        if self.optimizer == "muon" and (self.optimizer_moments != "fp32" or self.optimizer_offload > 0):
+            # Megatron-Core muon.py: "TODO support precision aware optimizer", which bf16 moments and CPU offload need
+            raise ValueError("muon keeps one fp32 momentum and runs on the GPU: bf16 moments and optimizer offload "
+                             "are Adam's (Megatron-Core's precision-aware optimizer)")
         if self.attention_kernel == "fp8" and self.precision not in ("fp8", "fp4"):
             # Transformer Engine runs fp8 attention only inside an fp8 autocast (fp8_dpa of the fp8 recipe)
             raise ValueError("attention_kernel fp8 (Transformer Engine's fp8 attention) needs an fp8 or fp4 recipe")

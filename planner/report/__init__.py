@@ -7,7 +7,7 @@
 # `attention_kernel`, 7 its `cuda_graph_modules`, 8 the value `fp8` of `attention_kernel` (--fp8-attention), 9 each
 # plan's breakdown term `nic_comm_s` (planner.cost.links; older documents read it as 0), 10 each layout's
 # `pipeline_layout` and the training's `pipeline_layout` (a run's own stage split; older documents: the planner's
-# split, which they priced). The reader
+# split, which they priced) and `optimizer` (older documents: adam). The reader
 # takes every version listed in READABLE_SCHEMA_VERSIONS (an older
 # document lacks the newer fields, which take their defaults: a missing rank_order reads as the default order,
 # Layout.from_dict).

@@ -317,6 +317,7 @@ def precision_label(tr: TrainingSpec) -> str:
     dropping."""
     label = tr.precision + (" blockwise" if tr.precision == "fp8" and tr.fp8_recipe == "blockwise" else "")
     label += ", bf16 moments" if tr.optimizer_moments == "bf16" else ""
+    label += ", muon" if tr.optimizer == "muon" else ""
     if tr.moe_capacity_factor is not None:
         label += f", token drop at capacity {tr.moe_capacity_factor:g}x" + (" padded" if tr.moe_pad_to_capacity else "")
     label += ", forced expert balance" if tr.moe_force_balance else ""

@@ -22,6 +22,12 @@ FRAMEWORK_RULES: tuple[Rule, ...] = (
          "the chosen training framework does not combine this ZeRO/FSDP stage with pipeline parallelism",
          "use zero=1 with pp > 1, or pp=1",
          "DeepSpeed runtime/pipe/engine.py asserts ZeRO < 2; Megatron-FSDP rejects PP (mcore_fsdp_adapter.py)"),
+    Rule("muon_without_fsdp", ("zero",),
+         lambda c, p: (p.training.optimizer != "muon") | (c["zero"] <= Zero.OPTIMIZER) | _trusted("zero", p),
+         "Muon is Megatron-Core's layer-wise distributed optimizer: it shards whole matrices of the optimizer states, "
+         "not gradients or parameters", "use zero=0 or 1 with --optimizer muon",
+         "Megatron-Core muon.py: 'muon with dist optimizer is not supported'; LayerWiseDistributedOptimizer keeps the "
+         "distributed-optimizer and FSDP options off"),
     Rule("framework_context_parallel", ("cp", "cp_comm"),
          lambda c, p: (c["cp"] == 1) | _among(c["cp_comm"], [int(x) for x in _caps(p).cp_comm]) | _trusted("cp", p),
          "the chosen training framework has no context parallelism of this kind", "set cp=1 or another cp_comm",

@@ -147,6 +147,7 @@ class PlanView:
     layout: PlanLayout
     optimizer_offload: float = 0.0  # share of optimizer states in CPU memory (inputs.training.optimizer_offload)
     optimizer_moments: str = "fp32"  # dtype of Adam's moments (inputs.training.optimizer_moments)
+    optimizer: str = "adam"  # adam | muon (inputs.training.optimizer)
     fp8_recipe: str = "tensorwise"  # fp8 scaling granularity (inputs.training.fp8_recipe)
     moe_capacity_factor: float | None = None  # token dropping (inputs.training.moe_capacity_factor); None: dropless
     moe_pad_to_capacity: bool = False  # experts' inputs padded to capacity (inputs.training.moe_pad_to_capacity)
@@ -426,6 +427,7 @@ def load(doc: dict | PlanDocument, rank: int) -> PlanView:
         layout=_layout(get(plan, "layout", f"plans[{rank - 1}]"), f"plans[{rank - 1}].layout"),
         optimizer_offload=_training.offload(training),
         optimizer_moments=_training.moments(training),
+        optimizer=_training.optimizer(training),
         fp8_recipe=_training.fp8_recipe(training),
         moe_capacity_factor=capacity,
         moe_pad_to_capacity=padded,

@@ -26,6 +26,11 @@ def _choice(training: dict, key: str, choices: tuple[str, ...], example: str) ->
     return str(value)
 
 
+def optimizer(training: dict) -> str:
+    """optimizer: adam or muon (documents before schema 10: adam)."""
+    return _choice(training, "optimizer", ("adam", "muon"), "muon")
+
+
 def moments(training: dict) -> str:
     """optimizer_moments: fp32 or bf16."""
     return _choice(training, "optimizer_moments", ("fp32", "bf16"), "bf16")

@@ -134,6 +134,9 @@ def _check(view: PlanView) -> None:
         refuse(view, NAME, "inputs.training.precision", f"a ds_config has no {view.precision} training switch (it "
                "needs Transformer Engine layers in the model)", "re-plan with --precision bf16")
     refuse_token_drop(view, NAME)
+    if view.optimizer != "adam":
+        refuse(view, NAME, "inputs.training.optimizer", f"the planner writes {NAME}'s AdamW only",
+               "re-plan with --optimizer adam, or use --format megatron / nemo")
     if view.optimizer_moments != "fp32":
         refuse(view, NAME, "inputs.training.optimizer_moments", f"{NAME} has no switch for bf16 Adam moments",
                "re-plan with --optimizer-moments fp32, or use --format megatron / nemo")

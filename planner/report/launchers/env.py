@@ -45,6 +45,7 @@ def render(view: PlanView) -> str:
         ("SP", int(lay.sequence_parallel)),
         ("SCHEDULE", lay.schedule),
         ("PRECISION", view.precision),
+        ("OPTIMIZER", view.optimizer),
     ]
     if lay.offload_layers is not None:
         values.append(("OFFLOAD_LAYERS", lay.offload_layers))

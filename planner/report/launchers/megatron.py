@@ -306,6 +306,10 @@ def _recompute(view: PlanView) -> list[Flag]:
 
 def _data_parallel(view: PlanView) -> list[Flag]:
     zero = view.layout.zero
+    if view.optimizer == "muon":
+        # Megatron-Core's Muon refuses the distributed optimizer; dist_muon is its layer-wise distributed form
+        # (arguments.py: newer releases read it as --optimizer muon with --use-distributed-optimizer)
+        return [("--optimizer", "dist_muon" if zero >= 1 else "muon"), ("--overlap-grad-reduce",)]
     if zero == 0:
         return [("--overlap-grad-reduce",)] + _offload(view)
     flags: list[Flag] = []
@@ -350,6 +354,6 @@ def _precision(view: PlanView) -> list[Flag]:
         flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", recipe)]
         if recipe == "delayed":
             flags += [("--fp8-amax-history-len", "1024"), ("--fp8-amax-compute-algo", "max")]
-        if view.layout.zero >= 1:  # fp8 parameter all-gather needs a sharded optimizer or FSDP
+        if view.layout.zero >= 1 and view.optimizer != "muon":  # needs the distributed optimizer or FSDP
             flags.append(("--fp8-param-gather",))
     return flags

@@ -27,7 +27,7 @@ def render(view: PlanView) -> str:
     if view.layout.fsdp_shard_group is not None:
         refuse(view, NAME, "fsdp_shard_group", "hybrid sharding (ZeRO-3 inside a node, replicated across nodes) has "
                "no Megatron-FSDP flag in the targeted release", "re-plan with --fix zero=3, or use --format torchtitan")
-    if view.precision == "fp8" and view.layout.zero == 0:
+    if view.precision == "fp8" and view.layout.zero == 0 and view.optimizer != "muon":
         refuse(view, NAME, "zero", "Bridge's fp8 preset gathers fp8 parameters, which needs the distributed "
                "optimizer or FSDP (zero >= 1)", "re-plan with zero >= 1, or use --format megatron")
     preset = PRECISION[view.precision]
@@ -36,9 +36,12 @@ def render(view: PlanView) -> str:
     if view.precision == "fp8" and _mcore.fp8_recipe(view) == "blockwise":  # Bridge training/mixed_precision.py
         preset = "bf16_with_fp8_subchannel_scaling_mixed"
     items = _model(view) + _train(view) + _data_parallel(view) + [("mixed_precision", preset),
-                                                                  ("mixed_precision.grad_reduce_in_fp32", False)]
+                                                                  ("mixed_precision.grad_reduce_in_fp32",
+                                                                   view.optimizer == "muon")]
     if view.attention_kernel == "fp8":  # Bridge MixedPrecisionConfig (training/mixed_precision.py)
         items.append(("mixed_precision.fp8_dot_product_attention", True))
+    if view.precision == "fp8" and view.optimizer == "muon":  # the gather needs the distributed optimizer
+        items.append(("mixed_precision.fp8_param_gather", False))
     if view.layout.dp_outermost:  # Bridge DistributedInitConfig: rank order tp-cp-ep-pp-dp
         items.append(("dist.use_tp_pp_dp_mapping", True))
     lines = [header(view, TARGET),
@@ -141,6 +144,12 @@ def _train(view: PlanView) -> list[Item]:
 
 def _data_parallel(view: PlanView) -> list[Item]:
     zero = view.layout.zero
+    if view.optimizer == "muon":  # as recipes/kimi/h100/kimi_k2.py _apply_kimi_k2_optimizer sets Muon up
+        return [("optimizer.optimizer", "dist_muon" if zero >= 1 else "muon"),
+                ("ddp.use_distributed_optimizer", False), ("optimizer.use_distributed_optimizer", False),
+                ("ddp.overlap_grad_reduce", True), ("ddp.overlap_param_gather", False),
+                ("ddp.grad_reduce_in_fp32", True), ("dist.use_megatron_fsdp", False),
+                ("ddp.use_megatron_fsdp", False)]
     # Bridge switches the distributed optimizer on in both ddp and optimizer if either asks for it, so zero=0
     # has to turn both off.
     items: list[Item] = [

@@ -36,6 +36,9 @@ Value = int | bool | str | list
 
 def render(view: PlanView) -> str:
     _check(view)
+    if view.optimizer != "adam":
+        refuse(view, NAME, "inputs.training.optimizer", f"the planner writes {NAME}'s AdamW only",
+               "re-plan with --optimizer adam, or use --format megatron / nemo")
     if view.optimizer_moments != "fp32":
         refuse(view, NAME, "inputs.training.optimizer_moments", f"{NAME} has no switch for bf16 Adam moments",
                "re-plan with --optimizer-moments fp32, or use --format megatron / nemo")
