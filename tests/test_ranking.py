@@ -19,7 +19,7 @@ from planner.inputs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_FOR_FORMAT
 from planner.inputs.layout import Layout, Recompute
 from planner.inputs.problem import Problem
 from planner.inputs.specs import TrainingSpec
-from planner.search.preference import CRITERIA, criteria_columns
+from planner.search.preference import CRITERIA, UNPRICED_LEAD_TIES, criteria_columns, unpriced_features
 from planner.search.search import search
 
 HEADLINE = ("--model", "llama70b", "--cluster", "h100x512")
@@ -37,20 +37,26 @@ def _criteria(p: Problem, layout: Layout | dict[str, int], memory: float) -> dic
 
 
 def test_tie_reorders_only_inside_the_tie_width(headline: Problem) -> None:
-    """The fastest-priced plan offloads activations over PCIe; a plan without it priced inside the tie comes first,
-    and no plan ranked above the fastest one is priced outside the tie."""
+    """The fastest-priced plan offloads activations over PCIe, a feature no published run of the stack prices, and
+    leads the fastest evidenced plan by less than UNPRICED_LEAD_TIES ties: the tie is measured from that evidenced
+    plan (preference.tie_reference), a plan without offloading priced inside it comes first, and no plan ranked
+    above the fastest one is priced outside it."""
     pref = search(headline, top=5)
-    fast = search(headline, top=5, rank_by="time")
+    fast = search(headline, top=400, rank_by="time")
     fastest = fast.plans[0]
     assert fastest.layout.recompute in (Recompute.OFFLOAD, Recompute.OFFLOAD_MODULES)
     first = pref.plans[0]
     assert first.layout.recompute not in (Recompute.OFFLOAD, Recompute.OFFLOAD_MODULES)
-    gap = math.log(fastest.metrics["tokens_per_s_per_gpu"] / first.metrics["tokens_per_s_per_gpu"])
-    assert 0 < gap <= bands.tie_width() == pref.tie_width
+    cols = {k: np.concatenate([p.layout.columns()[k] for p in fast.plans]) for k in fast.plans[0].layout.columns()}
+    plain = [p for p, n in zip(fast.plans, unpriced_features(headline, cols), strict=True) if n == 0]
+    reference = plain[0].metrics["tokens_per_s_per_gpu"]
+    lead = math.log(fastest.metrics["tokens_per_s_per_gpu"] / reference)
+    assert 0 < lead <= UNPRICED_LEAD_TIES * pref.tie_width
+    gap = math.log(reference / first.metrics["tokens_per_s_per_gpu"])
+    assert 0 <= gap <= bands.tie_width() == pref.tie_width
     assert pref.fastest is not None and pref.fastest.layout == fastest.layout
     for plan in pref.plans:
-        assert math.log(fastest.metrics["tokens_per_s_per_gpu"] / plan.metrics["tokens_per_s_per_gpu"]) \
-            <= pref.tie_width + 1e-12
+        assert math.log(reference / plan.metrics["tokens_per_s_per_gpu"]) <= pref.tie_width + 1e-12
 
 
 def test_preferences_order_the_tie_lexicographically(headline: Problem) -> None:

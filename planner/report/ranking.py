@@ -63,8 +63,14 @@ def why_first(result: SearchResult, short: Any) -> str | None:
     crit = deciding_criterion(result.problem, first.layout, first.metrics["memory_peak_gib"], fastest.layout,
                               fastest.metrics["memory_peak_gib"])
     reason = f"preferred for {crit.prefers}" if crit else "preferred for a simpler layout"
+    unpriced = _wide_used(result.problem, fastest.layout, first.layout)
     if crit is not None and crit.name == "wide":
-        reason += f" (the fastest uses {', '.join(_wide_used(result.problem, fastest.layout, first.layout))})"
+        reason += f" (the fastest uses {', '.join(unpriced)})"
+    if math.log1p(behind) > result.tie_width + 1e-9 and unpriced:  # outside the tie: see preference.tie_reference
+        return (f"why #1: priced {behind:.1%} slower than the fastest, {short(fastest.layout)} ({where}), whose "
+                f"{', '.join(unpriced)} no published run prices, so the tie is measured from the fastest layout "
+                f"without such a feature: #1 is inside the {math.expm1(result.tie_width):.1%} the model cannot tell "
+                f"apart from it; {reason}")
     return (f"why #1: priced {behind:.1%} slower than the fastest, {short(fastest.layout)} ({where}), inside the "
             f"{math.expm1(result.tie_width):.1%} the model cannot tell apart; {reason}")
 

@@ -82,8 +82,6 @@ def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray], memory_gi
     rc = cols["recompute"]
     offload = (rc == Recompute.OFFLOAD) | (rc == Recompute.OFFLOAD_MODULES)
     cp = cols["cp"]
-    feats = bands.feature_columns(cols, bands.shards_experts_as_feature(tr.framework, problem.model.is_moe))
-    wide = bands.wide_features(tr.framework)
     typical = float(np.exp(bands.memory_band(tr.framework).median))
     room = gpu.memory_gib * (1.0 - problem.memory_headroom)
     return {
@@ -93,9 +91,42 @@ def criteria_columns(problem: Problem, cols: Mapping[str, np.ndarray], memory_gi
                      ).astype(np.int64),
         "memory": (memory_gib * typical > room).astype(np.int64),
         "layout": _needs_layout(problem, cols["pp"], cols["vpp"]) if "vpp" in cols else np.zeros(len(cp), np.int64),
-        "wide": sum((feats[f].astype(np.int64) for f in bands.LAYOUT_FEATURES if f in wide),
-                    start=np.zeros(len(cp), dtype=np.int64)),
+        "wide": unpriced_features(problem, cols),
     }
+
+
+# How far ahead of the fastest evidenced layout a layout priced through a feature no published run prices must be
+# before it sets the tie: twice the tie width. A judgement, not a fit: the tie is the measured error of a ratio of
+# two evidenced prices, and a feature without published cases is taken to add at most as much error again.
+UNPRICED_LEAD_TIES = 2.0
+
+
+def unpriced_features(problem: Problem, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Per row, how many features it uses that no published run prices (the widest band,
+    planner.cost.bands.wide_features): the `wide` criterion."""
+    tr = problem.training
+    feats = bands.feature_columns(cols, bands.shards_experts_as_feature(tr.framework, problem.model.is_moe))
+    wide = bands.wide_features(tr.framework)
+    return sum((feats[f].astype(np.int64) for f in bands.LAYOUT_FEATURES if f in wide),
+               start=np.zeros(len(next(iter(cols.values()))), dtype=np.int64))
+
+
+def tie_reference(problem: Problem, cols: Mapping[str, np.ndarray], tput: np.ndarray, rows: np.ndarray,
+                  tie: float) -> float:
+    """The throughput a tie is measured from: the fastest of `rows`, unless it is priced faster than the fastest
+    layout whose price rests on published evidence (no feature without published cases) only through such a
+    feature and by less than UNPRICED_LEAD_TIES ties; then that evidenced layout's. A lead inside the error of a
+    feature nobody measured cannot set the bar the evidenced layouts must meet; the faster layout still ties with
+    them (it is priced within the tie of that reference, faster)."""
+    if len(rows) == 0:
+        return 0.0
+    fastest = float(tput[rows].max())
+    sub = {k: v[rows] for k, v in cols.items()}
+    evidenced = rows[unpriced_features(problem, sub) == 0]
+    if not len(evidenced):
+        return fastest
+    best = float(tput[evidenced].max())
+    return best if np.log(fastest / best) <= UNPRICED_LEAD_TIES * tie else fastest
 
 
 def _needs_layout(problem: Problem, pp: np.ndarray, vpp: np.ndarray) -> np.ndarray:
@@ -108,10 +139,13 @@ def _needs_layout(problem: Problem, pp: np.ndarray, vpp: np.ndarray) -> np.ndarr
     return need[index].reshape(np.shape(pp)) if need.size else np.zeros(np.shape(pp), dtype=np.int64)
 
 
-def tie_rows(tput: np.ndarray, rows: np.ndarray, width: float) -> np.ndarray:
-    """The rows of `rows` priced within `width` (a ln ratio) of the fastest of them."""
+def tie_rows(tput: np.ndarray, rows: np.ndarray, width: float, reference: float | None = None) -> np.ndarray:
+    """The rows of `rows` priced within `width` (a ln ratio) of `reference` (default: the fastest of them), or
+    faster."""
     t = tput[rows]
-    return rows[np.log(t.max() / t) <= width] if len(rows) else rows
+    if not len(rows):
+        return rows
+    return rows[np.log((t.max() if reference is None else reference) / t) <= width]
 
 
 def preference_order(problem: Problem, cols: Mapping[str, np.ndarray], tput: np.ndarray,
@@ -163,12 +197,12 @@ def top_rows(rows: np.ndarray, cols: dict[str, np.ndarray], tput: np.ndarray, to
 
 def preferred_rows(problem: Problem, rows: np.ndarray, cols: dict[str, np.ndarray], met: dict[str, np.ndarray],
                    top: int, tie: float) -> np.ndarray:
-    """The best `top` of `rows`: those priced within `tie` of the fastest in CRITERIA order, then the rest by
-    price."""
+    """The best `top` of `rows`: those priced within `tie` of the fastest evidenced one (tie_reference) in CRITERIA
+    order, then the rest by price."""
     if len(rows) == 0:
         return rows
     tput = met["tokens_per_s_per_gpu"]
-    tied = tie_rows(tput, rows, tie)
+    tied = tie_rows(tput, rows, tie, tie_reference(problem, cols, tput, rows, tie))
     sub = {k: v[tied] for k, v in cols.items()}
     first = tied[preference_order(problem, sub, tput[tied], met["memory_peak_gib"][tied],
                                   price_keys(sub, tput[tied]))][:top]

@@ -27,7 +27,7 @@ from planner.errors import NoFeasiblePlan
 from planner.inputs.layout import KNOBS, Layout, Recompute
 from planner.inputs.problem import Problem
 from planner.search.lazy import take_rows
-from planner.search.preference import RANK_BY, preferred_rows, top_rows
+from planner.search.preference import RANK_BY, preferred_rows, top_rows, unpriced_features
 from planner.search.rules import MEMORY_RULE, RECOMPUTE_DOMINANCE
 from planner.search.space import Enumeration, enumerate_layouts, row_groups, select
 
@@ -263,19 +263,22 @@ def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.
     kth', the group's top-th best throughput priced so far, is <= the true top-th best kth, and bound_max >= the
     group's true best; a row whose bound is below kth' - 2·bound_max/2000 is slower than kth - 2·max/2000, below the
     two quantisation buckets top_rows keeps, so it ranks after at least `top` rows and is never priced. With a tie
-    width (rank_by preference) every row that can be within `tie` of the group's fastest is priced too: the line is
-    then no higher than the best priced so far x exp(-tie), itself no higher than the true one. Rounds end once every
-    row above that line is priced. The priced rows come back in table order (ties rank as they would
-    unpruned), rows without a finite step time dropped."""
+    width (rank_by preference) every row that can be within `tie` of the group's tie reference
+    (preference.tie_reference: the fastest row, or the fastest evidenced one) is priced too: the line is then no
+    higher than the best evidenced row priced so far x exp(-tie), itself no higher than the true reference's (while
+    no evidenced row is priced but one is left, no line; where none is left, the best row's). Rounds end once every
+    row above that line is priced. The priced rows come back in table order (ties rank as they would unpruned), rows
+    without a finite step time dropped."""
     bounds = _Bounds(problem, cols, by_zero)
     priced = np.zeros(len(tight), dtype=bool)
+    plain = unpriced_features(problem, cols) == 0 if tie > 0 else np.zeros(len(tight), dtype=bool)
     picked: list[np.ndarray] = []
     mets: list[dict[str, np.ndarray]] = []
     for group in (~tight, tight):
         left = np.flatnonzero(group)  # rows not yet priced whose bound can still rank
         bound = bounds.of(left)  # (kept in step with `left` while no bound changes)
         margin = 2 * bound.max(initial=0.0) / 2000.0
-        best = np.zeros(0)
+        best, evidenced = np.zeros(0), np.zeros(0)
         size = max(SAMPLE, 4 * top)
         while len(left):
             if len(left) > size:  # the full bound for the most promising rows, then the best of them
@@ -286,6 +289,7 @@ def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.
             picked.append(batch)
             mets.append(met)
             best = np.concatenate([best, met["tokens_per_s_per_gpu"][_valid(met)]])
+            evidenced = np.concatenate([evidenced, met["tokens_per_s_per_gpu"][_valid(met) & plain[batch]]])
             if len(batch) == len(left):
                 break
             priced[batch] = True
@@ -293,8 +297,13 @@ def _price_rankable(problem: Problem, cols: Mapping[str, np.ndarray], tight: np.
             left, bound = left[unpriced], bound[unpriced]
             if len(best) >= top:
                 kth = np.partition(best, len(best) - top)[len(best) - top]
-                if tie > 0:
-                    kth = min(kth, best.max() * np.exp(-tie))
+                if tie > 0:  # the tie is measured from the fastest evidenced row (preference.tie_reference)
+                    if len(evidenced):
+                        kth = min(kth, evidenced.max() * np.exp(-tie))
+                    elif plain[left].any():  # one may still come: it could be the slowest, so keep every row
+                        kth = 0.0
+                    else:
+                        kth = min(kth, best.max() * np.exp(-tie))
                 left = left[bound >= kth - margin]
                 bounds.refine(left)
                 bound = bounds.of(left)
