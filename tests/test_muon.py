@@ -71,14 +71,20 @@ def test_the_orthogonalisation_is_shared_by_the_data_ranks() -> None:
     assert rates.bf16_peak * rates.bf16_eff < rates.peak * rates.eff  # fp8 GEMMs, bf16-rate orthogonalisation
 
 
-def test_kimi_k2_published_muon_run_is_priced_within_its_band() -> None:
-    """The layout Megatron-Bridge ran, with the optimizer it ran, lands within 12 % of the measured 5,372
-    tokens/s/GPU (priced 9.8 % fast today; with Adam it would be 12 % fast)."""
-    lay = Layout.from_dict(KIMI)
-    priced = price_layout(problem("muon"), lay)["tokens_per_s_per_gpu"]
-    adam = price_layout(problem("adam"), lay)["tokens_per_s_per_gpu"]
-    assert abs(priced / 5372.0 - 1) < 0.12
-    assert abs(priced / 5372.0 - 1) < abs(adam / 5372.0 - 1)
+def test_kimi_k2_published_muon_run_is_priced_near_its_measurement() -> None:
+    """What Megatron-Bridge's Kimi K2 GB300 recipe ran (perf_recipes/kimi/gb300/kimi_k2.py @4ab94dfad: pp4 vp4 ep64
+    with its own pipeline layout, HybridEP, mla_up_proj recompute, no EP overlap, Muon) lands within 12 % of the
+    measured 5,372 tokens/s/GPU (priced 9.8 % slow today); Muon's own cost is its update and its gather."""
+    recipe = Problem(load_model("kimi-k2"), load_cluster("gb300x256"),
+                     TrainingSpec(seq_len=4096, global_batch=4096, precision="fp8", framework="nemo", optimizer="muon",
+                                  moe_dispatcher="flex", pipeline_layout=(4,) * 15 + (1,)))
+    lay = Layout.from_dict({**KIMI, "schedule": 1})
+    muon = price_layout(recipe, lay)
+    adam = price_layout(Problem(recipe.model, recipe.cluster, recipe.training.model_copy(update={"optimizer": "adam"})),
+                        lay)
+    assert abs(muon["tokens_per_s_per_gpu"] / 5372.0 - 1) < 0.12
+    extra = (muon["optimizer_s"] - adam["optimizer_s"]) + (muon["dp_comm_s"] - adam["dp_comm_s"])
+    assert muon["step_time_s"] - adam["step_time_s"] == pytest.approx(extra, rel=0.05)
 
 
 def test_muon_is_refused_where_it_cannot_launch() -> None:
