@@ -120,3 +120,19 @@ def test_launchers_write_muon_as_bridge_and_megatron_take_it() -> None:
         with pytest.raises(PlanInputError) as raised:
             render(json.loads(doc), fmt)
         assert raised.value.field == "inputs.training.optimizer"
+
+
+@pytest.mark.parametrize(("fmt", "framework"), [("nemo", "nemo"), ("megatron", "megatron-core")])
+def test_a_written_muon_plan_reads_back_as_muon(tmp_path, fmt: str, framework: str) -> None:
+    """explain --from reads the optimizer the launchers write (dist_muon: Muon with its states sharded, zero 1)."""
+    args = ("--model", "kimi-k2", "--cluster", "gb300x256", "--seq-len", "4096", "--global-batch", "4096",
+            "--precision", "fp8", "--optimizer", "muon", "--top", "1", "--framework", framework)
+    code, text, err = run_in_process(*args, "--format", fmt)
+    assert code == 0, err
+    path = tmp_path / f"kimi.{fmt}"
+    path.write_text(text)
+    code, out, err = run_in_process("explain", "--from", str(path), "--model", "kimi-k2", "--cluster", "gb300x256",
+                                    "--format", "json")
+    assert code == 0 and "ignored" not in err, err
+    doc = json.loads(out)
+    assert doc["inputs"]["training"]["optimizer"] == "muon" and doc["yours"]["layout"]["zero"] == 1

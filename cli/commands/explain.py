@@ -172,6 +172,7 @@ def _with_file(options: PlanOptions, stated: frozenset[str], cfg: LaunchConfig) 
                              ("moe_router_fusion", cfg.moe_router_fusion), ("fp8_attention", cfg.fp8_attention))}
     file = {"seq_len": cfg.seq_len, "global_batch": cfg.global_batch, "precision": cfg.precision,
             "optimizer_offload": cfg.optimizer_offload, "optimizer_moments": cfg.optimizer_moments,
+            "optimizer": cfg.optimizer,
             "moe_capacity_factor": cfg.moe_capacity_factor, "moe_pad_to_capacity": cfg.moe_pad_to_capacity,
             "param_offload": cfg.param_offload, "moe_dispatcher": cfg.moe_dispatcher,
             "moe_force_balance": cfg.moe_force_balance, "cuda_graphs": cfg.cuda_graphs,

@@ -34,6 +34,7 @@ class LaunchConfig:
     fp8_recipe: str | None = None  # "blockwise" where the file asks for 128 x 128 block scales
     optimizer_offload: float | None = None  # share of optimizer states the file keeps in CPU memory
     optimizer_moments: str | None = None  # "bf16" where the file keeps both Adam moments in bf16
+    optimizer: str | None = None  # "muon" where the file runs Megatron-Core's Muon (None: Adam, or not said)
     moe_capacity_factor: float | None = None  # token dropping: each expert's capacity in even shares
     moe_pad_to_capacity: bool = False  # experts' inputs padded to that capacity
     moe_force_balance: bool = False  # the router forced to spread tokens evenly (a benchmarking switch)
@@ -203,3 +204,20 @@ def cuda_graphs(cfg: LaunchConfig, impl: str | None, modules: list[str], impl_fi
         cfg.ignored.append(f"{modules_field} {' '.join(unknown)} (not a capture region Megatron-Core names)")
     kept = tuple(m for m in modules if m in GRAPH_MODULES)
     cfg.cuda_graph_modules = kept or None  # none named, or `full`: the whole layer
+
+
+# Megatron-Core's optimizer names (arguments.py --optimizer, OptimizerConfig.optimizer) and what the planner prices:
+# Adam, or Muon, whose dist_ form is the layer-wise distributed optimizer (ZeRO-1 of whole matrices)
+MUON_NAMES = {"muon": False, "dist_muon": True}
+
+
+def read_optimizer(cfg: LaunchConfig, name: str, where: str) -> None:
+    """The optimizer a file names: Adam (adam, adamw), Muon (muon; dist_muon also shards its states over the data
+    ranks, zero 1), anything else named as priced as Adam."""
+    name = name.strip("'\"").lower()
+    if name in MUON_NAMES:
+        cfg.optimizer = "muon"
+        if MUON_NAMES[name]:
+            cfg.set_knob("zero", "1", where)
+    elif name not in ("adam", "adamw"):
+        cfg.ignored.append(f"{where} {name} (priced as Adam)")

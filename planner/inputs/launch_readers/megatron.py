@@ -26,6 +26,7 @@ from planner.inputs.launch_readers._common import (
     moments_dtype,
     read_fine_grained_offload,
     read_header,
+    read_optimizer,
     token_drop,
 )
 from planner.inputs.launch_readers.shell import Command, Script, read_script
@@ -296,7 +297,7 @@ def _recompute(cfg: LaunchConfig, flags: Flags) -> None:
 def _optimizer(cfg: LaunchConfig, flags: Flags) -> None:
     """Optimizer states in CPU memory and bf16 Adam moments, as the megatron launcher writes them (arguments.py:
     --optimizer-cpu-offload with --optimizer-offload-fraction, default 1.0; --exp-avg-dtype / --exp-avg-sq-dtype,
-    default fp32); an optimizer other than Adam keeps other states (priced as Adam, said so)."""
+    default fp32); Muon as Megatron-Core runs it (read_optimizer), any other optimizer priced as Adam, said so."""
     if "--optimizer-cpu-offload" in flags or "--cpu-optimizer" in flags:
         fraction = "--optimizer-offload-fraction"
         cfg.optimizer_offload = as_share(flags.text(fraction), fraction, cfg.source) if fraction in flags else 1.0
@@ -305,8 +306,8 @@ def _optimizer(cfg: LaunchConfig, flags: Flags) -> None:
     for flag in ("--main-grads-dtype", "--main-params-dtype"):
         if flag in flags and flags.text(flag) != "fp32":
             cfg.ignored.append(f"{flag} {flags.text(flag)} (priced as fp32)")
-    if "--optimizer" in flags and flags.text("--optimizer") not in ("adam", "adamw"):
-        cfg.ignored.append(f"--optimizer {flags.text('--optimizer')} (priced as Adam)")
+    if "--optimizer" in flags:
+        read_optimizer(cfg, flags.text("--optimizer"), "--optimizer")
     capacity, pad = "--moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity"
     token_drop(cfg, flags.text(capacity) if capacity in flags else None, pad in flags, (capacity, pad))
     cfg.moe_force_balance = "--moe-router-force-load-balancing" in flags

@@ -24,6 +24,7 @@ from planner.inputs.launch_readers._common import (
     moments_dtype,
     read_fine_grained_offload,
     read_header,
+    read_optimizer,
     token_drop,
 )
 from planner.inputs.launch_readers.shell import read_script
@@ -59,7 +60,7 @@ _HANDLED = {"model.seq_length", "dataset.seq_length", "dataset.sequence_length",
             "model.moe_router_force_load_balancing", "model.moe_router_fusion", "model.cuda_graph_impl",
             "model.cuda_graph_scope", "model.cuda_graph_modules", "model.enable_cuda_graph",
             "model.external_cuda_graph", "mixed_precision.fp8_dot_product_attention",
-            "model.fp8_dot_product_attention"}
+            "model.fp8_dot_product_attention", "mixed_precision.fp8_param_gather", "optimizer.optimizer"}
 _QUIET_SECTIONS = ("optimizer.", "scheduler.", "logger.", "checkpoint.", "tokenizer.", "rng.", "profiling.",
                    "comm_overlap.", "dataset.", "train.")
 
@@ -313,6 +314,8 @@ def _memory(cfg: LaunchConfig, found: dict[str, str]) -> None:
         cfg.optimizer_offload = as_share(found[key], key, src) if key in found and not is_null(found[key]) else 0.0
     moments_dtype(found.get("optimizer.exp_avg_dtype", "fp32"), found.get("optimizer.exp_avg_sq_dtype", "fp32"),
                   "optimizer.exp_avg_dtype/exp_avg_sq_dtype", cfg)
+    if "optimizer.optimizer" in found and not is_null(found["optimizer.optimizer"]):
+        read_optimizer(cfg, found["optimizer.optimizer"], "optimizer.optimizer")
     token_drop(cfg, found.get("model.moe_expert_capacity_factor"), flag("model.moe_pad_expert_input_to_capacity"),
                ("model.moe_expert_capacity_factor", "model.moe_pad_expert_input_to_capacity"))
     cfg.moe_force_balance = flag("model.moe_router_force_load_balancing")
