@@ -96,7 +96,7 @@ def test_sweep_json_is_deterministic_and_stdout_only(tmp_path):
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     doc = json.loads(first.stdout)
-    assert doc["schema_version"] == 2 and doc["kind"] == "plan-sweep" and doc["frontier_axis"] == "cost_usd"
+    assert doc["schema_version"] == 3 and doc["kind"] == "plan-sweep" and doc["frontier_axis"] == "cost_usd"
     assert [(p["gpu"], p["count"]) for p in doc["points"]] == [("h100", 8), ("h100", 64), ("b200", 8), ("b200", 64)]
     assert any(p["frontier"] for p in doc["points"])
     for p in doc["points"]:
@@ -169,3 +169,18 @@ def test_the_training_recipe_reaches_every_point_and_the_inputs() -> None:
     inputs = sweep_document(recipe, [b])["inputs"]
     assert (inputs["optimizer_moments"], inputs["moe_capacity_factor"]) == ("bf16", 1.0)
     assert sweep_document(plain, [a])["inputs"]["moe_capacity_factor"] is None  # every recipe key, defaults too
+
+
+def test_muon_reaches_every_swept_point() -> None:
+    """`plan sweep --optimizer muon` prices Muon at every point (it had been left out of the recipe keys)."""
+    from planner.inputs.catalog import load_model
+    from planner.report.sweep import SweepSpec, price_point, sweep_document
+
+    m = load_model("llama3-8b")
+    adam = SweepSpec(m, ["h100"], [16], 10**11, 4_000_000, seq_len=4096, framework="megatron-core")
+    muon = SweepSpec(m, ["h100"], [16], 10**11, 4_000_000, seq_len=4096, framework="megatron-core",
+                     recipe={"optimizer": "muon"})
+    a, b = price_point(adam, "h100", 16), price_point(muon, "h100", 16)
+    assert a.feasible and b.feasible and a.metrics != b.metrics
+    assert sweep_document(muon, [b])["inputs"]["optimizer"] == "muon"
+    assert sweep_document(adam, [a])["inputs"]["optimizer"] == "adam"

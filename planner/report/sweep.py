@@ -27,8 +27,9 @@ from planner.inputs.sweep_args import global_batch_for
 from planner.report.document import goodput_dict, layout_dict, metrics_dict, sig
 from planner.search.search import search
 
-# 2: days with goodput, each point's goodput block and days_without_failures; each layout states its rank_order
-SWEEP_SCHEMA_VERSION = 2
+# 2: days with goodput, each point's goodput block and days_without_failures; each layout states its rank_order;
+# 3: the recipe's `optimizer` (adam | muon), and a layout's `pipeline_layout` where its split needs one
+SWEEP_SCHEMA_VERSION = 3
 SECONDS_PER_DAY = 86_400.0
 FRONTIER_TIE = 0.005  # relative cost difference treated as a tie when deciding dominance
 
@@ -176,7 +177,7 @@ def point_dict(point: SweepPoint, layers: int, framework: str | None = None) -> 
 
 
 RECIPE_KEYS = ("fp8_recipe", "optimizer_offload", "optimizer_moments", "moe_capacity_factor", "moe_pad_to_capacity",
-               "cuda_graphs")
+               "cuda_graphs", "optimizer")
 
 
 def recipe_inputs(spec: SweepSpec) -> dict[str, Any]:
