@@ -137,12 +137,14 @@ SETUPS: tuple[Setup, ...] = (
                                                              *_h("h100x64", 4096, 512, "--framework", "nemo")),
                  "tp=2,pp=4,ep=16,etp=1,mbs=1,zero=1", None, "NVIDIA-NeMo/Megatron-Bridge@8a5031e6d:src/megatron/"
                  "bridge/recipes/gpt_oss/h100/gpt_oss.py gpt_oss_120b_pretrain_64gpu_h100_bf16_config"),)),
-    Setup("Kimi K2, 512 H100", ("--model", "kimi-k2", *_h("h100x512", 4096, 4096, "--framework", "nemo")), (
-        Practice("Megatron-Bridge recipe TP2 PP16 EP32 ETP1, selective recompute",
-                 ("--model", "kimi-k2", *_h("h100x512", 4096, 4096, "--framework", "nemo")),
+    # The recipe trains with Muon (_apply_kimi_k2_optimizer(cfg, "muon")): planned and priced with it
+    Setup("Kimi K2, 512 H100, Muon", ("--model", "kimi-k2", *_h("h100x512", 4096, 4096, "--framework", "nemo",
+                                                               "--optimizer", "muon")), (
+        Practice("Megatron-Bridge recipe TP2 PP16 EP32 ETP1, selective recompute, Muon",
+                 ("--model", "kimi-k2", *_h("h100x512", 4096, 4096, "--framework", "nemo", "--optimizer", "muon")),
                  "tp=2,pp=16,ep=32,etp=1,mbs=1,zero=1,recompute=selective", None,
-                 "NVIDIA-NeMo/Megatron-Bridge@8a5031e6d:src/megatron/bridge/recipes/kimi/h100/kimi_k2.py (Adam "
-                 "priced; the recipe's Muon is not modelled)"),)),
+                 "NVIDIA-NeMo/Megatron-Bridge@8a5031e6d:src/megatron/bridge/recipes/kimi/h100/kimi_k2.py (its "
+                 "pipeline layout, 4 layers a rank and 1 on the last, is priced as the planner's first/last split)"),)),
     # On the GPUs the row ran: Grand Teton H100s, 96 GB HBM2e, 500 W (clusters/gpus.yaml [GT-H100])
     Setup("Llama 3 8B, 8 H100 (500 W), torchtitan", ("--model", "llama3-8b", *_h("h100-hbm2e-500wx8", 8192, 16,
                                                                                   "--framework", "torchtitan")), (
