@@ -219,7 +219,7 @@ def busiest_stage_time(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarr
     return np.where(schedule == Schedule.DUALPIPE, paired, single)
 
 
-def busiest_rank_layers(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarray,
+def binding_rank_layers(layers: np.ndarray, per_layer: np.ndarray, head: np.ndarray,
                         edges: tuple[np.ndarray, np.ndarray], schedule: np.ndarray) -> np.ndarray:
     """The layers of the rank `busiest_stage_time` prices, so that the step's parts are counted on one rank: a middle
     rank's L, or the last rank's (under DualPipe half the first and last ranks') where its layers and the head take

@@ -186,7 +186,7 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     mem = memory_terms.report(stages, device_memory.active_groups(tp, pp, dp, cp, ep))
     # the rank compute_s prices, whose layers every per-step term counts
-    busy = pipeline.busiest_rank_layers(layers, lt.fwd + lt.bwd + recompute_b, 3 * head_f, (first, last), k["sched"])
+    busy = pipeline.binding_rank_layers(layers, lt.fwd + lt.bwd + recompute_b, 3 * head_f, (first, last), k["sched"])
     return {
         "step_time_s": step,
         "tokens_per_s_per_gpu": compute.throughput_per_gpu(problem, step),
