@@ -14,8 +14,8 @@ import pytest
 from cli.in_process import run_in_process
 from planner.cost import memory
 from planner.errors import PlanInputError
-from planner.evidence.knobs import layout_chunks
 from planner.inputs.catalog import load_cluster, load_model
+from planner.inputs.launch_readers.megatron_model import layout_chunks
 from planner.inputs.layout import Layout, chunk_layers, embedding_loss_split, stage_split_launchable
 from planner.inputs.problem import Problem, stated_layout
 from planner.inputs.specs import TrainingSpec

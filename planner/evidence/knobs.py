@@ -33,14 +33,9 @@ def _catalog_gpu(value: object) -> bool:
     return isinstance(value, str) and value in gpu_catalog()
 
 
-def layout_chunks(text: str) -> tuple[int, ...]:
-    """Decoder layers per model chunk of a layout string (Megatron-Core's notation); ValueError if it is none."""
-    from planner.inputs.launch_readers.megatron_model import layout_stages
-
-    return tuple(stage.count("t") for stage in layout_stages(text))
-
-
 def _layout_text(value: object) -> bool:
+    from planner.inputs.launch_readers.megatron_model import layout_chunks
+
     if not isinstance(value, str):
         return False
     try:

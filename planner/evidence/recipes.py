@@ -19,9 +19,10 @@ from planner.cost.expert import dispatcher_profile
 from planner.cost.profiles import FrameworkProfile, stack_profile
 from planner.errors import PlanInputError
 from planner.evidence.cases import case_framework, case_token_drop
-from planner.evidence.knobs import KNOB_SPECS, OPTIONAL_KNOBS, PINNED_SOURCE, layout_chunks
+from planner.evidence.knobs import KNOB_SPECS, OPTIONAL_KNOBS, PINNED_SOURCE
 from planner.inputs.catalog import data_dir, load_gpu
 from planner.inputs.files import read_structured_file
+from planner.inputs.launch_readers.megatron_model import layout_chunks
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, RECOMPUTE, Schedule, encode
 from planner.inputs.problem import Problem
 from planner.inputs.specs import GRAPH_MODULES

@@ -147,27 +147,32 @@ def layout_stages(text: str) -> list[str]:
     return text.split("|")
 
 
+def layout_chunks(text: str) -> tuple[int, ...]:
+    """Decoder layers of each model chunk of a --pipeline-model-parallel-layout string (layout_stages); ValueError
+    where the string is none."""
+    return tuple(stage.count("t") for stage in layout_stages(text))
+
+
 def read_layout(cfg: LaunchConfig, text: str) -> None:
     """--pipeline-model-parallel-layout: stages split by |, E embedding, t a decoder layer, m an MTP layer, L the
     loss, (..)*n and x*n repeats, commas cosmetic (megatron-core pipeline_parallel_layer_layout.py
     parse_str_to_list); its stage count over pp is the virtual stages per rank."""
     flag, src = "--pipeline-model-parallel-layout", cfg.source
     try:
-        stages = layout_stages(text)
+        layers = layout_chunks(text)
     except ValueError as e:
         raise PlanInputError(str(e), field=flag, source=src, fix="one character per layer, e.g. 'Et|(tt|)*30L'") \
             from None
     pp = cfg.layout.get("pp", 1)
-    if len(stages) % pp:
-        raise PlanInputError(f"{len(stages)} stages do not split over pp={pp} ranks", field=flag, source=src,
+    if len(layers) % pp:
+        raise PlanInputError(f"{len(layers)} stages do not split over pp={pp} ranks", field=flag, source=src,
                              fix="give a multiple of the pipeline size in stages")
-    cfg.set_knob("vpp", len(stages) // pp, flag)
-    layers = [s.count("t") for s in stages]
+    cfg.set_knob("vpp", len(layers) // pp, flag)
     n = cfg.model_keys.get("num_hidden_layers")
     if n is not None and sum(layers) != n:  # Megatron asserts the same (validate_layer_layout)
         raise PlanInputError(f"places {sum(layers)} decoder layers, --num-layers says {n}", field=flag, source=src,
                              fix="one t per decoder layer")
-    cfg.pipeline_layout = tuple(layers)  # priced as stated (TrainingSpec.pipeline_layout)
+    cfg.pipeline_layout = layers  # priced as stated (TrainingSpec.pipeline_layout)
 
 
 def _windows(cfg: LaunchConfig, flags: Flags) -> None:

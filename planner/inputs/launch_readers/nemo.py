@@ -249,7 +249,7 @@ def _pipeline_layout(cfg: LaunchConfig, text: str, key: str) -> None:
         layers = [sum(item.strip(" '\"") == "decoder" for item in stage.split(",")) for stage in stages]
     else:
         try:
-            layers = [stage.count("t") for stage in megatron_model.layout_stages(text)]
+            layers = list(megatron_model.layout_chunks(text))
         except ValueError as e:
             raise PlanInputError(str(e), field=key, source=cfg.source, fix="e.g. 'Et|(tt|)*30L'") from None
     pp = cfg.layout.get("pp", 1)

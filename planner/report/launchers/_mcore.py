@@ -210,7 +210,7 @@ def _check_interleaving(view: PlanView, launcher: str) -> None:
                    "re-plan with vpp dividing the layers of every pipeline stage")
 
 
-def layout_chunks(view: PlanView) -> list[list[str]]:
+def layer_types_per_chunk(view: PlanView) -> list[list[str]]:
     """The plan's pipeline layout as Megatron-Core's layer types per model chunk (pipeline_parallel_layer_layout.py:
     "embedding" on the first chunk, "decoder" per layer, the MTP block and "loss" on the last), the list
     Megatron-Bridge's recipes set as model.pipeline_model_parallel_layout (recipes/kimi/h100/kimi_k2.py)."""
@@ -222,11 +222,11 @@ def layout_chunks(view: PlanView) -> list[list[str]]:
 
 
 def layout_text(view: PlanView) -> str:
-    """layout_chunks in --pipeline-model-parallel-layout's notation: E, t (x*n for n of them), m, L, stages split
-    by | (parse_str_to_list)."""
+    """layer_types_per_chunk in --pipeline-model-parallel-layout's notation: E, t (x*n for n of them), m, L,
+    stages split by | (parse_str_to_list)."""
     letters = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
     stages = []
-    for chunk in layout_chunks(view):
+    for chunk in layer_types_per_chunk(view):
         text = ""
         for kind in dict.fromkeys(chunk):  # each kind's run, in order
             n = chunk.count(kind)

@@ -100,7 +100,7 @@ def _model(view: PlanView) -> list[Item]:
         # Recipes such as the 405B one count embedding/loss as layers or carry a custom layout; both are set to
         # the plan's split explicitly (Megatron-Core refuses the count keys together with the embedding/loss ones).
         ("model.pipeline_model_parallel_layout",
-         _layout(_mcore.layout_chunks(view)) if view.layout.pipeline_layout is not None else None),
+         _layout(_mcore.layer_types_per_chunk(view)) if view.layout.pipeline_layout is not None else None),
         ("model.account_for_embedding_in_pipeline_split", emb_loss),
         ("model.account_for_loss_in_pipeline_split", emb_loss),
         ("model.num_layers_in_first_pipeline_stage", None if emb_loss else lay.first_stage_layers),
