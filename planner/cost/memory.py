@@ -17,7 +17,7 @@ import numpy as np
 from planner.cost import expert, flops, module_offload
 from planner.cost.profiles import FrameworkProfile, compiled, fused_attention, profile_for
 from planner.inputs.frameworks import capabilities_for
-from planner.inputs.layout import Recompute, Zero, chunk_layers, uneven_stage_layers
+from planner.inputs.layout import Recompute, Zero, chunk_layers, rank_layers, uneven_stage_layers
 from planner.inputs.problem import Problem
 from planner.inputs.specs import ModelSpec
 
@@ -304,7 +304,7 @@ def busiest_rank_layers(layers: int, pp: np.ndarray, vpp: np.ndarray,
     if stated is None:
         return ceil
     pairs, index = distinct_pairs(pp, vpp)
-    most = np.array([max(sum(stated[r::p]) for r in range(p)) if p > 1 and len(stated) == p * v else 0
+    most = np.array([max(rank_layers(stated, p)) if p > 1 and len(stated) == p * v else 0
                      for p, v in pairs], dtype=float)[index].reshape(np.shape(ceil))
     return np.maximum(ceil, most)
 
@@ -318,7 +318,8 @@ def _stated_edges(chunks: tuple[int, ...] | None, pp: int, vpp: int) -> tuple[in
     """(first rank's, last rank's) layers of a layout of pp x vpp chunks (chunk s on rank s % pp), or None."""
     if chunks is None or pp < 2 or len(chunks) != pp * vpp:
         return None
-    return sum(chunks[0::pp]), sum(chunks[pp - 1::pp])
+    ranks = rank_layers(chunks, pp)
+    return ranks[0], ranks[-1]
 
 
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:

@@ -410,6 +410,11 @@ def uneven_stage_layers(layers: int, pp: int, vpp: int, embedding_loss: bool = F
     return None
 
 
+def rank_layers(chunks: tuple[int, ...] | list[int], pp: int) -> list[int]:
+    """Layers each pipeline rank holds under a layout of model chunks in model order (chunk s on rank s % pp)."""
+    return [sum(chunks[rank::pp]) for rank in range(pp)]
+
+
 def chunk_layers(layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
     """Decoder layers of each model chunk, in model order (chunk s runs on pipeline rank s % pp as its virtual stage
     s // pp), for an interleaved split that neither divides evenly nor follows from counting the embedding and the

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from planner import __version__
 from planner.errors import PlanInputError
-from planner.inputs.layout import RANK_ORDERS, RECOMPUTE, SCHEDULES
+from planner.inputs.layout import RANK_ORDERS, RECOMPUTE, SCHEDULES, rank_layers
 from planner.inputs.specs import ModelSpec
 from planner.report.launchers import _training
 from planner.report.plan_doc import PlanDocument, get, get_choice, get_int, loose_plan_document
@@ -173,7 +173,7 @@ class PlanView:
         Only meaningful once `require_stage_split` has passed."""
         lay, layers = self.layout, self.model.num_layers
         if lay.pipeline_layout is not None:
-            return [sum(lay.pipeline_layout[rank::lay.pp]) for rank in range(lay.pp)]
+            return rank_layers(lay.pipeline_layout, lay.pp)
         if not lay.uneven:
             return [layers // lay.pp] * lay.pp
         first, last = lay.first_stage_layers, lay.last_stage_layers
