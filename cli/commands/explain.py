@@ -23,7 +23,6 @@ from cli.options import (
 )
 from cli.plan_options import PlanOptions
 from planner.errors import PlanInputError
-from planner.inputs.problem import stated_layout
 
 if TYPE_CHECKING:
     from planner.inputs.launch_readers import LaunchConfig
@@ -139,6 +138,8 @@ def _explain_from(path: str, dialect: str | None, options: PlanOptions, stated: 
     _warn_read(cfg)
     problem = problem_for(resolved_model, resolved_cluster, _with_file(options, stated, cfg))
     if cfg.pipeline_layout is not None:  # the file's own stage split, priced as it states it
+        from planner.inputs.problem import stated_layout
+
         problem = stated_layout(problem, cfg.pipeline_layout, "--pipeline-model-parallel-layout")
     fmt = options.fmt
     out = explain_from(problem, given, cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.errors import PlanInputError
 from planner.inputs.specs import ClusterSpec, ModelSpec, TrainingSpec
@@ -104,7 +104,5 @@ def check_pipeline_layout(problem: Problem, chunks: tuple[int, ...] | None, wher
 def stated_layout(problem: Problem, chunks: tuple[int, ...], where: str) -> Problem:
     """The problem priced with a run's own pipeline layout (TrainingSpec.pipeline_layout); `where` names the flag
     or key that states it, for the error."""
-    from dataclasses import replace
-
     check_pipeline_layout(problem, chunks, where)
     return replace(problem, training=problem.training.model_copy(update={"pipeline_layout": tuple(chunks)}))
