@@ -316,10 +316,8 @@ def _layout_edges(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
 
 def _stated_edges(chunks: tuple[int, ...] | None, pp: int, vpp: int) -> tuple[int, int] | None:
     """(first rank's, last rank's) layers of a layout of pp x vpp chunks (chunk s on rank s % pp), or None."""
-    if chunks is None or pp < 2 or len(chunks) != pp * vpp:
-        return None
-    ranks = rank_layers(chunks, pp)
-    return ranks[0], ranks[-1]
+    ranks = rank_layers(chunks, pp) if chunks is not None and pp >= 2 and len(chunks) == pp * vpp else None
+    return None if ranks is None else (ranks[0], ranks[-1])
 
 
 def distinct_pairs(a: np.ndarray, b: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
