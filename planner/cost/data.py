@@ -47,10 +47,12 @@ def grad_reduction_time(fab: Fabric, prof: FrameworkProfile, params: dict[str, n
 
 def dp_exposed(prof: FrameworkProfile, dp_time: np.ndarray, zero: np.ndarray, stage_f: np.ndarray,
                stage_b: np.ndarray, share: float = 0.0) -> np.ndarray:
-    """Reduction not hidden behind the last micro-batch, w = overlap·(t_b [+ t_f with ZeRO >= 1]):
-    fabric.overlapped_exposed(t_dp, w, share), max(t_dp - w, share·min(t_dp, w)); `share` of the SMs the reduction
-    takes from the compute it hides behind (fabric.collective_sm_share)."""
-    window = prof.dp_overlap * (stage_b + np.where(zero >= Zero.OPTIMIZER, stage_f, 0.0))
+    """Reduction not hidden behind the last micro-batch, w = overlap·(t_b [+ t_f with ZeRO >= 1, where the
+    parameter gather hides behind the next forward]): fabric.overlapped_exposed(t_dp, w, share),
+    max(t_dp - w, share·min(t_dp, w)); `share` of the SMs the reduction takes from the compute it hides behind
+    (fabric.collective_sm_share)."""
+    gathers_behind = (zero >= Zero.OPTIMIZER) & prof.param_gather_overlap
+    window = prof.dp_overlap * (stage_b + np.where(gathers_behind, stage_f, 0.0))
     return overlapped_exposed(dp_time, window, share)
 
 

@@ -115,6 +115,9 @@ class FrameworkProfile:
     tp_comm_method: str | None = "userbuffers"  # the mode its tp_comm_overlap switch runs; None: no switch
     tp_comm_overlap: bool = False  # the switch as the stack's recipes ship it
     dp_overlap: float = 1.0
+    # a sharded optimizer's parameter all-gather hides behind the next forward (overlap_param_gather); Muon's
+    # layer-wise optimizer gathers after the step instead (data.muon_gather_time)
+    param_gather_overlap: bool = True
     deepep: bool = False
     fp8_dispatch: bool = False
     kernel_efficiency: float = 1.0  # achieved / best-case (MAMF) rate of the stack's GEMM and attention kernels
@@ -257,7 +260,7 @@ def stack_profile(training: TrainingSpec) -> FrameworkProfile:
         prof = replace(prof, optimizer_bytes=prof.optimizer_bytes - BF16_MOMENTS_SAVING)
     if getattr(training, "optimizer", "adam") == "muon":
         prof = replace(prof, optimizer_bytes=MUON_STATE_BYTES, grad_bytes=MUON_GRAD_BYTES,
-                       grad_reduce_bytes=MUON_GRAD_BYTES)
+                       grad_reduce_bytes=MUON_GRAD_BYTES, param_gather_overlap=False)
     if getattr(training, "param_offload", False):
         prof = replace(prof, params_in_host=True)
     overlap = getattr(training, "tp_comm_overlap", None)

@@ -163,10 +163,10 @@ def evaluate(problem: Problem, c: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
     ranks = (groups.data_ranks(dp, cp), groups.expert_data_ranks(dp, cp, tp, etp, ep))
     muon = problem.training.optimizer == "muon"
-    # Muon's layer-wise optimizer all-reduces the gradients behind the backward and gathers the parameters after the
-    # step (data.muon_gather_time), unlike the distributed optimizer, whose gather hides behind the next forward
-    dp_exposed = data.reduction_exposed(x.fab, prof, params, np.full_like(zero, Zero.NONE) if muon else zero, x.hsdp,
-                                        shard_group, ranks, tp, etp, ep, micro, st.fwd, st.bwd, x.place)
+    # (Muon's layer-wise optimizer gathers the parameters after the step, data.muon_gather_time: its profile hides
+    # no gather behind the next forward)
+    dp_exposed = data.reduction_exposed(x.fab, prof, params, zero, x.hsdp, shard_group, ranks, tp, etp, ep, micro,
+                                        st.fwd, st.bwd, x.place)
     expert_shard = expert_shard_group(c, shard_group)
     optim_time = data.optimizer_update_time(params["stage"], zero, shard_group, x.rates.hbm,
                                             stage_expert_params(params), expert_shard, prof,
