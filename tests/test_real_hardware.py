@@ -185,10 +185,21 @@ def test_the_unbiased_profile_prices_the_eager_step_a_little_fast(real_step):
     assert all(-0.12 <= e <= 0.0 for e in errors), errors
 
 
-def test_grouped_expert_gemms_follow_the_planner_s_curves():
+# (results, GPU, {mode: (median bound, P90 bound)})
+GROUPED_GEMM_RUNS = [
+    ("h100-2026-11-27-s11b", "h100", {"grouped": (0.10, 0.25), "looped": (0.10, 0.25)}),
+    ("h200-2026-11-28", "h200", {"grouped": (0.13, 0.40), "looped": (0.12, 0.26)}),
+]
+
+
+@pytest.mark.parametrize(("results", "gpu_key", "bounds"), GROUPED_GEMM_RUNS)
+def test_grouped_expert_gemms_follow_the_planner_s_curves(results, gpu_key, bounds):
     """The 72 re-timed expert GEMMs (bench/grouped_gemm.py, bf16, 32-8192 tokens per expert): the cost model's own
     terms (tokens-per-expert and depth curves, the weight-streaming floor, one launch per kernel: per expert where
-    looped) price them at a median |ln err| of 0.074 grouped and 0.084 looped (within 0.10 each, P90 within 0.25)."""
+    looped) price them on the H100 at a median |ln err| of 0.074 grouped and 0.084 looped (P90 0.19 / 0.18). On the
+    H200 the looped cuBLAS GEMMs stream a few experts' weights at 3.5-4.2 TB/s, the floor's rate, but
+    torch._grouped_mm at 32-64 tokens per expert reaches only 2.7-3.1 TB/s, as on the H100: its P90 (0.375) is
+    those rows, where the floor prices the H200's HBM (docs/accuracy.md, "Fourth lease: one H200")."""
     import json
     import math
     import statistics
@@ -198,13 +209,14 @@ def test_grouped_expert_gemms_follow_the_planner_s_curves():
     from planner.inputs.catalog import load_gpu
     from planner.inputs.hardware import KERNEL_OVERHEAD_S
 
-    gpu = load_gpu("h100", "test")
+    gpu = load_gpu(gpu_key, "test")
     rate = gpu.bf16_tflops * 1e12 * gpu.matmul_efficiency
     hbm = gpu.hbm_tbps * 1e12 * HBM_EFFICIENCY
     half = expert.gemm_depth_half(gpu, "bf16")
     m0, m_ref = expert.GROUPED_GEMM_HALF_TOKENS, expert.GROUPED_GEMM_REFERENCE_TOKENS
     ref = m_ref / (m_ref + m0)
-    rows = json.loads((RESULTS_S11B / "grouped_gemm.json").read_text())["rows"]
+    rows = json.loads((ROOT / "bench" / "results" / results / "grouped_gemm.json").read_text())["rows"]
+    assert len(rows) == 72
     for mode in ("grouped", "looped"):
         errors = []
         for r in rows:
@@ -214,8 +226,8 @@ def test_grouped_expert_gemms_follow_the_planner_s_curves():
             compute = flops / (rate * tokens_rate * float(expert._depth_rate(k, half)))
             priced = max(compute, 2.0 * e * k * n / hbm) + (e if mode == "looped" else 1) * KERNEL_OVERHEAD_S
             errors.append(abs(math.log(priced * r[f"{mode}_tflops"] * 1e12 / flops)))
-        assert statistics.median(errors) <= 0.10, mode
-        assert sorted(errors)[int(0.9 * len(errors))] <= 0.25, mode
+        assert statistics.median(errors) <= bounds[mode][0], mode
+        assert sorted(errors)[int(0.9 * len(errors))] <= bounds[mode][1], mode
 
 
 def test_a_training_step_s_fp8_gain_is_what_the_catalog_prices():
@@ -234,3 +246,87 @@ def test_a_training_step_s_fp8_gain_is_what_the_catalog_prices():
     assert step == pytest.approx(priced, rel=0.05)
     assert doc["summary"]["fp8_fast_over_bf16_median"] > step > doc["summary"]["fp8_full_over_bf16_median"]
     assert len(doc["rows"]) == 48
+
+
+# A fourth GPU lease (session 14): one H200 (141 GB HBM3e, the same GH100 silicon as the H100 SXM), the same tools and
+# torch as the H100 leases, so each figure has an H100 twin measured with the same code.
+RESULTS_H200 = ROOT / "bench" / "results" / "h200-2026-11-28"
+
+
+def priced_h200(real_step, name: str, framework: str) -> dict:
+    doc = real_step.reprice(str(RESULTS_H200 / f"{name}.json"), None, None, framework)
+    return {(r["mbs"], r["recompute"]): r for r in doc["runs"]}
+
+
+def test_h200_gemms_outrun_h100_s_by_what_the_catalog_prices():
+    """`plan calibrate` timed the same 96 bf16 layer GEMMs on both GPUs: the H200 ran them a median 1.029x faster
+    (same silicon, HBM3e), the ratio the catalog's H200 efficiency carries over H100's MAMF figure."""
+    import statistics
+
+    import yaml
+
+    from planner.inputs.catalog import load_gpu
+
+    def rates(path: Path) -> dict:
+        doc = yaml.safe_load(path.read_text())
+        return {(g["m"], g["n"], g["k"]): g["tflops"] for g in doc["gemm"] if g["dtype"] == "bf16"}
+
+    h100, h200 = rates(RESULTS_S11B / "profile.yaml"), rates(RESULTS_H200 / "profile.yaml")
+    assert len(h200) == 96 and set(h200) == set(h100)
+    measured = statistics.median(h200[s] / h100[s] for s in h200)
+    catalog = load_gpu("h200", "test").matmul_efficiency / load_gpu("h100", "test").matmul_efficiency
+    assert measured > 1.01
+    assert catalog == pytest.approx(measured, abs=0.005)
+
+
+def test_h200_eager_step_speedup_over_h100_is_priced(real_step):
+    """The eager 1B step ran 1.08-1.15x faster on the H200 than on the H100 (HBM-bound elementwise work and faster
+    GEMMs); the planner prices 1.07-1.10x: within 5 % at every configuration, within 2 % at the median."""
+    import statistics
+
+    h100 = priced_s11(real_step, "real_step", "generic")
+    h200 = priced_h200(real_step, "real_step", "generic")
+    gaps = []
+    for key, row in h100.items():
+        speedup = {w: row[w]["step_time_s"] / h200[key][w]["step_time_s"] for w in ("measured", "predicted")}
+        assert speedup["measured"] > 1.05 and speedup["predicted"] > 1.05, key
+        gaps.append(speedup["predicted"] / speedup["measured"] - 1.0)
+    assert all(abs(g) <= 0.05 for g in gaps), gaps
+    assert abs(statistics.median(gaps)) <= 0.02
+
+
+def test_h200_peak_allocated_up_to_eight_samples(real_step):
+    """The H200's memory let the eager step run 8 samples of 4,096 tokens without recompute (111 GiB allocated): the
+    torchtitan profile prices every peak within 10 % and the slope from 1 to 8 samples within 3 %."""
+    runs = {k[0]: r for k, r in priced_h200(real_step, "real_step", "torchtitan").items() if k[1] == "none"}
+    assert sorted(runs) == [1, 2, 4, 8] and runs[8]["measured"]["peak_allocated_gib"] > 100
+    for mbs, row in runs.items():
+        assert abs(err(row, "peak_allocated_gib")) <= 0.10, (mbs, err(row, "peak_allocated_gib"))
+    slope = {w: (runs[8][w]["peak_allocated_gib"] - runs[1][w]["peak_allocated_gib"]) / 7
+             for w in ("measured", "predicted")}
+    assert slope["predicted"] == pytest.approx(slope["measured"], rel=0.03)
+
+
+def test_h200_moe_layers_and_8b_layers(real_step):
+    """On the H200 as on the H100: Qwen3-30B-A3B's MoE layers (every expert local, torchtitan's grouped GEMMs) priced
+    within 20 % (measured -14 to -4 %), and Llama 3 8B's layers priced slow by torchtitan's fitted efficiency
+    (+11 to +26 %: the fit still carries what is not kernel speed)."""
+    for name in ("moe_eager", "moe_seq1024"):
+        for key, row in priced_h200(real_step, name, "torchtitan").items():
+            assert abs(err(row, "step_time_s")) <= 0.20, (name, key, err(row, "step_time_s"))
+    errors = [err(row, "step_time_s") for row in priced_h200(real_step, "tt8b_eager", "torchtitan").values()]
+    assert all(0.0 <= e <= 0.30 for e in errors), errors
+
+
+def test_h200_fp8_step_gain_is_what_the_catalog_prices():
+    """A training step's fp8 GEMM mix ran 1.80x bf16 on the H200 too (1.796; H100 1.800), within 3 % of what the
+    catalog's H200 efficiencies price (MAMF's fp8 0.734 over the measured bf16 0.826: 1.78x)."""
+    import json
+
+    from planner.cost.compute import gemm_efficiency
+    from planner.inputs.catalog import load_gpu
+
+    doc = json.loads((RESULTS_H200 / "fp8_accum.json").read_text())
+    gpu = load_gpu("h200", "test")
+    priced = gpu.fp8_tflops * gemm_efficiency(gpu, "fp8") / (gpu.bf16_tflops * gemm_efficiency(gpu, "bf16"))
+    assert doc["summary"]["fp8_step_over_bf16_median"] == pytest.approx(priced, rel=0.03)
