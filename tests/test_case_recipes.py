@@ -61,6 +61,10 @@ def test_every_knob_is_a_legal_value_with_a_pinned_source_or_unresolved_with_a_r
     ({"schedules": {"value": ["1f1b", "gpipe"], "source": "a/b@abcdef1:x.py#L1"}}, "a list of schedule names"),
     ({"schedules": {"value": "zb-h1", "source": "a/b@abcdef1:x.py#L1"}}, "a list of schedule names"),
     ({"gpu": {"value": "h100-500w", "source": "a/b@abcdef1:x.md#L1"}}, "a GPU key of clusters/gpus.yaml"),
+    ({"mtp_layers": {"value": -1, "source": "a/b@abcdef1:x.py#L1"}}, "a non-negative integer"),
+    ({"pipeline_layout": {"value": "Et*2|t*2mL", "source": "a/b@abcdef1:x.py#L1"}}, "no mtp_layers is given"),
+    ({"pipeline_layout": {"value": "Et*2|t*2L", "source": "a/b@abcdef1:x.py#L1"},
+      "mtp_layers": {"value": 1, "source": "a/b@abcdef1:x.py#L2"}}, "places 0 MTP layer(s)"),
 ])
 def test_bad_knob_blocks_are_one_line_errors(ran, fragment):
     with pytest.raises(PlanInputError) as err:
@@ -368,3 +372,21 @@ def test_torchtitan_h100_rows_are_priced_on_the_gpus_they_ran(recipes, cases):
     slower = on_catalog["predicted"]["tokens_per_s_per_gpu"] / on_gt["predicted"]["tokens_per_s_per_gpu"]
     assert 1.05 < slower < sxm / nvl + 0.05
     assert on_gt["layout"] == on_catalog["layout"]
+
+
+def test_deepseek_rows_train_the_mtp_module_their_layouts_place(recipes, cases):
+    """Every DeepSeek-V3 recipe whose pipeline layout places an MTP layer (m) states the MTP module it trained (the
+    case's model block states none; Megatron-Core asserts the layout's count), and validate prices it: MB-266's layout
+    ('Et|(tt|)*30mL') gives its last rank the MTP block and a second LM-head pass on top of its own head, so the row
+    is priced slower with it than without."""
+    placed = [cid for cid, e in recipes.items() if "m" in str((e["ran"].get("pipeline_layout") or {}).get("value", ""))]
+    assert len(placed) >= 9
+    for cid in placed:
+        assert recipes[cid]["ran"]["mtp_layers"]["value"] == 1, cid
+    out = run_case(cases["MB-266"], "test", recipes)
+    assert out["knobs"]["mtp_layers"]["status"] == "priced"
+    bare = copy.deepcopy(recipes["MB-266"])
+    del bare["ran"]["mtp_layers"]  # the same layout, priced as if the run had trained no MTP module
+    without = run_case(cases["MB-266"], "test", {"MB-266": bare})
+    assert "mtp_layers" not in without["knobs"]
+    assert out["predicted"]["tokens_per_s_per_gpu"] < 0.95 * without["predicted"]["tokens_per_s_per_gpu"]

@@ -23,6 +23,10 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def _count_or_zero(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _word(*words: str) -> Callable[[object], bool]:
     return lambda value: isinstance(value, str) and value in words
 
@@ -133,8 +137,13 @@ KNOB_SPECS: dict[str, KnobSpec] = {
                                 "Megatron-Core's --pipeline-model-parallel-layout notation (E embedding, t decoder "
                                 "layer, m MTP layer, L loss, | between chunks): priced as stated in place of the "
                                 "planner's split", _layout_text, "a layout string such as 'Et*4|t*4|tmL'"),
+    "mtp_layers": KnobSpec("multi-token-prediction modules the run trained (Megatron-Core mtp_num_layers; DeepSeek-V3 "
+                           "report §2.2: a block and the shared LM head again per module, on the last pipeline "
+                           "stage), where the case's model block states none: priced as the model's "
+                           "num_nextn_predict_layers. A pipeline layout's m count must agree (Megatron-Core asserts "
+                           "it)", _count_or_zero, "a non-negative integer"),
 }
 OPTIONAL_KNOBS = ("stack", "schedules", "cp_comm", "moe_router_fusion", "attention_kernel", "fused_expert_mlp",
-                  "fp8_attention", "moe_rank_capacity", "gpu", "pipeline_layout")
+                  "fp8_attention", "moe_rank_capacity", "gpu", "pipeline_layout", "mtp_layers")
 # A source pins what it cites: a repository at a commit (owner/repo@<hex>:path#Lx-Ly) or a versioned arXiv paper.
 PINNED_SOURCE = re.compile(r"[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|arXiv:\d{4}\.\d{4,5}v\d+")

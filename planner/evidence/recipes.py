@@ -22,7 +22,7 @@ from planner.evidence.cases import case_framework, case_token_drop
 from planner.evidence.knobs import KNOB_SPECS, OPTIONAL_KNOBS, PINNED_SOURCE
 from planner.inputs.catalog import data_dir, load_gpu
 from planner.inputs.files import read_structured_file
-from planner.inputs.launch_readers.megatron_model import layout_chunks
+from planner.inputs.launch_readers.megatron_model import layout_chunks, layout_stages
 from planner.inputs.layout import EP_OVERLAP_SCHEDULES, RECOMPUTE, Schedule, encode
 from planner.inputs.problem import Problem
 from planner.inputs.specs import GRAPH_MODULES
@@ -126,6 +126,24 @@ def check_ran(ran: dict[str, Any], where: str) -> None:
         if not PINNED_SOURCE.search(str(block.get("source") or "")):
             raise PlanInputError("a resolved value needs a source pinned to a commit", source=where,
                                  field=f"{field}.source", fix="cite owner/repo@<commit>:path#Lx-Ly")
+    _check_layout_mtp(ran, where)
+
+
+def _check_layout_mtp(ran: dict[str, Any], where: str) -> None:
+    """A stated pipeline layout places as many MTP layers (m) as the run trained: Megatron-Core asserts it
+    (pipeline_parallel_layer_layout.py validate_layer_layout), so a layout with m needs the mtp_layers knob."""
+    layout, mtp = ran.get("pipeline_layout"), ran.get("mtp_layers")
+    if not isinstance(layout, dict) or "value" not in layout:
+        return
+    placed = sum(stage.count("m") for stage in layout_stages(layout["value"]))
+    trained = mtp.get("value") if isinstance(mtp, dict) else None
+    if placed and trained is None:
+        raise PlanInputError(f"the pipeline layout places {placed} MTP layer(s) and no mtp_layers is given",
+                             source=where, field="ran.mtp_layers",
+                             fix=f"add mtp_layers: {{value: {placed}, source: ...}} from the recipe")
+    if trained is not None and trained != placed:
+        raise PlanInputError(f"mtp_layers {trained} but the pipeline layout places {placed} MTP layer(s)",
+                             source=where, field="ran.mtp_layers", fix="make the layout's m count match")
 
 
 def _stated(case: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +215,7 @@ def _status(knob: str, block: dict[str, Any], prof: FrameworkProfile, tp: object
         return "approximate", "priced as the blockwise recipe, the finer-scaled fp8 the planner has"
     if knob in ("ep_overlap", "fp8_recipe", "sequence_parallel", "vpp", "micro_batch", "moe_token_drop", "zero",
                 "cuda_graphs", "stack", "schedules", "moe_force_balance", "cp_comm", "moe_router_fusion",
-                "attention_kernel", "fp8_attention", "gpu", "pipeline_layout"):
+                "attention_kernel", "fp8_attention", "gpu", "pipeline_layout", "mtp_layers"):
         return "priced", None
     if knob == "moe_dispatcher" and value == "allgather":  # no allgather dispatcher in the cost model
         return "approximate", "priced as the alltoall dispatcher: every routed copy over the wire, no node dedup"
@@ -257,7 +275,7 @@ def case_knobs(case: dict[str, Any], entry: dict[str, Any] | None, problem: Prob
 def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Problem, tuple[str, ...]]:
     """The problem priced with what the run ran, where the cost model has the knob; and the knobs so applied."""
     fixed, applied = dict(problem.fixed), []
-    schedules, training, cluster = problem.schedule_choices, problem.training, problem.cluster
+    schedules, training, cluster, model = problem.schedule_choices, problem.training, problem.cluster, problem.model
     recompute_choices, compiled_loss = problem.recompute_choices, problem.compiled_loss
     for knob, k in knobs.items():
         if k["status"] not in ("priced", "approximate") or knob == "stack":
@@ -289,6 +307,8 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
                 training = training.model_copy(update={"attention_kernel": "fp8"})
         elif knob == "pipeline_layout":  # the recipe's own split, on the layout with as many chunks
             training = training.model_copy(update={"pipeline_layout": layout_chunks(value)})
+        elif knob == "mtp_layers":  # the MTP modules the run trained, which the case's model block leaves out
+            model = model.model_copy(update={"num_nextn_predict_layers": int(value)})
         elif knob == "gpu":  # the run's GPU variant; the cluster's size, tiers and network stay as the case says
             cluster = cluster.model_copy(update={"gpu": load_gpu(value, "ran.gpu")})
         elif knob == "expert_tp":  # priced only as 1 or the layout's tp (_expert_tp_status)
@@ -310,7 +330,7 @@ def apply_knobs(problem: Problem, knobs: dict[str, dict[str, Any]]) -> tuple[Pro
                                 str(value), f"ran.{knob}")
             fixed[name] = code
         applied.append(knob)
-    return replace(problem, fixed=fixed, schedule_choices=schedules, training=training, cluster=cluster,
+    return replace(problem, fixed=fixed, schedule_choices=schedules, training=training, cluster=cluster, model=model,
                    recompute_choices=recompute_choices, compiled_loss=compiled_loss), tuple(applied)
 
 
