@@ -54,6 +54,53 @@ def host_us_per_call(torch: Any, fn: Callable[[], object], calls: int, rounds: i
     return statistics.median(per_call)
 
 
+EXPERT_COUNTS = (4, 16, 32)  # local experts per rank: the per-expert cost is the slope between the ends
+EXPERT_CALLS = 16
+
+
+def expert_probes(torch: Any, device: str = "cuda") -> dict[str, Callable[[int], Callable[[], object]]]:
+    """The host work a MoE layer does once per local expert in the code the validation runs ran, each as a factory
+    of one call for n local experts (planner.cost.host prices the slope):
+    - Transformer Engine 2.x GroupedLinear, bf16 forward (transformer_engine/pytorch/module/grouped_linear.py at
+      NVIDIA/TransformerEngine@v2.12, L157-L210): torch.split of the input by tokens per expert, cast_if_needed of
+      each weight, one output tensor, then general_grouped_gemm, whose C++ loop issues one cuBLAS GEMM per expert.
+      The loop is run here in TorchScript (a C++ interpreter loop through ATen's dispatcher, which TE's direct
+      cublasLt calls skip, so this slightly overstates it);
+    - Megatron-Core TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py L609-L626 at
+      NVIDIA/Megatron-LM@3bec9aa97), the biased experts' per-expert `t + b * p` on split views, recorded by
+      autograd, and their concatenation."""
+    bf16 = torch.bfloat16
+    rows, width = 8, 128
+
+    @torch.jit.script
+    def gemm_loop(a: list[torch.Tensor], b: list[torch.Tensor], c: list[torch.Tensor]) -> None:
+        for i in range(len(a)):
+            torch.mm(a[i], b[i], out=c[i])
+
+    def grouped_linear(n: int) -> Callable[[], object]:
+        x = torch.randn(rows * n, width, device=device, dtype=bf16)
+        weights = [torch.randn(width, width, device=device, dtype=bf16) for _ in range(n)]
+        splits = [rows] * n
+
+        def call() -> object:
+            inputs = torch.split(x, splits)
+            cast = [w if w.dtype == bf16 else w.to(bf16) for w in weights]
+            out = torch.empty(rows * n, width, device=device, dtype=bf16)
+            gemm_loop(list(inputs), cast, list(torch.split(out, splits)))
+            return out
+        return call
+
+    def expert_bias(n: int) -> Callable[[], object]:
+        h = torch.randn(rows * n, width, device=device, dtype=bf16, requires_grad=True)
+        probs = torch.rand(rows * n, 1, device=device, dtype=bf16)
+        biases = [torch.randn(width, device=device, dtype=bf16, requires_grad=True) for _ in range(n)]
+        splits = [rows] * n
+        return lambda: torch.cat([t + b * p for t, b, p in zip(torch.split(h, splits), biases,
+                                                                 torch.split(probs, splits), strict=True)]).to(bf16)
+
+    return {"TE GroupedLinear forward (bf16)": grouped_linear, "Megatron-Core expert bias (autograd)": expert_bias}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=2000, help="calls per timed round")
@@ -97,12 +144,21 @@ def main(argv: list[str] | None = None) -> None:
         "torch.nn.Linear forward + sum + backward": fwd_bwd,
     }
     results = {name: round(host_us_per_call(torch, fn, args.calls, args.rounds), 2) for name, fn in probes.items()}
+    per_expert = {}
+    for name, make in expert_probes(torch).items():  # the slope over local experts, fixed costs cancelled
+        # few calls a round: n x calls kernel launches stay inside the GPU's launch queue, so the host never waits
+        at = {n: host_us_per_call(torch, make(n), EXPERT_CALLS, 3 * args.rounds) for n in EXPERT_COUNTS}
+        lo, hi = EXPERT_COUNTS[0], EXPERT_COUNTS[-1]
+        per_expert[name] = {"us_per_call": {str(n): round(v, 2) for n, v in at.items()},
+                            "us_per_expert": round((at[hi] - at[lo]) / (hi - lo), 2)}
     doc = {"schema_version": 1, "device": torch.cuda.get_device_name(0), "cpu": cpu_model(),
            "torch": torch.__version__, "python": platform.python_version(), "calls": args.calls,
-           "rounds": args.rounds, "host_us_per_call": results}
+           "rounds": args.rounds, "host_us_per_call": results, "per_expert": per_expert}
     print(f"{doc['device']}; host CPU {doc['cpu']}; torch {doc['torch']}")
     for name, us in results.items():
         print(f"  {name:46s} {us:8.2f} us of CPU per call")
+    for name, row in per_expert.items():
+        print(f"  {name:46s} {row['us_per_expert']:8.2f} us of CPU per local expert  {row['us_per_call']}")
     write_report(doc, args.out)
 
 
