@@ -149,14 +149,15 @@ def test_stated_knobs_come_from_the_row(recipes, cases):
 
 def test_dgxc066_is_priced_with_the_distributed_optimizer_its_recipe_ran(recipes, cases):
     """The DGX Cloud Nemotron-4 340B fp8 row ran NeMo 1's distributed_fused_adam with a contiguous gradient buffer
-    (ZeRO-1): with the knob the case is priced at zero 1; left to the search, the row's unstated zero becomes ZeRO-3,
-    whose per-micro-batch parameter gathers price it far slower than it ran."""
+    (ZeRO-1) under NeMo (the `stack` knob): with the knobs the case is priced at zero 1; read as an unnamed stack and
+    left to the search, the row's unstated zero becomes ZeRO-3, whose per-micro-batch parameter gathers price it far
+    slower than it ran."""
     out = run_case(cases["DGXC-066"], "test", recipes)
     knob = out["knobs"]["zero"]
     assert knob["value"] == 1 and knob["status"] == "priced" and "@" in knob["source"]
-    assert out["layout"]["zero"] == 1
+    assert out["layout"]["zero"] == 1 and out["knobs"]["stack"]["value"] == "nemo"
     entry = copy.deepcopy(recipes["DGXC-066"])
-    del entry["ran"]["zero"]
+    del entry["ran"]["zero"], entry["ran"]["stack"]
     without = run_case(cases["DGXC-066"], "test", {"DGXC-066": entry})
     assert without["knobs"]["zero"]["status"] == "unresolved"
     assert without["layout"]["zero"] != 1
@@ -390,3 +391,17 @@ def test_deepseek_rows_train_the_mtp_module_their_layouts_place(recipes, cases):
     without = run_case(cases["MB-266"], "test", {"MB-266": bare})
     assert "mtp_layers" not in without["knobs"]
     assert out["predicted"]["tokens_per_s_per_gpu"] < 0.95 * without["predicted"]["tokens_per_s_per_gpu"]
+
+
+def test_dgx_cloud_nemo_rows_are_priced_as_the_nemo_stack_they_ran(recipes, cases):
+    """DGX Cloud's benchmark rows name no framework (`other`), but their launch scripts run NeMo (NeMo 1's
+    megatron_gpt_pretraining.py or NeMo 2's performance scripts): every such row carries `stack: nemo`, and the
+    MaxText rows keep the unnamed stack."""
+    nemo = [cid for cid, e in recipes.items() if cid.startswith("DGXC") and "stack" in e["ran"]]
+    assert len(nemo) >= 56 and all(recipes[c]["ran"]["stack"]["value"] == "nemo" for c in nemo)
+    for cid in nemo:
+        assert "dgxc-benchmarking@" in recipes[cid]["ran"]["stack"]["source"], cid
+    maxtext = [cid for cid, e in recipes.items() if cid.startswith("DGXC") and "maxtext" in e["recipe"].lower()]
+    assert maxtext and not any("stack" in recipes[c]["ran"] for c in maxtext)
+    out = run_case(cases["DGXC-230"], "test", recipes)
+    assert out["knobs"]["stack"]["status"] == "priced" and out["regime"]["stack"] == "nemo"

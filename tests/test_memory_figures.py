@@ -37,19 +37,23 @@ def test_each_framework_figure_is_predicted_within_ten_percent_of_its_measured_r
 
 
 def test_a_case_names_the_figure_its_log_line_gives(cases, recipes):
-    """DGXC-252's log line is NeMo 2's peak_memory_usage (torch.cuda.max_memory_reserved) though the case is priced
-    with the generic profile: the knob file's memory_figure for that run (with its source) wins, as a case's own
-    measured.memory_figure would, and the reserved prediction is 5 % above the allocated one (the caching allocator's
-    slack)."""
+    """DGXC-252's log line is NeMo 2's peak_memory_usage (torch.cuda.max_memory_reserved): the knob file's
+    memory_figure for that run (with its source) says so, and wins over the profile's figure as a case's own
+    measured.memory_figure would. Read as an unnamed stack (no `stack` knob) the profile's figure would be the
+    allocated one, and the reserved prediction is 5 % above it (the caching allocator's slack)."""
     case = cases["DGXC-252"]
     assert "memory_figure" not in case["measured"]  # the published file is left as published
     assert recipes["DGXC-252"]["memory_figure"]["value"] == "reserved"
     out = run_case(case, "test", recipes)
     assert out["predicted"]["memory_figure"] == "reserved"
-    unnamed = {cid: {k: v for k, v in e.items() if k != "memory_figure"} for cid, e in recipes.items()}
+    stackless = {cid: {**e, "ran": {k: v for k, v in e["ran"].items() if k != "stack"}}
+                 for cid, e in recipes.items()}
+    named = run_case(case, "test", stackless)
+    assert named["predicted"]["memory_figure"] == "reserved"  # the knob wins over the unnamed stack's figure
+    unnamed = {cid: {k: v for k, v in e.items() if k != "memory_figure"} for cid, e in stackless.items()}
     other = run_case(case, "test", unnamed)
     assert other["predicted"]["memory_figure"] == profile_for("other").memory_reported == "allocated"
-    assert out["predicted"]["memory_gib"] == pytest.approx(other["predicted"]["memory_gib"] * 1.05, rel=1e-3)
+    assert named["predicted"]["memory_gib"] == pytest.approx(other["predicted"]["memory_gib"] * 1.05, rel=1e-3)
     own = copy.deepcopy(case)
     own["measured"]["memory_figure"] = "allocated"  # a case's own statement wins over the knob file
     assert run_case(own, "test", recipes)["predicted"]["memory_figure"] == "allocated"

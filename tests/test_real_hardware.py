@@ -172,9 +172,10 @@ def test_moe_layers_with_every_expert_local(real_step, name, configs):
 RESULTS_S11B = ROOT / "bench" / "results" / "h100-2026-11-27-s11b"
 
 
-def test_the_unbiased_profile_prices_the_eager_step_a_little_fast(real_step):
+def test_the_unbiased_profile_prices_the_eager_step_within_seven_percent(real_step):
     """With the profile re-measured without the launch-latency bias (best bf16 GEMM 82.5 % of peak, not 76.3 %),
-    the eager 1B step of the same machine is priced 2-10 % fast: what the biased profile's -6 to +2 % had hidden."""
+    the eager 1B step of the same machine is priced -6 to +3 % (generic at NeMo's kernel efficiency, 0.775 of
+    MAMF; at DGX Cloud's 0.825 it was 2-10 % fast)."""
     from planner.inputs.profile import load_profile
 
     path = RESULTS_S11B / "profile.yaml"
@@ -182,7 +183,7 @@ def test_the_unbiased_profile_prices_the_eager_step_a_little_fast(real_step):
     assert profile.matmul_efficiency > 0.8 and profile.fp8_matmul_efficiency > 0.75
     doc = real_step.reprice(str(RESULTS_S11 / "real_step.json"), profile, str(path), "generic")
     errors = [err(row, "step_time_s", "predicted_profile") for row in doc["runs"]]
-    assert all(-0.12 <= e <= 0.0 for e in errors), errors
+    assert all(abs(e) <= 0.07 for e in errors), errors
 
 
 # (results, GPU, {mode: (median bound, P90 bound)})
