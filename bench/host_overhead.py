@@ -5,7 +5,8 @@ that the GPU finishes each kernel before the host has issued the next one, times
 time.perf_counter, and reports microseconds per call (median of several rounds). The probes are the ones the cost
 model's sources measured (TransformerEngine issue #2053 timed a bare torch.nn.Linear forward at 13.48 us of CPU on a
 DGX H100's Xeon Platinum 8480C): an elementwise add, a torch.nn.Linear forward, the same Linear forward and backward
-through autograd. Usage:
+through autograd; and the host work a MoE layer does once per local expert (expert_probes), reported as the slope
+over 4-32 local experts so that each probe's fixed cost cancels. Usage:
 
     python bench/host_overhead.py [--calls 2000] [--rounds 7] [--out host_overhead.json]
 """
