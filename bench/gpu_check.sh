@@ -3,7 +3,7 @@
 # the machine's facts, `plan calibrate` (full profile), bench/real_step.py (measured vs predicted step time and
 # memory, catalog figures and the fresh profile side by side) eager, eager with PyTorch's expandable-segments
 # allocator (what torchtitan's run_train.sh sets), compiled, and with torchtitan's blocks and selective
-# checkpointing, then bench/host_overhead.py. Results land in OUTDIR.
+# checkpointing, then bench/host_overhead.py and bench/graph_memory.py. Results land in OUTDIR.
 #   bench/gpu_check.sh OUTDIR [PYTHON]
 set -uo pipefail
 out=${1:?usage: bench/gpu_check.sh OUTDIR [PYTHON]}
@@ -41,3 +41,4 @@ real_step moe_compiled --shape qwen3-30b-a3b-4l --blocks torchtitan --framework 
     --recompute none full --compile
 "$py" bench/fp8_accum.py --out "$out/fp8_accum.json" 2>&1 | tee "$out/fp8_accum.txt"
 "$py" bench/host_overhead.py --out "$out/host_overhead.json" 2>&1 | tee "$out/host_overhead.txt"
+"$py" bench/graph_memory.py --mbs 1 2 4 --out "$out/graph_memory.json" 2>&1 | tee "$out/graph_memory.txt"
