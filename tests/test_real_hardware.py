@@ -25,14 +25,20 @@ def real_step():
     return module
 
 
-def priced(real_step, name: str, framework: str, with_profile: bool = False) -> list[dict]:
+def repriced(real_step, results: Path, name: str, framework: str, with_profile: bool = False) -> dict:
+    """A stored report priced again by `framework` (with the lease's own profile too, where asked), by (mbs,
+    recompute)."""
     from planner.inputs.profile import load_profile
 
-    profile_path = RESULTS / "profile.yaml"
+    profile_path = results / "profile.yaml"
     profile = load_profile(str(profile_path)) if with_profile else None
-    doc = real_step.reprice(str(RESULTS / f"{name}.json"), profile, str(profile_path) if with_profile else None,
+    doc = real_step.reprice(str(results / f"{name}.json"), profile, str(profile_path) if with_profile else None,
                             framework)
-    return doc["runs"]
+    return {(r["mbs"], r["recompute"]): r for r in doc["runs"]}
+
+
+def priced(real_step, name: str, framework: str, with_profile: bool = False) -> list[dict]:
+    return list(repriced(real_step, RESULTS, name, framework, with_profile).values())
 
 
 def err(row: dict, key: str, which: str = "predicted") -> float:
@@ -94,7 +100,7 @@ def test_compile_is_priced_faster_and_leaner(real_step):
 
 
 def _by_config(real_step, name: str) -> dict:
-    return {(r["mbs"], r["recompute"]): r for r in priced(real_step, name, "torchtitan")}
+    return repriced(real_step, RESULTS, name, "torchtitan")
 
 
 def test_op_level_selective_recompute_costs_what_it_measured(real_step):
@@ -126,12 +132,7 @@ RESULTS_S11 = ROOT / "bench" / "results" / "h100-2026-11-27-s11"
 
 
 def priced_s11(real_step, name: str, framework: str = "torchtitan") -> dict:
-    from planner.inputs.profile import load_profile
-
-    profile_path = RESULTS_S11 / "profile.yaml"
-    doc = real_step.reprice(str(RESULTS_S11 / f"{name}.json"), load_profile(str(profile_path)), str(profile_path),
-                            framework)
-    return {(r["mbs"], r["recompute"]): r for r in doc["runs"]}
+    return repriced(real_step, RESULTS_S11, name, framework, with_profile=True)
 
 
 def test_the_eager_step_repeats_on_another_machine(real_step):
@@ -255,8 +256,7 @@ RESULTS_H200 = ROOT / "bench" / "results" / "h200-2026-11-28"
 
 
 def priced_h200(real_step, name: str, framework: str) -> dict:
-    doc = real_step.reprice(str(RESULTS_H200 / f"{name}.json"), None, None, framework)
-    return {(r["mbs"], r["recompute"]): r for r in doc["runs"]}
+    return repriced(real_step, RESULTS_H200, name, framework)
 
 
 def test_h200_gemms_outrun_h100_s_by_what_the_catalog_prices():
