@@ -24,10 +24,12 @@ if str(ROOT) not in sys.path:  # run as `python bench/graph_memory.py` from a ch
     sys.path.insert(0, str(ROOT))
 
 from gpu_bench import cuda_torch_or_exit, write_report  # noqa: E402
+from real_step import SHAPES  # noqa: E402
 
-# Llama 3.2 1B's block shapes (bench/real_step.py's llama-1b): hidden 2048, 32 heads of 64 with 8 KV heads, SwiGLU
-# 8192 wide; bf16 weights and activations.
-HIDDEN, HEADS, KV_HEADS, FFN = 2048, 32, 8, 8192
+# Llama 3.2 1B's block shapes, as bench/real_step.py trains them; bf16 weights and activations.
+_SHAPE = SHAPES["llama-1b"]
+HIDDEN, HEADS = _SHAPE["hidden_size"], _SHAPE["num_attention_heads"]
+KV_HEADS, FFN = _SHAPE["num_key_value_heads"], _SHAPE["intermediate_size"]
 GIB = 2.0**30
 
 
@@ -68,7 +70,7 @@ def step_peak(torch: Any, blocks: Any, mbs: int, seq: int, repeats: int = 3) -> 
             y = block(y)
         y.float().square().mean().backward()
         for block in blocks:  # what an optimizer step would consume; frees the gradients like zero_grad
-            for p in (block.parameters() if hasattr(block, "parameters") else ()):
+            for p in block.parameters():  # make_graphed_callables hands modules back as modules
                 p.grad = None
     torch.cuda.synchronize()
     return {"allocated_gib": torch.cuda.max_memory_allocated() / GIB,
